@@ -1,8 +1,24 @@
-//! `dafka._native`: conversion and lifetime only; no protocol logic here.
+//! `dafka._native`: the PyO3 extension module behind the `dafka` package.
+//!
+//! This crate converts and manages lifetimes only: Python values to and from
+//! the core crates' types, one tokio runtime for the process ([`runtime`]),
+//! and core errors to the Python exception hierarchy ([`errors`]). Protocol
+//! logic lives in the core crates, which know nothing of Python.
+
 use pyo3::prelude::*;
+
+
+mod runtime;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Rust `log` records (and `tracing` events, through tracing's `log`
+    // feature) go to Python's `logging`, under loggers named after the Rust
+    // module path (`dafka_zmtp::...`). Levels are cached; see pyo3-log.
+    if let Err(e) = pyo3_log::try_init() {
+        // Another extension already installed a global logger; keep going.
+        log::debug!("dafka: Python logging bridge not installed: {e}");
+    }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,96 @@
+# dafka: the two commands are `make demo` and `make test`. Everything else is a
+# building block of those two, or `make bench` / `make fuzz` for maintainers.
+#
+# Every target bootstraps what it needs: a .venv with the pinned Python tools
+# (requirements-dev.txt), the Debian packages a test needs (only if absent),
+# and the extension module built in release mode and installed from its wheel.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(abspath $(VENV))/bin/python
+CARGO ?= cargo
+DIST := dist
+FUZZ_SECONDS ?= 30
+
+# Spark must stay on loopback and run its workers with the venv's interpreter.
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYSPARK_PYTHON := $(PY)
+export PYSPARK_DRIVER_PYTHON := $(PY)
+
+.PHONY: help demo test bench fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+
+help:
+	@echo "make demo   - run the main job end to end on embedded defaults"
+	@echo "make test   - run every test (fmt, clippy, cargo test, fuzz build, wheel, ruff, pytest)"
+	@echo "make bench  - run the side-by-side benchmarks and rewrite BENCHMARKS.md"
+	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
+
+# --- bootstrap -------------------------------------------------------------
+
+$(VENV)/.stamp: requirements-dev.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+venv: $(VENV)/.stamp
+
+# Debian packages, installed only when absent: libzmq for the Rust benchmark
+# and interop tests against the real libzmq, a JRE for Spark.
+sysdeps:
+	@bash scripts/sysdeps.sh
+
+# --- build -------------------------------------------------------------------
+
+# One release build of the extension: the wheel users install. It is installed
+# into .venv, and tests/test_wheel.py installs the same file into a fresh venv.
+wheel: venv
+	rm -rf $(DIST)
+	$(PY) -m maturin build --release --quiet --out $(DIST)
+	$(PY) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(DIST)/dafka-*.whl
+
+develop: wheel
+
+# --- the two commands ------------------------------------------------------
+
+demo: venv sysdeps wheel
+	$(PY) spark/demo.py
+
+test: venv sysdeps lint-rust test-rust fuzz-build wheel test-python
+	@echo "make test: all green"
+
+lint-rust:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+test-rust:
+	$(CARGO) test --workspace --locked
+
+test-python:
+	$(PY) -m ruff check python tests spark benches scripts
+	$(PY) -m ruff format --check python tests spark benches scripts
+	DAFKA_WHEEL_DIR=$(abspath $(DIST)) $(PY) -m pytest
+
+# --- maintainers ---------------------------------------------------------------
+
+fuzz-build:
+	@if [ -f fuzz/Cargo.toml ]; then $(CARGO) build --manifest-path fuzz/Cargo.toml --locked; fi
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && for t in $$($(CARGO) fuzz list); do \
+	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+
+bench: venv sysdeps
+	$(CARGO) build --release --locked -p dafka-benches
+	$(PY) benches/run.py --bin $(TARGET_DIR)/release/dafka-bench
+
+clean:
+	$(CARGO) clean
+	rm -rf $(VENV) $(DIST) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,93 @@
+//! The process-wide tokio runtime, blocking with the GIL released, and the
+//! fork guard.
+//!
+//! PySpark forks its Python workers. A tokio runtime built before `fork()` is
+//! useless in the child: its worker threads were not copied, so anything sent
+//! to them never runs. [`handle`] therefore remembers the pid that built the
+//! runtime; a call from another pid leaks the parent's runtime (dropping it
+//! would try to join threads that do not exist in this process) and builds a
+//! fresh one for the child.
+
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use tokio::runtime::{Builder, Handle, Runtime};
+
+/// How often a blocking call wakes up to let Python handle signals (Ctrl-C).
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+struct Owned {
+    pid: u32,
+    runtime: Runtime,
+}
+
+static RUNTIME: Mutex<Option<Owned>> = Mutex::new(None);
+
+/// A handle on this process's runtime, built on first use and rebuilt once in
+/// a forked child.
+pub(crate) fn handle() -> Handle {
+    let pid = std::process::id();
+    let mut slot = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(owned) = slot.as_ref() {
+        if owned.pid == pid {
+            return owned.runtime.handle().clone();
+        }
+    }
+    if let Some(stale) = slot.take() {
+        // Inherited across fork(): its threads are gone. Never drop it.
+        std::mem::forget(stale);
+        log::debug!("dafka: fork detected (pid {pid}); building a fresh tokio runtime");
+    }
+    let runtime = Builder::new_multi_thread()
+        .worker_threads(runtime_threads())
+        .thread_name("dafka-io")
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("dafka: cannot start the tokio runtime: {e}"));
+    let handle = runtime.handle().clone();
+    *slot = Some(Owned { pid, runtime });
+    handle
+}
+
+/// Worker threads: `DAFKA_IO_THREADS` if set, otherwise at most two (network
+/// I/O rarely needs more, and Spark runs one Python worker per core).
+fn runtime_threads() -> usize {
+    std::env::var("DAFKA_IO_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get().min(2))
+                .unwrap_or(1)
+        })
+}
+
+/// Run `fut` to completion on the runtime with the GIL released, waking every
+/// [`SIGNAL_CHECK_INTERVAL`] to run Python's signal handlers, so Ctrl-C
+/// interrupts a blocking call with `KeyboardInterrupt`.
+///
+/// The future is dropped when a signal handler raises; every future passed
+/// here must therefore be cancel-safe.
+pub(crate) fn wait_for<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let handle = handle();
+    py.detach(|| {
+        handle.block_on(async move {
+            tokio::pin!(fut);
+            loop {
+                tokio::select! {
+                    out = &mut fut => return Ok(out),
+                    () = tokio::time::sleep(SIGNAL_CHECK_INTERVAL) => {
+                        Python::attach(|py| py.check_signals())?;
+                    }
+                }
+            }
+        })
+    })
+}

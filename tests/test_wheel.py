@@ -1,0 +1,65 @@
+"""The pip-installed wheel is how users get dafka: install it into a brand-new
+venv and import it from outside the source tree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+
+def _wheel(repo: Path, tmp: Path) -> Path:
+    wheel_dir = os.environ.get("DAFKA_WHEEL_DIR")
+    if wheel_dir:
+        found = sorted(Path(wheel_dir).glob("dafka-*.whl"))
+        if found:
+            return found[-1]
+    out = tmp / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "maturin", "build", "--release", "--quiet", "--out", str(out)],
+        cwd=repo,
+        check=True,
+        timeout=1200,
+    )
+    return sorted(out.glob("dafka-*.whl"))[-1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_an_empty_venv(repo: Path, tmp_path: Path, cargo_version: str) -> None:
+    wheel = _wheel(repo, tmp_path)
+    # abi3 for CPython 3.10+: one wheel per platform serves every later Python.
+    assert "-cp310-abi3-" in wheel.name, wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert "dafka/py.typed" in names
+    assert "dafka/_native.pyi" in names
+    assert any(n.startswith("dafka/_native") and n.endswith(".so") for n in names), names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "--quiet", "--no-index", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    # Run from an empty directory so the source tree's python/ cannot be imported.
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    out = subprocess.run(
+        [str(py), "-c", "import dafka; print(dafka.__version__); print(dafka.__file__)"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    version, location = out.stdout.split()
+    assert version == cargo_version
+    assert Path(location).is_relative_to(venv), location
