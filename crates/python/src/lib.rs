@@ -7,8 +7,10 @@
 
 use pyo3::prelude::*;
 
-
+mod arrow_batch;
+mod errors;
 mod runtime;
+mod zmtp;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -20,5 +22,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         log::debug!("dafka: Python logging bridge not installed: {e}");
     }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<zmtp::PySocket>()?;
     Ok(())
 }

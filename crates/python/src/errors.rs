@@ -1,0 +1,48 @@
+//! Core errors to the Python exception hierarchy of `python/dafka/errors.py`.
+//!
+//! The classes are defined in Python (so they can also derive from the
+//! matching built-in: `ValueError`, `TimeoutError`, `OSError`, ...) and
+//! imported here lazily by `pyo3::import_exception!`.
+
+use pyo3::PyErr;
+
+pyo3::import_exception!(dafka.errors, DafkaError);
+pyo3::import_exception!(dafka.errors, InvalidArgumentError);
+pyo3::import_exception!(dafka.errors, StateError);
+pyo3::import_exception!(dafka.errors, TimeoutError);
+pyo3::import_exception!(dafka.errors, WouldBlockError);
+pyo3::import_exception!(dafka.errors, ClosedError);
+pyo3::import_exception!(dafka.errors, HostUnreachableError);
+pyo3::import_exception!(dafka.errors, TransportError);
+
+/// Map a socket-layer error to its Python exception. OS errors carry their
+/// `errno`, so `except OSError as e: e.errno` works as with the stdlib.
+pub(crate) fn zmtp(err: dafka_zmtp::Error) -> PyErr {
+    use dafka_zmtp::Error as E;
+    let msg = err.to_string();
+    match err {
+        E::InvalidEndpoint { .. } | E::MessageTooLarge { .. } | E::EmptyMessage => {
+            InvalidArgumentError::new_err(msg)
+        }
+        E::InvalidState(_) | E::NotSupported { .. } => StateError::new_err(msg),
+        E::HostUnreachable(_) => HostUnreachableError::new_err(msg),
+        E::WouldBlock => WouldBlockError::new_err(msg),
+        E::Closed => ClosedError::new_err(msg),
+        E::AddrInUse(_) => TransportError::new_err((libc::EADDRINUSE, msg)),
+        E::Io(io) => match io.raw_os_error() {
+            Some(code) => TransportError::new_err((code, msg)),
+            None => TransportError::new_err(msg),
+        },
+        _ => DafkaError::new_err(msg),
+    }
+}
+
+/// A caller-supplied value Python-side was wrong.
+pub(crate) fn invalid(msg: impl Into<String>) -> PyErr {
+    InvalidArgumentError::new_err(msg.into())
+}
+
+/// A blocking call ran out of time.
+pub(crate) fn timeout(msg: impl Into<String>) -> PyErr {
+    TimeoutError::new_err(msg.into())
+}

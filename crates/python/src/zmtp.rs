@@ -1,0 +1,419 @@
+//! `dafka.zmtp.Socket`: a ZeroMQ socket for Python over `dafka_zmtp::Socket`.
+//!
+//! Conversion only: keyword options to [`Options`], `bytes` to frames and
+//! back, errors to `dafka.errors`. Blocking methods release the GIL and stay
+//! interruptible (see [`runtime::wait_for`]); the `*_async` methods return
+//! asyncio futures completed from the runtime's threads.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use arrow::pyarrow::ToPyArrow;
+use bytes::Bytes;
+use dafka_zmtp::{Message, Options, Socket, SocketType};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
+use tokio::task::AbortHandle;
+
+use crate::{arrow_batch, errors, runtime};
+
+/// Messages taken off the socket by a `recv_async` whose future was
+/// cancelled in the meantime. The next receive hands them out first, so a
+/// cancelled await never loses a message.
+type Stash = Arc<Mutex<VecDeque<Message>>>;
+
+/// A ZeroMQ socket speaking ZMTP 3.1: `Socket(socket_type, **options)`.
+///
+/// See the `dafka.zmtp` module for socket types, endpoints and options.
+#[pyclass(name = "Socket", module = "dafka.zmtp", frozen)]
+pub(crate) struct PySocket {
+    socket: Arc<Socket>,
+    socket_type: SocketType,
+    stash: Stash,
+}
+
+#[pymethods]
+impl PySocket {
+    #[new]
+    #[pyo3(signature = (socket_type, **options))]
+    fn new(socket_type: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let socket_type: SocketType = socket_type.parse().map_err(|_| {
+            errors::invalid(format!(
+                "unknown socket type {socket_type:?}; expected one of REQ, REP, DEALER, \
+                 ROUTER, PUB, SUB, XPUB, XSUB, PUSH, PULL, PAIR"
+            ))
+        })?;
+        let options = parse_options(options)?;
+        let _entered = runtime::handle().enter();
+        let socket = Arc::new(Socket::new(socket_type, options));
+        Ok(PySocket {
+            socket,
+            socket_type,
+            stash: Arc::default(),
+        })
+    }
+
+    /// The socket type, in its canonical upper-case spelling.
+    #[getter]
+    fn socket_type(&self) -> &'static str {
+        self.socket_type.as_str()
+    }
+
+    /// Bind to `endpoint` and return the endpoint actually bound (a port of 0
+    /// or `*` resolved).
+    fn bind(&self, py: Python<'_>, endpoint: &str) -> PyResult<String> {
+        runtime::wait_for(py, self.socket.bind(endpoint))?.map_err(errors::zmtp)
+    }
+
+    /// Connect to `endpoint`; the connection (and every reconnection) is made
+    /// in the background.
+    fn connect(&self, py: Python<'_>, endpoint: &str) -> PyResult<()> {
+        runtime::wait_for(py, self.socket.connect(endpoint))?.map_err(errors::zmtp)
+    }
+
+    /// Send one message: `bytes` (one frame) or a sequence of `bytes` frames.
+    /// Waits while the socket type blocks at its high-water mark; raises
+    /// `TimeoutError` (nothing sent) when `timeout` seconds pass first.
+    #[pyo3(signature = (frames, timeout = None))]
+    fn send(&self, py: Python<'_>, frames: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<()> {
+        let msg = to_message(frames)?;
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let socket = &self.socket;
+        match timeout {
+            None => runtime::wait_for(py, socket.send(msg))?.map_err(errors::zmtp),
+            Some(limit) => runtime::wait_for(py, tokio::time::timeout(limit, socket.send(msg)))?
+                .map_err(|_| errors::timeout("send timed out; the message was not sent"))?
+                .map_err(errors::zmtp),
+        }
+    }
+
+    /// Receive one message as a list of `bytes` frames. Raises `TimeoutError`
+    /// when `timeout` seconds pass with nothing to receive.
+    #[pyo3(signature = (timeout = None))]
+    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyList>> {
+        if let Some(msg) = self.take_stashed() {
+            return frames_to_list(py, msg);
+        }
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let socket = &self.socket;
+        let msg = match timeout {
+            None => runtime::wait_for(py, socket.recv())?,
+            Some(limit) => runtime::wait_for(py, tokio::time::timeout(limit, socket.recv()))?
+                .map_err(|_| errors::timeout("nothing received before the timeout"))?,
+        }
+        .map_err(errors::zmtp)?;
+        frames_to_list(py, msg)
+    }
+
+    /// Receive up to `max_messages` messages as one `pyarrow.RecordBatch`
+    /// with a single column `frames: list<binary>`, built in Rust. Waits up
+    /// to `timeout` seconds (`None`: forever) for the first message, then
+    /// takes only what is already queued. An empty batch means the timeout
+    /// passed with nothing to receive.
+    #[pyo3(signature = (max_messages = 10_000, timeout = None))]
+    fn recv_batch<'py>(
+        &self,
+        py: Python<'py>,
+        max_messages: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if max_messages == 0 {
+            return Err(errors::invalid("max_messages must be at least 1"));
+        }
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let mut messages = Vec::new();
+        while messages.len() < max_messages {
+            match self.take_stashed() {
+                Some(msg) => messages.push(msg),
+                None => break,
+            }
+        }
+        if messages.is_empty() {
+            let socket = &self.socket;
+            let first = match timeout {
+                None => Some(runtime::wait_for(py, socket.recv())?),
+                Some(limit) => runtime::wait_for(py, tokio::time::timeout(limit, socket.recv()))?.ok(),
+            };
+            if let Some(first) = first {
+                messages.push(first.map_err(errors::zmtp)?);
+            }
+        }
+        while !messages.is_empty() && messages.len() < max_messages {
+            match self.socket.try_recv() {
+                Ok(msg) => messages.push(msg),
+                // Nothing more queued, or an error the next call will report:
+                // what was received is returned first, so nothing is lost.
+                Err(_) => break,
+            }
+        }
+        let batch = py
+            .detach(|| arrow_batch::frames_batch(&messages))
+            .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))?;
+        batch.to_pyarrow(py)
+    }
+
+    /// Subscribe a SUB socket to messages starting with `prefix` (`b""`: all).
+    fn subscribe(&self, prefix: &[u8]) -> PyResult<()> {
+        self.socket.subscribe(prefix).map_err(errors::zmtp)
+    }
+
+    /// Cancel one earlier `subscribe(prefix)`.
+    fn unsubscribe(&self, prefix: &[u8]) -> PyResult<()> {
+        self.socket.unsubscribe(prefix).map_err(errors::zmtp)
+    }
+
+    /// Close the socket, flushing queued messages for at most `linger`.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        runtime::wait_for(py, self.socket.close())
+    }
+
+    /// Awaitable `send`, for asyncio.
+    fn send_async<'py>(&self, py: Python<'py>, frames: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let msg = to_message(frames)?;
+        let socket = Arc::clone(&self.socket);
+        spawn_for_asyncio(py, None, async move { socket.send(msg).await.map(|()| None) })
+    }
+
+    /// Awaitable `recv`, for asyncio. Cancelling the await loses no message.
+    fn recv_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(msg) = self.take_stashed() {
+            let (_, fut) = new_future(py)?;
+            fut.call_method1("set_result", (frames_to_list(py, msg)?,))?;
+            return Ok(fut);
+        }
+        let socket = Arc::clone(&self.socket);
+        let stash = Arc::clone(&self.stash);
+        spawn_for_asyncio(py, Some(stash), async move { socket.recv().await.map(Some) })
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let _ = (exc_type, exc_value, traceback);
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<dafka.zmtp.Socket {}>", self.socket_type.as_str())
+    }
+}
+
+impl PySocket {
+    fn take_stashed(&self) -> Option<Message> {
+        self.stash
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
+    }
+}
+
+/// Keyword options, named as in libzmq and pyzmq; durations in seconds.
+fn parse_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
+    let mut o = Options::default();
+    let Some(kwargs) = kwargs else {
+        return Ok(o);
+    };
+    for (key, value) in kwargs.iter() {
+        let key: String = key.extract()?;
+        let none = value.is_none();
+        match key.as_str() {
+            "sndhwm" => o.sndhwm = value.extract()?,
+            "rcvhwm" => o.rcvhwm = value.extract()?,
+            "linger" => {
+                // None or a negative number: wait until everything is sent.
+                o.linger = match value.extract::<Option<f64>>()? {
+                    Some(s) if s >= 0.0 => Some(seconds("linger", s)?),
+                    _ => None,
+                }
+            }
+            "heartbeat_ivl" => o.heartbeat_ivl = opt_seconds(&key, &value)?,
+            "heartbeat_ttl" => o.heartbeat_ttl = opt_seconds(&key, &value)?,
+            "heartbeat_timeout" => o.heartbeat_timeout = opt_seconds(&key, &value)?,
+            "reconnect_ivl" => o.reconnect_ivl = seconds(&key, value.extract()?)?,
+            "reconnect_ivl_max" => o.reconnect_ivl_max = opt_seconds(&key, &value)?,
+            "connect_timeout" => o.connect_timeout = opt_seconds(&key, &value)?,
+            "handshake_timeout" => o.handshake_timeout = opt_seconds(&key, &value)?,
+            "routing_id" => {
+                o.routing_id = if none {
+                    None
+                } else {
+                    Some(frame_bytes(&value)?)
+                }
+            }
+            "router_mandatory" => o.router_mandatory = value.extract()?,
+            "xpub_verbose" => o.xpub_verbose = value.extract()?,
+            "maxmsgsize" => {
+                let limit: u64 = value.extract()?;
+                o.limits.max_message_size = limit;
+                o.limits.max_frame_size = o.limits.max_frame_size.min(limit);
+            }
+            "max_frame_size" => o.limits.max_frame_size = value.extract()?,
+            "properties" => {
+                let props = value.cast::<PyDict>()?;
+                o.properties = props
+                    .iter()
+                    .map(|(k, v)| {
+                        Ok((k.extract::<String>()?, frame_bytes(&v)?))
+                    })
+                    .collect::<PyResult<_>>()?;
+            }
+            other => return Err(errors::invalid(format!("unknown socket option {other:?}"))),
+        }
+    }
+    Ok(o)
+}
+
+fn opt_seconds(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<Duration>> {
+    value
+        .extract::<Option<f64>>()?
+        .map(|s| seconds(name, s))
+        .transpose()
+}
+
+fn seconds(name: &str, s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| errors::invalid(format!("{name} must be a finite number of seconds >= 0, got {s}")))
+}
+
+/// One frame's bytes, copied from `bytes`, `bytearray` or `memoryview`.
+fn frame_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Bytes::copy_from_slice(b.as_bytes()));
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(Bytes::from(b.to_vec()));
+    }
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err("frames must be bytes, not str (encode it first)"));
+    }
+    if obj.hasattr("tobytes")? {
+        let b = obj.call_method0("tobytes")?;
+        return Ok(Bytes::copy_from_slice(b.cast::<PyBytes>()?.as_bytes()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "a frame must be bytes, bytearray or memoryview, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// `bytes` -> a one-frame message; a sequence of bytes-likes -> multipart.
+fn to_message(frames: &Bound<'_, PyAny>) -> PyResult<Message> {
+    if frames.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err("a message must be bytes or a sequence of bytes, not str"));
+    }
+    let single = frames.is_instance_of::<PyBytes>()
+        || frames.is_instance_of::<PyByteArray>()
+        || frames.hasattr("tobytes")?;
+    if single {
+        return Ok(Message::from(frame_bytes(frames)?));
+    }
+    let mut msg = Message::new();
+    for item in frames.try_iter()? {
+        msg.push(frame_bytes(&item?)?);
+    }
+    if msg.is_empty() {
+        return Err(errors::invalid("a message needs at least one frame (it may be b\"\")"));
+    }
+    Ok(msg)
+}
+
+fn frames_to_list(py: Python<'_>, msg: Message) -> PyResult<Bound<'_, PyList>> {
+    PyList::new(py, msg.frames().iter().map(|f| PyBytes::new(py, f)))
+}
+
+/// `(loop, future)` for the running asyncio loop.
+fn new_future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyAny>)> {
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let fut = event_loop.call_method0("create_future")?;
+    Ok((event_loop, fut))
+}
+
+/// Run `work` on the runtime and complete an asyncio future with its result
+/// on the loop's thread. Cancelling the future aborts the task (every socket
+/// operation is cancel-safe); a message received after the future was
+/// cancelled goes to `stash` rather than being lost.
+fn spawn_for_asyncio<'py, F>(py: Python<'py>, stash: Option<Stash>, work: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Result<Option<Message>, dafka_zmtp::Error>> + Send + 'static,
+{
+    let (event_loop, fut) = new_future(py)?;
+    let loop_ref = event_loop.unbind();
+    let fut_ref = fut.clone().unbind();
+    let task = runtime::handle().spawn(async move {
+        let outcome = work.await;
+        Python::attach(|py| {
+            let complete = Complete {
+                fut: fut_ref.clone_ref(py),
+                outcome: Mutex::new(Some(outcome)),
+                stash,
+            };
+            let scheduled = loop_ref
+                .bind(py)
+                .call_method1("call_soon_threadsafe", (complete,));
+            if let Err(e) = scheduled {
+                // The loop is closed: nobody is waiting any more.
+                log::debug!("dafka: asyncio loop gone before completion: {e}");
+            }
+        });
+    });
+    fut.call_method1("add_done_callback", (AbortOnCancel { task: task.abort_handle() },))?;
+    Ok(fut)
+}
+
+/// Runs on the event loop's thread and completes the future.
+#[pyclass(frozen)]
+struct Complete {
+    fut: Py<PyAny>,
+    outcome: Mutex<Option<Result<Option<Message>, dafka_zmtp::Error>>>,
+    stash: Option<Stash>,
+}
+
+#[pymethods]
+impl Complete {
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(outcome) = self.outcome.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+            return Ok(());
+        };
+        let fut = self.fut.bind(py);
+        if fut.call_method0("done")?.is_truthy()? {
+            // Cancelled while the result was on its way: keep the message.
+            if let (Ok(Some(msg)), Some(stash)) = (outcome, &self.stash) {
+                stash.lock().unwrap_or_else(PoisonError::into_inner).push_back(msg);
+            }
+            return Ok(());
+        }
+        match outcome {
+            Ok(Some(msg)) => fut.call_method1("set_result", (frames_to_list(py, msg)?,))?,
+            Ok(None) => fut.call_method1("set_result", (py.None(),))?,
+            Err(e) => fut.call_method1("set_exception", (errors::zmtp(e).into_value(py),))?,
+        };
+        Ok(())
+    }
+}
+
+/// Done-callback: a cancelled future aborts its task.
+#[pyclass(frozen)]
+struct AbortOnCancel {
+    task: AbortHandle,
+}
+
+#[pymethods]
+impl AbortOnCancel {
+    fn __call__(&self, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        if fut.call_method0("cancelled")?.is_truthy()? {
+            self.task.abort();
+        }
+        Ok(())
+    }
+}

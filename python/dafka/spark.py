@@ -1,0 +1,159 @@
+"""PySpark (4.x) Python Data Sources over dafka, yielding Arrow batches built in Rust.
+
+Register once per session, then read::
+
+    import dafka.spark
+    dafka.spark.register(spark)
+    df = (spark.read.format("zmtp")
+          .option("endpoint", "tcp://127.0.0.1:5555")
+          .option("numPartitions", 2)
+          .load())
+
+``zmtp`` (batch): each Spark partition connects one ZeroMQ ``PULL`` (or
+``SUB``) socket to ``endpoint`` and reads until ``idleTimeout`` seconds pass
+with nothing new, or until it has ``maxMessages`` messages. A ``PUSH`` peer
+load-balances across the partitions; a ``PUB`` peer reaches every partition.
+Schema: ``frames array<binary>`` (one row per message; ``frames[0]`` is the
+first frame). Delivery is at most once: ZeroMQ keeps no offsets, so a message
+in flight when a partition stops is lost. The Dafka source keeps offsets.
+
+Options (case-insensitive, all strings as Spark passes them):
+
+=================  =========  ==================================================
+option             default    meaning
+=================  =========  ==================================================
+endpoint           required   ``tcp://host:port`` or ``ipc://path`` to connect to
+socketType         ``PULL``   ``PULL`` or ``SUB``
+subscribe          ``""``     SUB only: comma-free prefix to subscribe to
+numPartitions      ``1``      parallel sockets (Spark tasks)
+maxMessages        unlimited  per partition
+idleTimeout        ``2.0``    seconds without a message that end a partition
+batchSize          ``10000``  rows per Arrow batch
+rcvhwm             ``10000``  receive high-water mark of each socket
+=================  =========  ==================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from dafka.errors import InvalidArgumentError
+
+__all__ = ["ZMTP_SCHEMA", "ZmtpDataSource", "register"]
+
+ZMTP_SCHEMA = "frames array<binary>"
+
+
+def register(spark: SparkSession) -> None:
+    """Register every dafka data source with ``spark``."""
+    spark.dataSource.register(ZmtpDataSource)
+
+
+@dataclass(frozen=True)
+class _ZmtpOptions:
+    endpoint: str
+    socket_type: str
+    subscribe: bytes
+    num_partitions: int
+    max_messages: int | None
+    idle_timeout: float
+    batch_size: int
+    rcvhwm: int
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> _ZmtpOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        endpoint = opts.get("endpoint")
+        if not endpoint:
+            raise InvalidArgumentError("the zmtp source needs option 'endpoint'")
+        socket_type = opts.get("sockettype", "PULL").upper()
+        if socket_type not in ("PULL", "SUB"):
+            raise InvalidArgumentError(f"socketType must be PULL or SUB, not {socket_type!r}")
+        max_messages = opts.get("maxmessages")
+        parsed = cls(
+            endpoint=endpoint,
+            socket_type=socket_type,
+            subscribe=opts.get("subscribe", "").encode(),
+            num_partitions=_positive_int(opts, "numpartitions", 1),
+            max_messages=None if max_messages is None else _positive_int(opts, "maxmessages", 0),
+            idle_timeout=_positive_float(opts, "idletimeout", 2.0),
+            batch_size=_positive_int(opts, "batchsize", 10_000),
+            rcvhwm=_positive_int(opts, "rcvhwm", 10_000),
+        )
+        return parsed
+
+
+def _positive_int(opts: dict[str, str], key: str, default: int) -> int:
+    raw = opts.get(key)
+    try:
+        value = default if raw is None else int(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"option {key} must be an integer, not {raw!r}") from None
+    if value < 1:
+        raise InvalidArgumentError(f"option {key} must be >= 1, not {value}")
+    return value
+
+
+def _positive_float(opts: dict[str, str], key: str, default: float) -> float:
+    raw = opts.get(key)
+    try:
+        value = default if raw is None else float(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"option {key} must be a number, not {raw!r}") from None
+    if not value > 0:
+        raise InvalidArgumentError(f"option {key} must be > 0, not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class ZmtpPartition(InputPartition):  # type: ignore[misc]
+    """One Spark task: one socket connected to the endpoint."""
+
+    index: int
+
+
+class ZmtpDataSource(DataSource):  # type: ignore[misc]
+    """``spark.read.format("zmtp")``: messages from a ZeroMQ endpoint."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "zmtp"
+
+    def schema(self) -> str:
+        return ZMTP_SCHEMA
+
+    def reader(self, schema: Any) -> ZmtpReader:
+        return ZmtpReader(_ZmtpOptions.parse(dict(self.options)))
+
+
+class ZmtpReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, options: _ZmtpOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[ZmtpPartition]:
+        return [ZmtpPartition(i) for i in range(self.options.num_partitions)]
+
+    def read(self, partition: ZmtpPartition) -> Iterator[Any]:
+        # Imported here: this runs in a (forked) Spark worker, not the driver.
+        from dafka.zmtp import Socket
+
+        o = self.options
+        with Socket(o.socket_type, rcvhwm=o.rcvhwm, linger=0) as sock:
+            if o.socket_type == "SUB":
+                sock.subscribe(o.subscribe)
+            sock.connect(o.endpoint)
+            received = 0
+            while o.max_messages is None or received < o.max_messages:
+                want = o.batch_size
+                if o.max_messages is not None:
+                    want = min(want, o.max_messages - received)
+                batch = sock.recv_batch(want, timeout=o.idle_timeout)
+                if batch.num_rows == 0:
+                    break
+                received += batch.num_rows
+                yield batch

@@ -1,0 +1,43 @@
+"""ZeroMQ sockets (ZMTP 3.1) implemented in Rust.
+
+>>> import dafka.zmtp
+>>> with dafka.zmtp.Socket("PULL") as pull, dafka.zmtp.Socket("PUSH") as push:
+...     endpoint = pull.bind("tcp://127.0.0.1:0")
+...     push.connect(endpoint)
+...     push.send([b"hello", b"world"])
+...     pull.recv(timeout=5.0)
+[b'hello', b'world']
+
+Socket types: ``REQ``, ``REP``, ``DEALER``, ``ROUTER``, ``PUB``, ``SUB``,
+``XPUB``, ``XSUB``, ``PUSH``, ``PULL``, ``PAIR``. Endpoints: ``tcp://host:port``
+(``*`` binds every interface, port ``0`` picks a free port, which ``bind``
+returns), ``ipc:///path/to/socket`` and ``inproc://name``.
+
+Options are keyword arguments named as in libzmq, durations in seconds:
+``sndhwm``, ``rcvhwm`` (messages; 0 = unlimited), ``linger`` (``None`` = until
+sent), ``heartbeat_ivl``, ``heartbeat_ttl``, ``heartbeat_timeout``,
+``reconnect_ivl``, ``reconnect_ivl_max``, ``connect_timeout``,
+``handshake_timeout``, ``routing_id`` (bytes), ``router_mandatory``,
+``xpub_verbose``, ``maxmsgsize``, ``max_frame_size`` (bytes) and
+``properties`` (extra READY metadata, ``{"X-Name": b"value"}``).
+"""
+
+from __future__ import annotations
+
+from dafka._native import Socket
+
+SOCKET_TYPES: tuple[str, ...] = (
+    "REQ",
+    "REP",
+    "DEALER",
+    "ROUTER",
+    "PUB",
+    "SUB",
+    "XPUB",
+    "XSUB",
+    "PUSH",
+    "PULL",
+    "PAIR",
+)
+
+__all__ = ["SOCKET_TYPES", "Socket"]

@@ -1,0 +1,325 @@
+"""Interop with the real libzmq (bundled in pyzmq's wheel): every socket pairing,
+with our socket on either side, binding or connecting, over tcp loopback."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import zmq
+
+import dafka
+
+from peers import IMPLS, Ours, Peer, Theirs
+
+PAIRS = [
+    ("REQ", "REP"),
+    ("REQ", "ROUTER"),
+    ("DEALER", "REP"),
+    ("DEALER", "ROUTER"),
+    ("ROUTER", "ROUTER"),
+    ("PUB", "SUB"),
+    ("XPUB", "XSUB"),
+    ("PUB", "XSUB"),
+    ("XPUB", "SUB"),
+    ("PUSH", "PULL"),
+    ("PAIR", "PAIR"),
+]
+
+BIG = bytes(range(256)) * (300 * 1024 // 256)  # a 300 KiB frame
+
+
+def exchange_req_rep(a: Peer, b: Peer) -> None:
+    for i in range(3):  # lock-step, several rounds
+        a.send([b"hello", b"", str(i).encode()])
+        assert b.recv() == [b"hello", b"", str(i).encode()]
+        b.send([b"world", str(i).encode()])
+        assert a.recv() == [b"world", str(i).encode()]
+
+
+def exchange_req_router(a: Peer, b: Peer) -> None:
+    a.send([b"q1", b"q2"])
+    ident, delimiter, *body = b.recv()
+    assert delimiter == b"" and body == [b"q1", b"q2"] and ident
+    b.send([ident, b"", b"reply"])
+    assert a.recv() == [b"reply"]
+
+
+def exchange_dealer_rep(a: Peer, b: Peer) -> None:
+    a.send([b"", b"question"])
+    assert b.recv() == [b"question"]
+    b.send([b"answer"])
+    assert a.recv() == [b"", b"answer"]
+
+
+def exchange_dealer_router(a: Peer, b: Peer) -> None:
+    a.send([b"q", b""])
+    assert b.recv() == [b"dealer-1", b"q", b""]
+    b.send([b"dealer-1", b"r", BIG])
+    assert a.recv() == [b"r", BIG]
+
+
+def exchange_router_router(a: Peer, b: Peer, binder: Peer, connector: Peer) -> None:
+    # The connecting ROUTER knows the binder's routing id; with router_mandatory
+    # its send fails until the handshake has told it that id.
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            connector.send([b"binder", b"hi"])
+            break
+        except (zmq.ZMQError, dafka.HostUnreachableError) as e:
+            if time.monotonic() > deadline:
+                raise AssertionError("binder never became routable") from e
+            time.sleep(0.02)
+    peer_id, body = binder.recv()
+    assert body == b"hi"
+    binder.send([peer_id, b"ho"])
+    assert connector.recv() == [b"binder", b"ho"]
+
+
+def _publish_until_received(pub: Peer, sub: Peer, topic: bytes) -> list[bytes]:
+    """PUB drops until the subscription arrives (slow joiner): keep publishing."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        pub.send([b"other", b"x"])
+        pub.send([topic, b"payload"])
+        try:
+            return sub.recv(timeout=0.05)
+        except TimeoutError:
+            continue
+    raise AssertionError(f"subscriber never received {topic!r}")
+
+
+def _drain(sub: Peer, seconds: float = 0.2) -> list[list[bytes]]:
+    got = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            got.append(sub.recv(timeout=0.02))
+        except TimeoutError:
+            pass
+    return got
+
+
+def exchange_pub_sub(a: Peer, b: Peer) -> None:
+    b.subscribe(b"news")
+    assert _publish_until_received(a, b, b"news") == [b"news", b"payload"]
+    for _ in range(5):
+        a.send([b"other", b"x"])
+        a.send([b"news", b"more"])
+    assert all(m[0] == b"news" for m in _drain(b)), "publisher did not filter"
+    # Cancel and resubscribe: commands are ordered on the connection, so once
+    # "sport" arrives the cancel of "news" has been applied.
+    b.unsubscribe(b"news")
+    b.subscribe(b"sport")
+    assert _publish_until_received(a, b, b"sport")[0] == b"sport"
+    for _ in range(5):
+        a.send([b"news", b"stale"])
+        a.send([b"sport", b"fresh"])
+    assert all(m[0] == b"sport" for m in _drain(b)), "cancel was not applied"
+
+
+def exchange_xpub_xsub(a: Peer, b: Peer) -> None:
+    b.send([b"\x01topic"])
+    assert a.recv() == [b"\x01topic"]
+    a.send([b"topic-1", b"x"])
+    a.send([b"elsewhere"])
+    assert b.recv() == [b"topic-1", b"x"]
+    b.send([b"\x00topic"])
+    assert a.recv() == [b"\x00topic"]
+
+
+def exchange_pub_xsub(a: Peer, b: Peer) -> None:
+    b.send([b"\x01t"])
+    assert _publish_until_received(a, b, b"t") == [b"t", b"payload"]
+    assert all(m[0] == b"t" for m in _drain(b))
+
+
+def exchange_xpub_sub(a: Peer, b: Peer) -> None:
+    b.subscribe(b"t")
+    assert a.recv() == [b"\x01t"]
+    a.send([b"t1"])
+    a.send([b"u1"])
+    assert b.recv() == [b"t1"]
+    b.unsubscribe(b"t")
+    assert a.recv() == [b"\x00t"]
+
+
+def exchange_push_pull(a: Peer, b: Peer) -> None:
+    messages = [[b"one"], [b"a", b"", b"c"], [b""], [BIG], [b"x" * 255, b"y" * 256]]
+    messages += [[str(i).encode()] for i in range(200)]
+    for m in messages:
+        a.send(m)
+    for m in messages:
+        assert b.recv() == m
+
+
+def exchange_pair(a: Peer, b: Peer) -> None:
+    a.send([b"x", b"y"])
+    assert b.recv() == [b"x", b"y"]
+    b.send([b"z", BIG])
+    assert a.recv() == [b"z", BIG]
+
+
+EXCHANGES: dict[tuple[str, str], Callable[[Peer, Peer], None]] = {
+    ("REQ", "REP"): exchange_req_rep,
+    ("REQ", "ROUTER"): exchange_req_router,
+    ("DEALER", "REP"): exchange_dealer_rep,
+    ("DEALER", "ROUTER"): exchange_dealer_router,
+    ("PUB", "SUB"): exchange_pub_sub,
+    ("XPUB", "XSUB"): exchange_xpub_xsub,
+    ("PUB", "XSUB"): exchange_pub_xsub,
+    ("XPUB", "SUB"): exchange_xpub_sub,
+    ("PUSH", "PULL"): exchange_push_pull,
+    ("PAIR", "PAIR"): exchange_pair,
+}
+
+
+def _options(pair: tuple[str, str], side: int, binds: bool) -> dict[str, Any]:
+    if pair == ("DEALER", "ROUTER") and side == 0:
+        return {"routing_id": b"dealer-1"}
+    if pair == ("ROUTER", "ROUTER"):
+        return {"routing_id": b"binder"} if binds else {"router_mandatory": True}
+    return {}
+
+
+CASES = [
+    pytest.param(
+        pair, impls, binder, id=f"{pair[0]}({impls[0]})-{pair[1]}({impls[1]})-bind{binder}"
+    )
+    for pair in PAIRS
+    for impls in (("dafka", "libzmq"), ("libzmq", "dafka"))
+    for binder in (0, 1)
+]
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Peer]]:
+    peers: list[Peer] = []
+    yield peers
+    for p in peers:
+        p.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("pair", "impls", "binder"), CASES)
+def test_pairing_with_libzmq(
+    pair: tuple[str, str], impls: tuple[str, str], binder: int, closing: list[Peer]
+) -> None:
+    sockets = [IMPLS[impls[i]](pair[i], **_options(pair, i, binds=(i == binder))) for i in (0, 1)]
+    closing.extend(sockets)
+    endpoint = sockets[binder].bind("tcp://127.0.0.1:0")
+    sockets[1 - binder].connect(endpoint)
+    a, b = sockets
+    if pair == ("ROUTER", "ROUTER"):
+        exchange_router_router(a, b, sockets[binder], sockets[1 - binder])
+    else:
+        EXCHANGES[pair](a, b)
+
+
+def _watch_disconnects(sock: zmq.Socket[bytes]) -> tuple[threading.Event, Callable[[], None]]:
+    """Set an event when libzmq reports the connection dropped."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    dropped = threading.Event()
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            if monitor.poll(50):
+                if recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED:
+                    dropped.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def finish() -> None:
+        stop.set()
+        thread.join()
+        sock.disable_monitor()
+        monitor.close(linger=0)
+
+    return dropped, finish
+
+
+@pytest.mark.timeout(60)
+def test_libzmq_heartbeats_are_answered(closing: list[Peer]) -> None:
+    """libzmq PINGs us every 100 ms and drops the connection after 300 ms of
+    silence: our PONGs must keep it alive."""
+    theirs = Theirs("PULL", heartbeat_ivl=0.1, heartbeat_timeout=0.3)
+    ours = Ours("PUSH")
+    closing.extend([theirs, ours])
+    assert isinstance(theirs, Theirs)
+    dropped, finish = _watch_disconnects(theirs.sock)
+    ours.connect(theirs.bind("tcp://127.0.0.1:0"))
+    ours.send([b"before"])
+    assert theirs.recv() == [b"before"]
+    time.sleep(1.5)
+    ours.send([b"after"])
+    assert theirs.recv() == [b"after"]
+    finish()
+    assert not dropped.is_set(), "libzmq dropped our connection: PONGs missing"
+
+
+@pytest.mark.timeout(60)
+def test_our_heartbeats_against_libzmq(closing: list[Peer]) -> None:
+    """We PING libzmq every 100 ms with a 300 ms timeout; libzmq answers, so
+    the connection stays up and libzmq never sees a disconnect."""
+    theirs = Theirs("PULL")
+    ours = Ours("PUSH", heartbeat_ivl=0.1, heartbeat_timeout=0.3, heartbeat_ttl=1.0)
+    closing.extend([theirs, ours])
+    dropped, finish = _watch_disconnects(theirs.sock)
+    ours.connect(theirs.bind("tcp://127.0.0.1:0"))
+    ours.send([b"before"])
+    assert theirs.recv() == [b"before"]
+    time.sleep(1.5)
+    ours.send([b"after"])
+    assert theirs.recv() == [b"after"]
+    finish()
+    assert not dropped.is_set(), "our heartbeat dropped a live libzmq peer"
+
+
+@pytest.mark.timeout(60)
+def test_reconnect_after_libzmq_restarts(closing: list[Peer]) -> None:
+    """The libzmq side goes away and comes back on the same port: what we
+    queued meanwhile is delivered, in order, once it is back."""
+    first = Theirs("PULL")
+    endpoint = first.bind("tcp://127.0.0.1:0")
+    ours = Ours("PUSH", reconnect_ivl=0.05)
+    closing.append(ours)
+    ours.connect(endpoint)
+    for i in range(5):
+        ours.send([b"first", str(i).encode()])
+    for i in range(5):
+        assert first.recv() == [b"first", str(i).encode()]
+    first.close()
+    time.sleep(0.5)  # let our side see the connection drop
+    for i in range(5):
+        ours.send([b"queued", str(i).encode()])
+    second = Theirs("PULL")
+    closing.append(second)
+    second.bind(endpoint)
+    for i in range(5):
+        assert second.recv() == [b"queued", str(i).encode()]
+    ours.send([b"live"])
+    assert second.recv() == [b"live"]
+
+
+@pytest.mark.timeout(60)
+def test_ipc_with_libzmq(tmp_path: Any, closing: list[Peer]) -> None:
+    theirs = Theirs("PULL")
+    ours = Ours("PUSH")
+    closing.extend([theirs, ours])
+    endpoint = theirs.bind(f"ipc://{tmp_path}/sock")
+    ours.connect(endpoint)
+    ours.send([b"over", b"ipc"])
+    assert theirs.recv() == [b"over", b"ipc"]
+
+
+def test_every_pairing_is_covered() -> None:
+    assert {p for p in PAIRS if p != ("ROUTER", "ROUTER")} == set(EXCHANGES)
+    assert len(CASES) == 4 * len(PAIRS)
