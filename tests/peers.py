@@ -24,6 +24,7 @@ class Peer(Protocol):
     def subscribe(self, prefix: bytes) -> None: ...
     def unsubscribe(self, prefix: bytes) -> None: ...
     def close(self) -> None: ...
+    def pump(self) -> None: ...
 
 
 class Ours:
@@ -53,6 +54,9 @@ class Ours:
 
     def close(self) -> None:
         self.sock.close()
+
+    def pump(self) -> None:
+        """Our sockets make progress on their own threads."""
 
 
 _ZMQ_OPTIONS = {
@@ -105,8 +109,25 @@ class Theirs:
     def close(self) -> None:
         self.sock.close(linger=0)
 
+    def pump(self) -> None:
+        """libzmq only attaches new connections (and sends the subscriptions
+        it holds to them) when the application calls into the socket."""
+        self.sock.getsockopt(zmq.EVENTS)
+
 
 IMPLS: dict[str, Callable[..., Peer]] = {"dafka": Ours, "libzmq": Theirs}
+
+
+def recv_pumping(receiver: Peer, other: Peer, timeout: float = 5.0) -> list[bytes]:
+    """Receive on `receiver` while letting an idle libzmq `other` do its work."""
+    deadline = time.monotonic() + timeout
+    while True:
+        other.pump()
+        try:
+            return receiver.recv(timeout=0.02)
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
 
 
 def until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:

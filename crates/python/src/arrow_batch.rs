@@ -27,8 +27,9 @@ pub(crate) fn frames_schema() -> SchemaRef {
 pub(crate) fn frames_batch(messages: &[Message]) -> Result<RecordBatch, arrow::error::ArrowError> {
     let frames: usize = messages.iter().map(Message::len).sum();
     let bytes: usize = messages.iter().map(Message::byte_len).sum();
-    let mut builder = ListBuilder::with_capacity(BinaryBuilder::with_capacity(frames, bytes), messages.len())
-        .with_field(Arc::new(Field::new("element", DataType::Binary, true)));
+    let mut builder =
+        ListBuilder::with_capacity(BinaryBuilder::with_capacity(frames, bytes), messages.len())
+            .with_field(Arc::new(Field::new("element", DataType::Binary, true)));
     for msg in messages {
         for frame in msg.frames() {
             builder.values().append_value(frame);

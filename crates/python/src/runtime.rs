@@ -30,10 +30,10 @@ static RUNTIME: Mutex<Option<Owned>> = Mutex::new(None);
 pub(crate) fn handle() -> Handle {
     let pid = std::process::id();
     let mut slot = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(owned) = slot.as_ref() {
-        if owned.pid == pid {
-            return owned.runtime.handle().clone();
-        }
+    if let Some(owned) = slot.as_ref()
+        && owned.pid == pid
+    {
+        return owned.runtime.handle().clone();
     }
     if let Some(stale) = slot.take() {
         // Inherited across fork(): its threads are gone. Never drop it.
@@ -90,4 +90,25 @@ where
             }
         })
     })
+}
+
+/// [`wait_for`] with an optional time limit: `Ok(None)` when `limit` passed
+/// first (and `fut` was dropped, so it must be cancel-safe).
+pub(crate) fn wait_for_at_most<F>(
+    py: Python<'_>,
+    limit: Option<Duration>,
+    fut: F,
+) -> PyResult<Option<F::Output>>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    match limit {
+        None => wait_for(py, fut).map(Some),
+        // The timer must be created inside the runtime, hence the async block.
+        Some(limit) => wait_for(
+            py,
+            async move { tokio::time::timeout(limit, fut).await.ok() },
+        ),
+    }
 }

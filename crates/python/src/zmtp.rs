@@ -77,16 +77,17 @@ impl PySocket {
     /// Waits while the socket type blocks at its high-water mark; raises
     /// `TimeoutError` (nothing sent) when `timeout` seconds pass first.
     #[pyo3(signature = (frames, timeout = None))]
-    fn send(&self, py: Python<'_>, frames: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<()> {
+    fn send(
+        &self,
+        py: Python<'_>,
+        frames: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
         let msg = to_message(frames)?;
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
-        let socket = &self.socket;
-        match timeout {
-            None => runtime::wait_for(py, socket.send(msg))?.map_err(errors::zmtp),
-            Some(limit) => runtime::wait_for(py, tokio::time::timeout(limit, socket.send(msg)))?
-                .map_err(|_| errors::timeout("send timed out; the message was not sent"))?
-                .map_err(errors::zmtp),
-        }
+        runtime::wait_for_at_most(py, timeout, self.socket.send(msg))?
+            .ok_or_else(|| errors::timeout("send timed out; the message was not sent"))?
+            .map_err(errors::zmtp)
     }
 
     /// Receive one message as a list of `bytes` frames. Raises `TimeoutError`
@@ -97,13 +98,9 @@ impl PySocket {
             return frames_to_list(py, msg);
         }
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
-        let socket = &self.socket;
-        let msg = match timeout {
-            None => runtime::wait_for(py, socket.recv())?,
-            Some(limit) => runtime::wait_for(py, tokio::time::timeout(limit, socket.recv()))?
-                .map_err(|_| errors::timeout("nothing received before the timeout"))?,
-        }
-        .map_err(errors::zmtp)?;
+        let msg = runtime::wait_for_at_most(py, timeout, self.socket.recv())?
+            .ok_or_else(|| errors::timeout("nothing received before the timeout"))?
+            .map_err(errors::zmtp)?;
         frames_to_list(py, msg)
     }
 
@@ -130,15 +127,10 @@ impl PySocket {
                 None => break,
             }
         }
-        if messages.is_empty() {
-            let socket = &self.socket;
-            let first = match timeout {
-                None => Some(runtime::wait_for(py, socket.recv())?),
-                Some(limit) => runtime::wait_for(py, tokio::time::timeout(limit, socket.recv()))?.ok(),
-            };
-            if let Some(first) = first {
-                messages.push(first.map_err(errors::zmtp)?);
-            }
+        if messages.is_empty()
+            && let Some(first) = runtime::wait_for_at_most(py, timeout, self.socket.recv())?
+        {
+            messages.push(first.map_err(errors::zmtp)?);
         }
         while !messages.is_empty() && messages.len() < max_messages {
             match self.socket.try_recv() {
@@ -170,10 +162,18 @@ impl PySocket {
     }
 
     /// Awaitable `send`, for asyncio.
-    fn send_async<'py>(&self, py: Python<'py>, frames: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        frames: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let msg = to_message(frames)?;
         let socket = Arc::clone(&self.socket);
-        spawn_for_asyncio(py, None, async move { socket.send(msg).await.map(|()| None) })
+        spawn_for_asyncio(
+            py,
+            None,
+            async move { socket.send(msg).await.map(|()| None) },
+        )
     }
 
     /// Awaitable `recv`, for asyncio. Cancelling the await loses no message.
@@ -185,7 +185,11 @@ impl PySocket {
         }
         let socket = Arc::clone(&self.socket);
         let stash = Arc::clone(&self.stash);
-        spawn_for_asyncio(py, Some(stash), async move { socket.recv().await.map(Some) })
+        spawn_for_asyncio(
+            py,
+            Some(stash),
+            async move { socket.recv().await.map(Some) },
+        )
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -263,9 +267,7 @@ fn parse_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
                 let props = value.cast::<PyDict>()?;
                 o.properties = props
                     .iter()
-                    .map(|(k, v)| {
-                        Ok((k.extract::<String>()?, frame_bytes(&v)?))
-                    })
+                    .map(|(k, v)| Ok((k.extract::<String>()?, frame_bytes(&v)?)))
                     .collect::<PyResult<_>>()?;
             }
             other => return Err(errors::invalid(format!("unknown socket option {other:?}"))),
@@ -282,8 +284,11 @@ fn opt_seconds(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<Duration
 }
 
 fn seconds(name: &str, s: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| errors::invalid(format!("{name} must be a finite number of seconds >= 0, got {s}")))
+    Duration::try_from_secs_f64(s).map_err(|_| {
+        errors::invalid(format!(
+            "{name} must be a finite number of seconds >= 0, got {s}"
+        ))
+    })
 }
 
 /// One frame's bytes, copied from `bytes`, `bytearray` or `memoryview`.
@@ -295,7 +300,9 @@ fn frame_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
         return Ok(Bytes::from(b.to_vec()));
     }
     if obj.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err("frames must be bytes, not str (encode it first)"));
+        return Err(PyTypeError::new_err(
+            "frames must be bytes, not str (encode it first)",
+        ));
     }
     if obj.hasattr("tobytes")? {
         let b = obj.call_method0("tobytes")?;
@@ -310,7 +317,9 @@ fn frame_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
 /// `bytes` -> a one-frame message; a sequence of bytes-likes -> multipart.
 fn to_message(frames: &Bound<'_, PyAny>) -> PyResult<Message> {
     if frames.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err("a message must be bytes or a sequence of bytes, not str"));
+        return Err(PyTypeError::new_err(
+            "a message must be bytes or a sequence of bytes, not str",
+        ));
     }
     let single = frames.is_instance_of::<PyBytes>()
         || frames.is_instance_of::<PyByteArray>()
@@ -323,7 +332,9 @@ fn to_message(frames: &Bound<'_, PyAny>) -> PyResult<Message> {
         msg.push(frame_bytes(&item?)?);
     }
     if msg.is_empty() {
-        return Err(errors::invalid("a message needs at least one frame (it may be b\"\")"));
+        return Err(errors::invalid(
+            "a message needs at least one frame (it may be b\"\")",
+        ));
     }
     Ok(msg)
 }
@@ -343,7 +354,11 @@ fn new_future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyAny>)> 
 /// on the loop's thread. Cancelling the future aborts the task (every socket
 /// operation is cancel-safe); a message received after the future was
 /// cancelled goes to `stash` rather than being lost.
-fn spawn_for_asyncio<'py, F>(py: Python<'py>, stash: Option<Stash>, work: F) -> PyResult<Bound<'py, PyAny>>
+fn spawn_for_asyncio<'py, F>(
+    py: Python<'py>,
+    stash: Option<Stash>,
+    work: F,
+) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = Result<Option<Message>, dafka_zmtp::Error>> + Send + 'static,
 {
@@ -367,7 +382,12 @@ where
             }
         });
     });
-    fut.call_method1("add_done_callback", (AbortOnCancel { task: task.abort_handle() },))?;
+    fut.call_method1(
+        "add_done_callback",
+        (AbortOnCancel {
+            task: task.abort_handle(),
+        },),
+    )?;
     Ok(fut)
 }
 
@@ -382,14 +402,22 @@ struct Complete {
 #[pymethods]
 impl Complete {
     fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(outcome) = self.outcome.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+        let Some(outcome) = self
+            .outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
             return Ok(());
         };
         let fut = self.fut.bind(py);
         if fut.call_method0("done")?.is_truthy()? {
             // Cancelled while the result was on its way: keep the message.
             if let (Ok(Some(msg)), Some(stash)) = (outcome, &self.stash) {
-                stash.lock().unwrap_or_else(PoisonError::into_inner).push_back(msg);
+                stash
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push_back(msg);
             }
             return Ok(());
         }
