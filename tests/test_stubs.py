@@ -26,3 +26,21 @@ def test_stubtest_agrees_with_the_built_module(repo: Path) -> None:
         cwd=repo / "tests",
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_package_type_checks_strictly(repo: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(repo / "pyproject.toml"),
+            "python/dafka",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=repo,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -111,13 +111,13 @@ def _positive_float(opts: dict[str, str], key: str, default: float) -> float:
 
 
 @dataclass(frozen=True)
-class ZmtpPartition(InputPartition):  # type: ignore[misc]
+class ZmtpPartition(InputPartition):
     """One Spark task: one socket connected to the endpoint."""
 
     index: int
 
 
-class ZmtpDataSource(DataSource):  # type: ignore[misc]
+class ZmtpDataSource(DataSource):
     """``spark.read.format("zmtp")``: messages from a ZeroMQ endpoint."""
 
     @classmethod
@@ -131,14 +131,14 @@ class ZmtpDataSource(DataSource):  # type: ignore[misc]
         return ZmtpReader(_ZmtpOptions.parse(dict(self.options)))
 
 
-class ZmtpReader(DataSourceReader):  # type: ignore[misc]
+class ZmtpReader(DataSourceReader):
     def __init__(self, options: _ZmtpOptions) -> None:
         self.options = options
 
     def partitions(self) -> list[ZmtpPartition]:
         return [ZmtpPartition(i) for i in range(self.options.num_partitions)]
 
-    def read(self, partition: ZmtpPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: this runs in a (forked) Spark worker, not the driver.
         from dafka.zmtp import Socket
 

@@ -85,6 +85,13 @@ impl PySocket {
     ) -> PyResult<()> {
         let msg = to_message(frames)?;
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        // Fast path: queue without leaving the calling thread. `try_send`
+        // consumes its message, so it gets a cheap clone (frames are
+        // reference-counted) and the original is kept for the slow path.
+        match self.socket.try_send(msg.clone()) {
+            Err(dafka_zmtp::Error::WouldBlock) => {}
+            done => return done.map_err(errors::zmtp),
+        }
         runtime::wait_for_at_most(py, timeout, self.socket.send(msg))?
             .ok_or_else(|| errors::timeout("send timed out; the message was not sent"))?
             .map_err(errors::zmtp)
@@ -98,9 +105,14 @@ impl PySocket {
             return frames_to_list(py, msg);
         }
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
-        let msg = runtime::wait_for_at_most(py, timeout, self.socket.recv())?
-            .ok_or_else(|| errors::timeout("nothing received before the timeout"))?
-            .map_err(errors::zmtp)?;
+        let msg = match self.socket.try_recv() {
+            Err(dafka_zmtp::Error::WouldBlock) => {
+                runtime::wait_for_at_most(py, timeout, self.socket.recv())?
+                    .ok_or_else(|| errors::timeout("nothing received before the timeout"))?
+            }
+            ready => ready,
+        }
+        .map_err(errors::zmtp)?;
         frames_to_list(py, msg)
     }
 
