@@ -10,8 +10,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BinaryBuilder, ListBuilder, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_array::builder::{BinaryBuilder, ListBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use dafka_zmtp::Message;
 
 /// The schema of every batch `Socket.recv_batch` returns.
@@ -24,7 +25,7 @@ pub(crate) fn frames_schema() -> SchemaRef {
 }
 
 /// One row per message.
-pub(crate) fn frames_batch(messages: &[Message]) -> Result<RecordBatch, arrow::error::ArrowError> {
+pub(crate) fn frames_batch(messages: &[Message]) -> Result<RecordBatch, ArrowError> {
     let frames: usize = messages.iter().map(Message::len).sum();
     let bytes: usize = messages.iter().map(Message::byte_len).sum();
     let mut builder =

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use arrow::pyarrow::ToPyArrow;
+use arrow_pyarrow::ToPyArrow;
 use bytes::Bytes;
 use dafka_zmtp::{Message, Options, Socket, SocketType};
 use pyo3::exceptions::PyTypeError;
