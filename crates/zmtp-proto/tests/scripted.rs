@@ -180,7 +180,10 @@ fn expect_failure(config: Config, wire: &[u8]) -> Error {
     let mut conn = Connection::new(config, Instant::now());
     let err = feed(&mut conn, wire).expect_err("should fail");
     assert!(conn.is_closed());
-    assert_eq!(conn.poll_event(), None);
+    // Whatever was decoded before the failure, foreign bytes never became a message.
+    while let Some(e) = conn.poll_event() {
+        assert!(!matches!(e, Event::Message(_)), "{e:?}");
+    }
     err
 }
 
@@ -361,4 +364,24 @@ fn calls_after_failure_report_closed() {
     );
     assert_eq!(conn.handle_timeout(Instant::now()), Ok(()));
     assert_eq!(conn.poll_timeout(), None);
+}
+
+#[test]
+fn messages_before_a_failure_remain_available() {
+    let mut conn = Connection::new(Config::new(SocketType::Dealer), Instant::now());
+    let mut wire = after_greeting(LIBZMQ_ROUTER_READY);
+    wire.extend_from_slice(b"\x00\x02ok"); // a whole message
+    wire.extend_from_slice(b"\x01\x04part"); // a partial one
+    wire.push(0x80); // reserved flag bit: malformed
+    let mut buf = BytesMut::from(&wire[..]);
+    assert_eq!(
+        conn.handle_input(&mut buf, Instant::now()),
+        Err(MalformedError::ReservedFlags { flags: 0x80 }.into())
+    );
+    assert!(matches!(conn.poll_event(), Some(Event::Ready { .. })));
+    assert_eq!(
+        conn.poll_event(),
+        Some(Event::Message(Message::from(&b"ok"[..])))
+    );
+    assert_eq!(conn.poll_event(), None);
 }
