@@ -1,15 +1,4 @@
 //! ZMTP framing: frame headers, the incremental frame decoder and the encoders.
-//!
-//! A frame is a flags byte, a size and a body:
-//!
-//! | Offset | Size      | Field | Meaning                                                       |
-//! |-------:|----------:|-------|---------------------------------------------------------------|
-//! | 0      | 1         | flags | bit 0 `0x01` MORE, bit 1 `0x02` LONG, bit 2 `0x04` COMMAND, bits 7-3 reserved (zero) |
-//! | 1      | 1 or 8    | size  | body length: 1 byte if LONG is clear, else 8 bytes big-endian |
-//! | 2 or 9 | size      | body  | message part, or command (see [`Command`](crate::Command))   |
-//!
-//! The encoder uses a short (1-byte) size for bodies of 0-255 bytes and a long one otherwise; the
-//! decoder accepts a long size for a small body too.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -103,6 +92,17 @@ impl Default for Limits {
 }
 
 /// One decoded frame.
+///
+/// A frame is a flags byte, a size and a body:
+///
+/// | Offset | Size      | Field | Meaning                                                       |
+/// |-------:|----------:|-------|---------------------------------------------------------------|
+/// | 0      | 1         | flags | bit 0 `0x01` MORE, bit 1 `0x02` LONG, bit 2 `0x04` COMMAND, bits 7-3 reserved (zero) |
+/// | 1      | 1 or 8    | size  | body length: 1 byte if LONG is clear, else 8 bytes big-endian |
+/// | 2 or 9 | size      | body  | message part, or command (see [`Command`](crate::Command))   |
+///
+/// The encoder uses a short (1-byte) size for bodies of 0-255 bytes and a long one otherwise; the
+/// decoder accepts a long size for a small body too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// A message part; `more` tells whether further parts of the same message follow.
