@@ -11,6 +11,29 @@
 //! * [`Error`]: typed by fault ([`MalformedError`], [`PeerError`], [`LimitError`],
 //!   [`CallerError`]).
 //!
+//! ```
+//! use std::time::Instant;
+//! use bytes::BytesMut;
+//! use dafka_zmtp_proto::{Config, Connection, Event, Message, SocketType};
+//!
+//! let now = Instant::now();
+//! let mut dealer = Connection::new(Config::new(SocketType::Dealer), now);
+//! let mut router = Connection::new(Config::new(SocketType::Router), now);
+//! // Wire the two together in memory until both handshakes are done.
+//! let (mut to_router, mut to_dealer) = (BytesMut::new(), BytesMut::new());
+//! while !(dealer.is_ready() && router.is_ready()) {
+//!     dealer.poll_transmit(&mut to_router);
+//!     router.poll_transmit(&mut to_dealer);
+//!     router.handle_input(&mut to_router, now)?;
+//!     dealer.handle_input(&mut to_dealer, now)?;
+//! }
+//! assert!(matches!(router.poll_event(), Some(Event::Ready { peer_socket_type: SocketType::Dealer, .. })));
+//! dealer.send_message(&Message::from(&b"hello"[..]), &mut to_router)?;
+//! router.handle_input(&mut to_router, now)?;
+//! assert_eq!(router.poll_event(), Some(Event::Message(Message::from(&b"hello"[..]))));
+//! # Ok::<(), dafka_zmtp_proto::Error>(())
+//! ```
+//!
 //! The wire format, and where this crate follows libzmq rather than the RFC text, is written up
 //! in `docs/zmtp.md`.
 //!
@@ -22,6 +45,8 @@
 //!   [`CallerError`] instead; drivers that take properties from users should use them.
 //! * [`Limits`]: a message's cost is its body bytes **plus [`FRAME_OVERHEAD`] (32) bytes per
 //!   frame**, so a flood of empty frames is bounded too; the same rule applies when sending.
+//!   Command frames are limited by `max_frame_size` but never below [`COMMAND_SIZE_FLOOR`]
+//!   (64 KiB), so a tight limit cannot break the handshake.
 //! * [`Metadata::insert`] and [`Command::encode`] return `Result<(), CallerError>`.
 //! * [`Connection::send_command`] sends SUBSCRIBE/CANCEL to a ZMTP 3.0 peer as the
 //!   `0x01`/`0x00` + prefix message, so the driver may always send commands.
@@ -50,7 +75,8 @@ pub use command::{
 pub use connection::{Config, Connection, DEFAULT_HANDSHAKE_TIMEOUT, Event, Heartbeat};
 pub use error::{CallerError, Error, LimitError, MalformedError, PeerError};
 pub use frame::{
-    FLAG_COMMAND, FLAG_LONG, FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder, Limits, encode_message,
+    COMMAND_SIZE_FLOOR, FLAG_COMMAND, FLAG_LONG, FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder,
+    Limits, encode_message,
 };
 pub use greeting::{GREETING_LEN, Greeting, MECHANISM_LEN, VERSION};
 pub use mechanism::MechanismConfig;
