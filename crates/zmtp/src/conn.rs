@@ -159,13 +159,18 @@ where
             Phase::Closing
                 if wbuf.is_empty()
                     && local.is_empty()
-                    && link.as_ref().is_none_or(|l| l.pipe.is_empty()) =>
+                    && link
+                        .as_ref()
+                        .map(|l| &l.pipe)
+                        .or(connect_pipe.as_ref())
+                        .is_none_or(|p| p.is_empty()) =>
             {
                 break ConnEnd::Closed;
             }
             _ => {}
         }
-        let reading = ph == Phase::Running && inner.inbound.has_space();
+        // Keep reading while closing: a lingering handshake must complete.
+        let reading = inner.inbound.has_space();
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
         }
@@ -187,7 +192,7 @@ where
                 }
                 Err(e) => break ConnEnd::Io(e),
             },
-            _ = inner.inbound.wait_space(), if !reading && ph == Phase::Running => {}
+            _ = inner.inbound.wait_space(), if !reading => {}
             _ = wake(link.as_ref()), if can_fill => {}
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {

@@ -94,6 +94,27 @@ impl Pipe {
         was_full
     }
 
+    /// Move queued items into `into` until `max_msgs` messages were moved
+    /// (subscription items do not count). Returns `true` if the pipe was at
+    /// its HWM.
+    pub(crate) fn take_up_to(&self, max_msgs: usize, into: &mut VecDeque<Out>) -> bool {
+        let mut q = lock(&self.queue);
+        let was_full = q.len() >= self.hwm;
+        let mut n = 0;
+        while let Some(front) = q.front() {
+            if matches!(front, Out::Msg(_)) {
+                if n == max_msgs {
+                    break;
+                }
+                n += 1;
+            }
+            if let Some(item) = q.pop_front() {
+                into.push_back(item);
+            }
+        }
+        was_full
+    }
+
     /// Put items that were taken but never written back at the head of the
     /// queue (connection lost: they go out on the next connection).
     pub(crate) fn put_back(&self, mut items: VecDeque<Out>) {

@@ -204,7 +204,9 @@ impl Inner {
             return Err(AttachError::Incompatible(peer_type.as_str()));
         }
         let mut st = lock(&self.state);
-        if st.closed {
+        // While lingering, connect-side pipes may still complete a handshake
+        // to flush; new peers are refused.
+        if st.closed && existing.is_none() {
             return Err(AttachError::Closed);
         }
         let own_id = existing.map(|p| p.id);
