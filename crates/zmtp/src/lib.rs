@@ -245,6 +245,10 @@ impl Socket {
     /// message is lost.
     pub async fn recv(&self) -> Result<Message, Error> {
         let inner = self.inner();
+        match inner.try_recv() {
+            Err(Error::WouldBlock) => {}
+            other => return other,
+        }
         loop {
             let notified = inner.inbound.data.notified();
             tokio::pin!(notified);

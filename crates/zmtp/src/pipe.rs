@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -133,9 +134,16 @@ impl Pipe {
 }
 
 /// The receive queue of a socket, shared by all its connections.
+///
+/// Producers (connection tasks) append batches to `shared`; the consumer
+/// swaps the whole of `shared` into its private `cache` when the cache runs
+/// dry, so producer and consumer meet on one lock once per batch rather than
+/// once per message. `total` counts both.
 #[derive(Debug)]
 pub(crate) struct Inbound {
-    queue: Mutex<VecDeque<(u64, Message)>>,
+    shared: Mutex<VecDeque<(u64, Message)>>,
+    cache: Mutex<VecDeque<(u64, Message)>>,
+    total: AtomicUsize,
     /// Wakes `recv` callers when the queue becomes non-empty.
     pub(crate) data: Notify,
     /// Wakes connection tasks when the queue drains to its low-water mark.
@@ -146,7 +154,9 @@ pub(crate) struct Inbound {
 impl Inbound {
     pub(crate) fn new(hwm: usize) -> Self {
         Inbound {
-            queue: Mutex::new(VecDeque::new()),
+            shared: Mutex::new(VecDeque::new()),
+            cache: Mutex::new(VecDeque::new()),
+            total: AtomicUsize::new(0),
             data: Notify::new(),
             space: Notify::new(),
             hwm,
@@ -155,12 +165,12 @@ impl Inbound {
 
     /// Below the HWM: connection tasks may read more from their streams.
     pub(crate) fn has_space(&self) -> bool {
-        lock(&self.queue).len() < self.hwm
+        self.total.load(Ordering::Acquire) < self.hwm
     }
 
     /// How many more messages fit below the HWM.
     pub(crate) fn room(&self) -> usize {
-        self.hwm.saturating_sub(lock(&self.queue).len())
+        self.hwm.saturating_sub(self.total.load(Ordering::Acquire))
     }
 
     /// Append a batch (already decoded from one read; may overshoot the HWM
@@ -169,11 +179,9 @@ impl Inbound {
         if batch.is_empty() {
             return;
         }
-        let mut q = lock(&self.queue);
-        let was_empty = q.is_empty();
-        q.extend(batch.drain(..));
-        drop(q);
-        if was_empty {
+        let n = batch.len();
+        lock(&self.shared).extend(batch.drain(..));
+        if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
             self.data.notify_waiters();
         }
     }
@@ -181,21 +189,21 @@ impl Inbound {
     /// Append one message regardless of the HWM (XPUB subscription
     /// notifications, which must not be lost).
     pub(crate) fn push_one(&self, pipe: u64, msg: Message) {
-        let mut q = lock(&self.queue);
-        let was_empty = q.is_empty();
-        q.push_back((pipe, msg));
-        drop(q);
-        if was_empty {
+        lock(&self.shared).push_back((pipe, msg));
+        if self.total.fetch_add(1, Ordering::AcqRel) == 0 {
             self.data.notify_waiters();
         }
     }
 
     pub(crate) fn pop(&self) -> Option<(u64, Message)> {
-        let mut q = lock(&self.queue);
-        let before = q.len();
-        let item = q.pop_front()?;
+        let mut cache = lock(&self.cache);
+        if cache.is_empty() {
+            std::mem::swap(&mut *lock(&self.shared), &mut *cache);
+        }
+        let item = cache.pop_front()?;
+        drop(cache);
+        let before = self.total.fetch_sub(1, Ordering::AcqRel);
         let low = self.hwm / 2;
-        drop(q);
         if before > low && before - 1 <= low {
             self.space.notify_waiters();
         }

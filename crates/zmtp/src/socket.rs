@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::{Notify, watch};
@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     pub(crate) socket_type: SocketType,
     pub(crate) options: Options,
     state: Mutex<State>,
+    /// Mirror of `State::closed` for lock-free checks on hot paths.
+    closed: AtomicBool,
     pub(crate) inbound: Inbound,
     /// Wakes blocked senders (a pipe drained below its HWM, a peer arrived,
     /// the socket closed).
@@ -125,6 +127,7 @@ impl Inner {
             inbound: Inbound::new(options.effective_rcvhwm()),
             options,
             state: Mutex::new(State::default()),
+            closed: AtomicBool::new(false),
             send_space: Notify::new(),
             phase_tx,
             tasks: AtomicUsize::new(0),
@@ -152,7 +155,7 @@ impl Inner {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        lock(&self.state).closed
+        self.closed.load(Ordering::Acquire)
     }
 
     pub(crate) fn new_pipe(&self) -> Arc<Pipe> {
@@ -669,6 +672,7 @@ impl Inner {
             let mut st = lock(&self.state);
             if !st.closed {
                 st.closed = true;
+                self.closed.store(true, Ordering::Release);
                 for name in st.inproc_names.drain(..) {
                     crate::inproc::unregister(&name, self);
                 }
