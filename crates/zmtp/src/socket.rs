@@ -263,6 +263,11 @@ impl Inner {
                 peer_subs: SubSet::default(),
             }),
         }
+        if self.socket_type == SocketType::Xpub
+            && let Some(welcome) = &self.options.xpub_welcome_msg
+        {
+            pipe.push_force(Out::Msg(Message::from(welcome.clone())));
+        }
         if matches!(self.socket_type, SocketType::Sub | SocketType::Xsub) {
             // Send our subscriptions first on every (re)connection; drop
             // subscription traffic queued for a previous connection.

@@ -556,3 +556,80 @@ async fn incompatible_socket_types_do_not_talk() {
     ));
     assert_silent(&pull, 50).await;
 }
+
+#[tokio::test]
+async fn xpub_welcome_message_reaches_each_new_subscriber() {
+    for t in ["tcp", "inproc"] {
+        let (xpub, sub, _) = pair_with(
+            SocketType::Xpub,
+            Options {
+                xpub_welcome_msg: Some(Bytes::from_static(b"W")),
+                ..Default::default()
+            },
+            SocketType::Sub,
+            Options::default(),
+            t,
+        )
+        .await;
+        sub.subscribe(b"W").unwrap();
+        assert_eq!(frames(&recv(&sub).await), vec![b"W".to_vec()]);
+        assert_eq!(frames(&recv(&xpub).await), vec![b"\x01W".to_vec()]);
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_closes_the_socket() {
+    let name = bind_endpoint("inproc");
+    let tcp = {
+        let pull = Socket::new(SocketType::Pull, Options::default());
+        pull.bind(&name).await.unwrap();
+        let clone = pull.clone();
+        drop(pull);
+        // A clone keeps it open.
+        let other = Socket::new(SocketType::Pull, Options::default());
+        assert!(matches!(other.bind(&name).await, Err(Error::AddrInUse(_))));
+        clone.bind("tcp://127.0.0.1:0").await.unwrap()
+    };
+    // Closed in the background: the names become free.
+    let other = Socket::new(SocketType::Pull, Options::default());
+    let mut ok = false;
+    for _ in 0..100 {
+        if other.bind(&name).await.is_ok() && other.bind(&tcp).await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(ok);
+}
+
+#[tokio::test]
+async fn second_pair_peer_is_refused() {
+    let a = Socket::new(SocketType::Pair, Options::default());
+    let ep = a.bind("tcp://127.0.0.1:0").await.unwrap();
+    let b = Socket::new(SocketType::Pair, linger0());
+    b.connect(&ep).await.unwrap();
+    send(&b, msg(&[b"first"])).await;
+    assert_eq!(frames(&recv(&a).await), vec![b"first".to_vec()]);
+    let c = Socket::new(SocketType::Pair, linger0());
+    c.connect(&ep).await.unwrap();
+    c.try_send(msg(&[b"intruder"])).unwrap();
+    assert_silent(&a, 100).await;
+    send(&a, msg(&[b"reply"])).await;
+    assert_eq!(frames(&recv(&b).await), vec![b"reply".to_vec()]);
+}
+
+#[tokio::test]
+async fn routing_id_starting_with_zero_is_rejected() {
+    let d = Socket::new(
+        SocketType::Dealer,
+        Options {
+            routing_id: Some(Bytes::from_static(b"\x00x")),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(
+        d.connect("tcp://127.0.0.1:1").await,
+        Err(Error::InvalidOption(_))
+    ));
+}
