@@ -19,6 +19,9 @@ use crate::socket::{AttachError, Inner, Link, Phase};
 const READ_CHUNK: usize = 64 * 1024;
 /// Stop draining the outgoing queue into the write buffer beyond this size.
 const WRITE_BUDGET: usize = 256 * 1024;
+/// Stop reading while this much is waiting to be written: a peer that sends
+/// PINGs but never reads our PONGs must not grow the write buffer forever.
+const MAX_UNWRITTEN: usize = 4 * WRITE_BUDGET;
 
 /// The read half of any stream transport.
 pub(crate) type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
@@ -170,7 +173,8 @@ where
             _ => {}
         }
         // Keep reading while closing: a lingering handshake must complete.
-        let reading = inner.inbound.has_space();
+        let inbound_full = !inner.inbound.has_space();
+        let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
         }
@@ -192,7 +196,7 @@ where
                 }
                 Err(e) => break ConnEnd::Io(e),
             },
-            _ = inner.inbound.wait_space(), if !reading => {}
+            _ = inner.inbound.wait_space(), if inbound_full => {}
             _ = wake(link.as_ref()), if can_fill => {}
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {
