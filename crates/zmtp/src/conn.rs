@@ -99,7 +99,7 @@ where
     let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut local: VecDeque<Out> = VecDeque::new();
     let mut link: Option<Link> = None;
-    let mut batch: Vec<(u64, Message)> = Vec::new();
+    let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
     let mut phase = inner.phase();
     let mut deadline = conn.poll_timeout();
     let sleep = tokio::time::sleep_until(to_tokio(deadline));

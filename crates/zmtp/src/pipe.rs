@@ -101,6 +101,11 @@ impl Pipe {
     pub(crate) fn take_up_to(&self, max_msgs: usize, into: &mut VecDeque<Out>) -> bool {
         let mut q = lock(&self.queue);
         let was_full = q.len() >= self.hwm;
+        if q.len() <= max_msgs && into.is_empty() {
+            // Everything fits: O(1).
+            std::mem::swap(&mut *q, into);
+            return was_full;
+        }
         let mut n = 0;
         while let Some(front) = q.front() {
             if matches!(front, Out::Msg(_)) {
@@ -175,12 +180,20 @@ impl Inbound {
 
     /// Append a batch (already decoded from one read; may overshoot the HWM
     /// by that batch, after which the producer stops reading).
-    pub(crate) fn push_batch(&self, batch: &mut Vec<(u64, Message)>) {
+    pub(crate) fn push_batch(&self, batch: &mut VecDeque<(u64, Message)>) {
         if batch.is_empty() {
             return;
         }
         let n = batch.len();
-        lock(&self.shared).extend(batch.drain(..));
+        let mut shared = lock(&self.shared);
+        if shared.is_empty() {
+            // The usual case (the consumer keeps swapping `shared` out):
+            // hand the whole batch over in O(1).
+            std::mem::swap(&mut *shared, batch);
+        } else {
+            shared.append(batch);
+        }
+        drop(shared);
         if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
             self.data.notify_waiters();
         }
@@ -259,7 +272,7 @@ mod tests {
     fn inbound_room_and_order() {
         let q = Inbound::new(3);
         assert_eq!(q.room(), 3);
-        let mut batch = vec![(1, msg(b"x")), (2, msg(b"y"))];
+        let mut batch: VecDeque<_> = [(1, msg(b"x")), (2, msg(b"y"))].into_iter().collect();
         q.push_batch(&mut batch);
         assert!(batch.is_empty());
         assert_eq!(q.room(), 1);

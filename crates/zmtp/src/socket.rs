@@ -338,7 +338,7 @@ impl Inner {
         &self,
         link: &Link,
         mut msg: Message,
-        batch: &mut Vec<(u64, Message)>,
+        batch: &mut VecDeque<(u64, Message)>,
     ) {
         match self.socket_type {
             SocketType::Pub | SocketType::Xpub => {
@@ -352,7 +352,9 @@ impl Inner {
                     Some(&0x00) if msg.len() == 1 => {
                         self.on_subscription(link, first.slice(1..), false)
                     }
-                    _ if self.socket_type == SocketType::Xpub => batch.push((link.pipe.id, msg)),
+                    _ if self.socket_type == SocketType::Xpub => {
+                        batch.push_back((link.pipe.id, msg))
+                    }
                     _ => {}
                 }
             }
@@ -360,11 +362,11 @@ impl Inner {
                 if let Some(rid) = &link.route_prefix {
                     msg.push_front(rid.clone());
                 }
-                batch.push((link.pipe.id, msg));
+                batch.push_back((link.pipe.id, msg));
             }
             // PUSH never receives: a peer sending to it is ignored.
             SocketType::Push => {}
-            _ => batch.push((link.pipe.id, msg)),
+            _ => batch.push_back((link.pipe.id, msg)),
         }
     }
 
