@@ -11,7 +11,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::error::Error;
 use crate::options::Options;
-use crate::pipe::{Inbound, Out, Pipe};
+use crate::pipe::{Inbound, Out, Padded, Pipe};
 use crate::subs::SubSet;
 use crate::{Message, SocketType, lock};
 
@@ -94,7 +94,7 @@ pub(crate) enum SendError {
 pub(crate) struct Inner {
     pub(crate) socket_type: SocketType,
     pub(crate) options: Options,
-    state: Mutex<State>,
+    state: Padded<Mutex<State>>,
     /// Mirror of `State::closed` for lock-free checks on hot paths.
     closed: AtomicBool,
     pub(crate) inbound: Inbound,
@@ -126,7 +126,7 @@ impl Inner {
             socket_type,
             inbound: Inbound::new(options.effective_rcvhwm()),
             options,
-            state: Mutex::new(State::default()),
+            state: Padded(Mutex::new(State::default())),
             closed: AtomicBool::new(false),
             send_space: Notify::new(),
             phase_tx,
