@@ -633,3 +633,40 @@ async fn routing_id_starting_with_zero_is_rejected() {
         Err(Error::InvalidOption(_))
     ));
 }
+
+#[tokio::test]
+async fn reconnect_backs_off_exponentially_up_to_the_cap() {
+    // A listener that hangs up on every connection at once.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            reconnect_ivl: Duration::from_millis(10),
+            reconnect_ivl_max: Some(Duration::from_millis(80)),
+            linger: Some(Duration::ZERO),
+            ..Default::default()
+        },
+    );
+    push.connect(&format!("tcp://{addr}")).await.unwrap();
+    let mut stamps = Vec::new();
+    for _ in 0..8 {
+        let (s, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("no reconnect")
+            .unwrap();
+        stamps.push(std::time::Instant::now());
+        drop(s);
+    }
+    let gaps: Vec<Duration> = stamps.windows(2).map(|w| w[1] - w[0]).collect();
+    // Delay = interval + jitter in [0, interval]; the interval doubles from
+    // 10 ms and is capped at 80 ms.
+    assert!(gaps[0] >= Duration::from_millis(10), "{gaps:?}");
+    for g in &gaps[3..] {
+        assert!(*g >= Duration::from_millis(80), "{gaps:?}");
+    }
+    for g in &gaps {
+        assert!(*g < Duration::from_secs(2), "{gaps:?}");
+    }
+    push.close().await;
+}
