@@ -102,6 +102,9 @@ where
     let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
     let mut phase = inner.phase();
     let mut deadline = conn.poll_timeout();
+    // A failure is acted on after the events decoded before it were handled
+    // (complete messages that preceded the bad bytes are delivered, as libzmq).
+    let mut failure: Option<ConnEnd> = None;
     let sleep = tokio::time::sleep_until(to_tokio(deadline));
     tokio::pin!(sleep);
 
@@ -143,6 +146,9 @@ where
             }
         }
         inner.inbound.push_batch(&mut batch);
+        if let Some(f) = failure.take() {
+            break f;
+        }
 
         // Everything pending goes into one write buffer.
         conn.poll_transmit(&mut wbuf);
@@ -191,7 +197,7 @@ where
                 Ok(0) => break ConnEnd::PeerClosed,
                 Ok(_) => {
                     if let Err(e) = conn.handle_input(&mut rbuf, now()) {
-                        break ConnEnd::Protocol(e);
+                        failure = Some(ConnEnd::Protocol(e));
                     }
                 }
                 Err(e) => break ConnEnd::Io(e),
