@@ -142,62 +142,68 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
     };
     let mut pa = a.phase();
     let mut pb = b.phase();
-    let mut local_a = VecDeque::new();
-    let mut local_b = VecDeque::new();
+    let mut scratch = Scratch::default();
     loop {
-        transfer(a, &a_link, &mut local_a, b, &b_link);
-        transfer(b, &b_link, &mut local_b, a, &a_link);
+        let blocked_a = transfer(a, &a_link, b, &b_link, &mut scratch);
+        let blocked_b = transfer(b, &b_link, a, &a_link, &mut scratch);
         let pha = *pa.borrow_and_update();
         let phb = *pb.borrow_and_update();
         if pha == Phase::Terminated || phb == Phase::Terminated {
             break;
         }
         // Linger: a closing side leaves once its queue is delivered.
-        if pha == Phase::Closing && local_a.is_empty() && a_link.pipe.is_empty() {
+        if pha == Phase::Closing && a_link.pipe.is_empty() {
             break;
         }
-        if phb == Phase::Closing && local_b.is_empty() && b_link.pipe.is_empty() {
+        if phb == Phase::Closing && b_link.pipe.is_empty() {
             break;
         }
         tokio::select! {
-            _ = a_link.pipe.wake.notified(), if local_a.is_empty() => {}
-            _ = b_link.pipe.wake.notified(), if local_b.is_empty() => {}
-            _ = b.inbound.wait_space(), if !local_a.is_empty() => {}
-            _ = a.inbound.wait_space(), if !local_b.is_empty() => {}
+            _ = a_link.pipe.wake.notified(), if !blocked_a => {}
+            _ = b_link.pipe.wake.notified(), if !blocked_b => {}
+            _ = b.inbound.wait_space(), if blocked_a => {}
+            _ = a.inbound.wait_space(), if blocked_b => {}
             _ = pa.changed() => {}
             _ = pb.changed() => {}
         }
     }
     // Our undelivered messages stay queued for the next connection; the bound
     // side's pipe goes away with the connection, as for TCP.
-    a.detach(&a_link, true, local_a);
-    b.detach(&b_link, false, local_b);
+    a.detach(&a_link, true, VecDeque::new());
+    b.detach(&b_link, false, VecDeque::new());
     true
 }
 
-/// Move what fits from `src`'s pipe into `dst`'s receive queue.
-fn transfer(src: &Inner, src_link: &Link, local: &mut VecDeque<Out>, dst: &Inner, dst_link: &Link) {
-    if local.is_empty() && src_link.pipe.take_all(local) {
+/// Buffers reused across transfers (no allocation per batch).
+#[derive(Default)]
+struct Scratch {
+    items: VecDeque<Out>,
+    batch: VecDeque<(u64, Message)>,
+}
+
+/// Move what fits from `src`'s pipe into `dst`'s receive queue. Returns
+/// `true` if messages are waiting for room in `dst`.
+fn transfer(
+    src: &Inner,
+    src_link: &Link,
+    dst: &Inner,
+    dst_link: &Link,
+    scratch: &mut Scratch,
+) -> bool {
+    let room = dst.inbound.room();
+    let Scratch { items, batch } = scratch;
+    if src_link.pipe.take_up_to(room, items) {
         src.send_space.notify_waiters();
     }
-    if local.is_empty() {
-        return;
-    }
-    let mut room = dst.inbound.room();
-    let mut batch: Vec<(u64, Message)> = Vec::new();
-    while let Some(item) = local.pop_front() {
+    for item in items.drain(..) {
         match item {
-            Out::Msg(m) => {
-                if room == 0 {
-                    local.push_front(Out::Msg(m));
-                    break;
-                }
-                room -= 1;
-                dst.on_message(dst_link, m, &mut batch);
-            }
+            Out::Msg(m) => dst.on_message(dst_link, m, batch),
             Out::Sub(p) => dst.on_subscription(dst_link, p, true),
             Out::Cancel(p) => dst.on_subscription(dst_link, p, false),
         }
     }
-    dst.inbound.push_batch(&mut batch);
+    dst.inbound.push_batch(batch);
+    // Anything left is waiting for room (or arrived just now: the caller
+    // then finds room at once and comes back).
+    !src_link.pipe.is_empty()
 }

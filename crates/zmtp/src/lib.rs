@@ -202,6 +202,17 @@ impl Socket {
         if inner.is_closed() {
             return Err(Error::Closed);
         }
+        if inner
+            .options
+            .routing_id
+            .as_ref()
+            .is_some_and(|id| id.first() == Some(&0x00))
+        {
+            // libzmq reserves ids starting with 0x00 for generated ones.
+            return Err(Error::InvalidOption(
+                "routing_id must not start with 0x00".to_owned(),
+            ));
+        }
         conn::config(inner)
             .validate()
             .map_err(|e| Error::InvalidOption(e.to_string()))
@@ -245,6 +256,10 @@ impl Socket {
     /// message is lost.
     pub async fn recv(&self) -> Result<Message, Error> {
         let inner = self.inner();
+        match inner.try_recv() {
+            Err(Error::WouldBlock) => {}
+            other => return other,
+        }
         loop {
             let notified = inner.inbound.data.notified();
             tokio::pin!(notified);

@@ -9,12 +9,26 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 
 use crate::Message;
 use crate::lock;
+
+/// Keeps a value on its own cache line(s), so that locks and counters used by
+/// different threads do not slow each other down (false sharing).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// One item queued towards a peer.
 #[derive(Debug)]
@@ -33,7 +47,7 @@ pub(crate) enum Out {
 pub(crate) struct Pipe {
     /// Unique within its socket; inbound messages are tagged with it.
     pub(crate) id: u64,
-    queue: Mutex<VecDeque<Out>>,
+    queue: Padded<Mutex<VecDeque<Out>>>,
     /// Wakes the connection task that drains this pipe (single consumer, so
     /// `notify_one` semantics: a notification is never lost).
     pub(crate) wake: Notify,
@@ -44,7 +58,7 @@ impl Pipe {
     pub(crate) fn new(id: u64, hwm: usize) -> Self {
         Pipe {
             id,
-            queue: Mutex::new(VecDeque::new()),
+            queue: Padded(Mutex::new(VecDeque::new())),
             wake: Notify::new(),
             hwm,
         }
@@ -94,6 +108,32 @@ impl Pipe {
         was_full
     }
 
+    /// Move queued items into `into` until `max_msgs` messages were moved
+    /// (subscription items do not count). Returns `true` if the pipe was at
+    /// its HWM.
+    pub(crate) fn take_up_to(&self, max_msgs: usize, into: &mut VecDeque<Out>) -> bool {
+        let mut q = lock(&self.queue);
+        let was_full = q.len() >= self.hwm;
+        if q.len() <= max_msgs && into.is_empty() {
+            // Everything fits: O(1).
+            std::mem::swap(&mut *q, into);
+            return was_full;
+        }
+        let mut n = 0;
+        while let Some(front) = q.front() {
+            if matches!(front, Out::Msg(_)) {
+                if n == max_msgs {
+                    break;
+                }
+                n += 1;
+            }
+            if let Some(item) = q.pop_front() {
+                into.push_back(item);
+            }
+        }
+        was_full
+    }
+
     /// Put items that were taken but never written back at the head of the
     /// queue (connection lost: they go out on the next connection).
     pub(crate) fn put_back(&self, mut items: VecDeque<Out>) {
@@ -112,9 +152,16 @@ impl Pipe {
 }
 
 /// The receive queue of a socket, shared by all its connections.
+///
+/// Producers (connection tasks) append batches to `shared`; the consumer
+/// swaps the whole of `shared` into its private `cache` when the cache runs
+/// dry, so producer and consumer meet on one lock once per batch rather than
+/// once per message. `total` counts both.
 #[derive(Debug)]
 pub(crate) struct Inbound {
-    queue: Mutex<VecDeque<(u64, Message)>>,
+    shared: Padded<Mutex<VecDeque<(u64, Message)>>>,
+    cache: Padded<Mutex<VecDeque<(u64, Message)>>>,
+    total: Padded<AtomicUsize>,
     /// Wakes `recv` callers when the queue becomes non-empty.
     pub(crate) data: Notify,
     /// Wakes connection tasks when the queue drains to its low-water mark.
@@ -125,7 +172,9 @@ pub(crate) struct Inbound {
 impl Inbound {
     pub(crate) fn new(hwm: usize) -> Self {
         Inbound {
-            queue: Mutex::new(VecDeque::new()),
+            shared: Padded(Mutex::new(VecDeque::new())),
+            cache: Padded(Mutex::new(VecDeque::new())),
+            total: Padded(AtomicUsize::new(0)),
             data: Notify::new(),
             space: Notify::new(),
             hwm,
@@ -134,25 +183,31 @@ impl Inbound {
 
     /// Below the HWM: connection tasks may read more from their streams.
     pub(crate) fn has_space(&self) -> bool {
-        lock(&self.queue).len() < self.hwm
+        self.total.load(Ordering::Acquire) < self.hwm
     }
 
     /// How many more messages fit below the HWM.
     pub(crate) fn room(&self) -> usize {
-        self.hwm.saturating_sub(lock(&self.queue).len())
+        self.hwm.saturating_sub(self.total.load(Ordering::Acquire))
     }
 
     /// Append a batch (already decoded from one read; may overshoot the HWM
     /// by that batch, after which the producer stops reading).
-    pub(crate) fn push_batch(&self, batch: &mut Vec<(u64, Message)>) {
+    pub(crate) fn push_batch(&self, batch: &mut VecDeque<(u64, Message)>) {
         if batch.is_empty() {
             return;
         }
-        let mut q = lock(&self.queue);
-        let was_empty = q.is_empty();
-        q.extend(batch.drain(..));
-        drop(q);
-        if was_empty {
+        let n = batch.len();
+        let mut shared = lock(&self.shared);
+        if shared.is_empty() {
+            // The usual case (the consumer keeps swapping `shared` out):
+            // hand the whole batch over in O(1).
+            std::mem::swap(&mut *shared, batch);
+        } else {
+            shared.append(batch);
+        }
+        drop(shared);
+        if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
             self.data.notify_waiters();
         }
     }
@@ -160,21 +215,21 @@ impl Inbound {
     /// Append one message regardless of the HWM (XPUB subscription
     /// notifications, which must not be lost).
     pub(crate) fn push_one(&self, pipe: u64, msg: Message) {
-        let mut q = lock(&self.queue);
-        let was_empty = q.is_empty();
-        q.push_back((pipe, msg));
-        drop(q);
-        if was_empty {
+        lock(&self.shared).push_back((pipe, msg));
+        if self.total.fetch_add(1, Ordering::AcqRel) == 0 {
             self.data.notify_waiters();
         }
     }
 
     pub(crate) fn pop(&self) -> Option<(u64, Message)> {
-        let mut q = lock(&self.queue);
-        let before = q.len();
-        let item = q.pop_front()?;
+        let mut cache = lock(&self.cache);
+        if cache.is_empty() {
+            std::mem::swap(&mut *lock(&self.shared), &mut *cache);
+        }
+        let item = cache.pop_front()?;
+        drop(cache);
+        let before = self.total.fetch_sub(1, Ordering::AcqRel);
         let low = self.hwm / 2;
-        drop(q);
         if before > low && before - 1 <= low {
             self.space.notify_waiters();
         }
@@ -230,7 +285,7 @@ mod tests {
     fn inbound_room_and_order() {
         let q = Inbound::new(3);
         assert_eq!(q.room(), 3);
-        let mut batch = vec![(1, msg(b"x")), (2, msg(b"y"))];
+        let mut batch: VecDeque<_> = [(1, msg(b"x")), (2, msg(b"y"))].into_iter().collect();
         q.push_batch(&mut batch);
         assert!(batch.is_empty());
         assert_eq!(q.room(), 1);

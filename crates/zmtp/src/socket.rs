@@ -4,14 +4,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::{Notify, watch};
 
 use crate::error::Error;
 use crate::options::Options;
-use crate::pipe::{Inbound, Out, Pipe};
+use crate::pipe::{Inbound, Out, Padded, Pipe};
 use crate::subs::SubSet;
 use crate::{Message, SocketType, lock};
 
@@ -94,7 +94,9 @@ pub(crate) enum SendError {
 pub(crate) struct Inner {
     pub(crate) socket_type: SocketType,
     pub(crate) options: Options,
-    state: Mutex<State>,
+    state: Padded<Mutex<State>>,
+    /// Mirror of `State::closed` for lock-free checks on hot paths.
+    closed: AtomicBool,
     pub(crate) inbound: Inbound,
     /// Wakes blocked senders (a pipe drained below its HWM, a peer arrived,
     /// the socket closed).
@@ -124,7 +126,8 @@ impl Inner {
             socket_type,
             inbound: Inbound::new(options.effective_rcvhwm()),
             options,
-            state: Mutex::new(State::default()),
+            state: Padded(Mutex::new(State::default())),
+            closed: AtomicBool::new(false),
             send_space: Notify::new(),
             phase_tx,
             tasks: AtomicUsize::new(0),
@@ -152,7 +155,7 @@ impl Inner {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        lock(&self.state).closed
+        self.closed.load(Ordering::Acquire)
     }
 
     pub(crate) fn new_pipe(&self) -> Arc<Pipe> {
@@ -204,7 +207,9 @@ impl Inner {
             return Err(AttachError::Incompatible(peer_type.as_str()));
         }
         let mut st = lock(&self.state);
-        if st.closed {
+        // While lingering, connect-side pipes may still complete a handshake
+        // to flush; new peers are refused.
+        if st.closed && existing.is_none() {
             return Err(AttachError::Closed);
         }
         let own_id = existing.map(|p| p.id);
@@ -257,6 +262,11 @@ impl Inner {
                 routing_id: routing_id.clone(),
                 peer_subs: SubSet::default(),
             }),
+        }
+        if self.socket_type == SocketType::Xpub
+            && let Some(welcome) = &self.options.xpub_welcome_msg
+        {
+            pipe.push_force(Out::Msg(Message::from(welcome.clone())));
         }
         if matches!(self.socket_type, SocketType::Sub | SocketType::Xsub) {
             // Send our subscriptions first on every (re)connection; drop
@@ -328,7 +338,7 @@ impl Inner {
         &self,
         link: &Link,
         mut msg: Message,
-        batch: &mut Vec<(u64, Message)>,
+        batch: &mut VecDeque<(u64, Message)>,
     ) {
         match self.socket_type {
             SocketType::Pub | SocketType::Xpub => {
@@ -342,7 +352,9 @@ impl Inner {
                     Some(&0x00) if msg.len() == 1 => {
                         self.on_subscription(link, first.slice(1..), false)
                     }
-                    _ if self.socket_type == SocketType::Xpub => batch.push((link.pipe.id, msg)),
+                    _ if self.socket_type == SocketType::Xpub => {
+                        batch.push_back((link.pipe.id, msg))
+                    }
                     _ => {}
                 }
             }
@@ -350,11 +362,11 @@ impl Inner {
                 if let Some(rid) = &link.route_prefix {
                     msg.push_front(rid.clone());
                 }
-                batch.push((link.pipe.id, msg));
+                batch.push_back((link.pipe.id, msg));
             }
             // PUSH never receives: a peer sending to it is ignored.
             SocketType::Push => {}
-            _ => batch.push((link.pipe.id, msg)),
+            _ => batch.push_back((link.pipe.id, msg)),
         }
     }
 
@@ -667,6 +679,7 @@ impl Inner {
             let mut st = lock(&self.state);
             if !st.closed {
                 st.closed = true;
+                self.closed.store(true, Ordering::Release);
                 for name in st.inproc_names.drain(..) {
                     crate::inproc::unregister(&name, self);
                 }
