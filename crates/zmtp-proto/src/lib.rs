@@ -1,2 +1,58 @@
-//! Sans-IO ZMTP 3.1: no sockets, no runtime, no clock.
+//! Sans-IO ZMTP 3.1 (the ZeroMQ Message Transport Protocol): no sockets, no runtime, no clock.
+//!
+//! Bytes and the current time go in; events, bytes to send and the next deadline come out.
+//! The tokio driver (`dafka-zmtp`) owns the sockets and calls into [`Connection`].
+//!
+//! * [`Greeting`]: the 64-byte greeting ([`greeting`](Greeting) byte table).
+//! * [`Frame`], [`FrameDecoder`], [`encode_message`]: framing with [`Limits`] checked before any
+//!   body is buffered.
+//! * [`Command`], [`Metadata`]: READY, ERROR, SUBSCRIBE, CANCEL, PING, PONG.
+//! * [`Connection`]: greeting, NULL handshake, socket-type check, traffic, heartbeats, timeouts.
+//! * [`Error`]: typed by fault ([`MalformedError`], [`PeerError`], [`LimitError`],
+//!   [`CallerError`]).
+//!
+//! The wire format, and where this crate follows libzmq rather than the RFC text, is written up
+//! in `docs/zmtp.md`.
+//!
+//! # Additions to and deviations from the driver contract (`zmtp-contract.md`)
+//!
+//! * [`Connection::new`] panics on an invalid [`Config`] (identity over 255 bytes, a property
+//!   name that is empty, too long, uses characters outside `A-Z a-z 0-9 - _ . +`, or is
+//!   `Socket-Type`/`Identity`). [`Connection::try_new`] and [`Config::validate`] return the
+//!   [`CallerError`] instead; drivers that take properties from users should use them.
+//! * [`Limits`]: a message's cost is its body bytes **plus [`FRAME_OVERHEAD`] (32) bytes per
+//!   frame**, so a flood of empty frames is bounded too; the same rule applies when sending.
+//! * [`Metadata::insert`] and [`Command::encode`] return `Result<(), CallerError>`.
+//! * [`Connection::send_command`] sends SUBSCRIBE/CANCEL to a ZMTP 3.0 peer as the
+//!   `0x01`/`0x00` + prefix message, so the driver may always send commands.
+//! * After any `Err` from [`Connection::handle_input`] or [`Connection::handle_timeout`], call
+//!   [`Connection::poll_transmit`] once more and write the bytes (an ERROR command on a
+//!   socket-type mismatch) before closing; later calls return [`CallerError::Closed`].
+//! * An ERROR command from the peer is fatal at any time; a second READY and unknown commands
+//!   after the handshake are ignored.
+//! * Also available: [`Connection::is_closed`], [`Connection::peer_socket_type`],
+//!   [`Connection::has_pending_transmit`], [`Config::new`], [`Heartbeat::new`].
 #![forbid(unsafe_code)]
+
+mod command;
+mod connection;
+mod error;
+mod frame;
+mod greeting;
+mod mechanism;
+mod message;
+mod reader;
+mod socket_type;
+
+pub use command::{
+    Command, MAX_PING_CONTEXT, Metadata, PROPERTY_IDENTITY, PROPERTY_RESOURCE, PROPERTY_SOCKET_TYPE,
+};
+pub use connection::{Config, Connection, DEFAULT_HANDSHAKE_TIMEOUT, Event, Heartbeat};
+pub use error::{CallerError, Error, LimitError, MalformedError, PeerError};
+pub use frame::{
+    FLAG_COMMAND, FLAG_LONG, FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder, Limits, encode_message,
+};
+pub use greeting::{GREETING_LEN, Greeting, MECHANISM_LEN, VERSION};
+pub use mechanism::MechanismConfig;
+pub use message::Message;
+pub use socket_type::{SocketType, UnknownSocketType};

@@ -1,2 +1,296 @@
 //! ZeroMQ sockets on tokio, speaking ZMTP 3.1 through `dafka-zmtp-proto`.
+//!
+//! Every classic socket type is provided: REQ, REP, DEALER, ROUTER, PUB,
+//! SUB, XPUB, XSUB, PUSH, PULL and PAIR, over `tcp://`, `ipc://` (Unix domain
+//! sockets) and `inproc://` (same process, no encoding). Peers may be libzmq,
+//! pyzmq, JeroMQ or this crate.
+//!
+//! ```
+//! use dafka_zmtp::{Message, Options, Socket, SocketType};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dafka_zmtp::Error> {
+//! let pull = Socket::new(SocketType::Pull, Options::default());
+//! let endpoint = pull.bind("tcp://127.0.0.1:0").await?; // port 0: the OS picks one
+//! let push = Socket::new(SocketType::Push, Options::default());
+//! push.connect(&endpoint).await?;
+//!
+//! push.send(Message::from(&b"hello"[..])).await?;
+//! let msg = pull.recv().await?;
+//! assert_eq!(msg.frames()[0], &b"hello"[..]);
+//!
+//! push.close().await;
+//! pull.close().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Design
+//!
+//! * The wire protocol lives in the sans-IO crate `dafka-zmtp-proto`; this
+//!   crate only moves bytes. Each connection is one task owning the stream, a
+//!   read buffer, a write buffer and the protocol `Connection`.
+//! * Outgoing messages wait in a per-peer queue bounded by
+//!   [`Options::sndhwm`]; the connection task drains the whole queue into its
+//!   write buffer before writing, so small messages are batched under load and
+//!   written at once when idle.
+//! * Received messages go to one queue per socket bounded by
+//!   [`Options::rcvhwm`]; when it is full the connections stop reading
+//!   (TCP back-pressure). Nothing is dropped on the receive side.
+//! * A peer that breaks the protocol loses its connection (logged with
+//!   `tracing` at WARN); the socket keeps serving everyone else.
 #![forbid(unsafe_code)]
+
+mod conn;
+mod endpoint;
+mod error;
+mod inproc;
+mod options;
+mod pipe;
+mod socket;
+mod subs;
+mod transport;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use dafka_zmtp_proto::{Limits, Message, SocketType};
+
+pub use crate::error::Error;
+pub use crate::options::Options;
+
+use crate::endpoint::Endpoint;
+use crate::socket::{Inner, SendError};
+
+/// Lock a mutex, ignoring poisoning (no code path panics while holding one).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A ZeroMQ socket.
+///
+/// `Socket` is a cheap handle: clones share the same socket, and it is
+/// `Send + Sync`, so several tasks may send and receive concurrently. The socket
+/// closes when [`close`](Socket::close) is awaited or, in the background,
+/// when the last handle is dropped.
+///
+/// `send` and `recv` are cancel-safe in the sense that a cancelled `recv`
+/// never loses a message; a cancelled `send` drops the message it was given.
+///
+/// ```
+/// use dafka_zmtp::{Message, Options, Socket, SocketType};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dafka_zmtp::Error> {
+/// let rep = Socket::new(SocketType::Rep, Options::default());
+/// rep.bind("inproc://doc-example").await?;
+/// let req = Socket::new(SocketType::Req, Options::default());
+/// req.connect("inproc://doc-example").await?;
+///
+/// req.send(Message::from(&b"ping"[..])).await?;
+/// let request = rep.recv().await?;
+/// assert_eq!(request.frames()[0], &b"ping"[..]);
+/// rep.send(Message::from(&b"pong"[..])).await?;
+/// assert_eq!(req.recv().await?.frames()[0], &b"pong"[..]);
+///
+/// // REQ is lock-step: a second send before the reply is a caller error.
+/// req.send(Message::from(&b"again"[..])).await?;
+/// assert!(matches!(
+///     req.send(Message::from(&b"too soon"[..])).await,
+///     Err(dafka_zmtp::Error::InvalidState(_))
+/// ));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Socket {
+    handle: Arc<Handle>,
+}
+
+/// Closes the socket when the last user handle goes away.
+struct Handle {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if !self.inner.is_closed() {
+            let inner = self.inner.clone();
+            let rt = inner.runtime.clone();
+            rt.spawn(async move { inner.close().await });
+        }
+    }
+}
+
+impl std::fmt::Debug for Socket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Socket")
+            .field("socket_type", &self.handle.inner.socket_type)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Socket {
+    /// Create a socket.
+    ///
+    /// # Panics
+    ///
+    /// Must be called from within a tokio runtime (its handle is kept to run
+    /// the socket's background tasks).
+    pub fn new(socket_type: SocketType, options: Options) -> Socket {
+        Socket {
+            handle: Arc::new(Handle {
+                inner: Arc::new(Inner::new(socket_type, options)),
+            }),
+        }
+    }
+
+    fn inner(&self) -> &Arc<Inner> {
+        &self.handle.inner
+    }
+
+    /// The socket's type.
+    pub fn socket_type(&self) -> SocketType {
+        self.inner().socket_type
+    }
+
+    /// The options the socket was created with.
+    pub fn options(&self) -> &Options {
+        &self.inner().options
+    }
+
+    /// Listen on an endpoint and return the actual endpoint (port 0 and `*`
+    /// resolved, e.g. `tcp://127.0.0.1:41234`).
+    ///
+    /// * `tcp://host:port`: `host` is an IPv4 address, a bracketed IPv6
+    ///   address (`[::1]`), a host name or `*` (all IPv4 interfaces);
+    ///   `port` may be `0` or `*` for an ephemeral port.
+    /// * `ipc:///path`: a stale socket file nobody listens on is replaced.
+    /// * `inproc://name`: the name must not be bound already.
+    pub async fn bind(&self, endpoint: &str) -> Result<String, Error> {
+        let inner = self.inner();
+        self.check_usable()?;
+        match Endpoint::parse(endpoint)? {
+            Endpoint::Tcp { host, port } => transport::bind_tcp(inner, &host, port, endpoint).await,
+            Endpoint::Ipc(path) => transport::bind_ipc(inner, &path, endpoint).await,
+            Endpoint::Inproc(name) => inproc::bind(inner, &name),
+        }
+    }
+
+    /// Connect to an endpoint. Returns at once: the connection is made (and
+    /// remade after failures, with backoff) in the background, and messages
+    /// sent meanwhile are queued for it up to the HWM.
+    pub async fn connect(&self, endpoint: &str) -> Result<(), Error> {
+        let inner = self.inner();
+        self.check_usable()?;
+        match Endpoint::parse(endpoint)? {
+            Endpoint::Tcp { host, port } => {
+                if host == "*" || port == 0 {
+                    return Err(Error::endpoint(
+                        endpoint,
+                        "connect needs an explicit host and port",
+                    ));
+                }
+                transport::connect_tcp(inner, host, port)
+            }
+            Endpoint::Ipc(path) => transport::connect_ipc(inner, path),
+            Endpoint::Inproc(name) => inproc::connect(inner, &name),
+        }
+    }
+
+    fn check_usable(&self) -> Result<(), Error> {
+        let inner = self.inner();
+        if inner.is_closed() {
+            return Err(Error::Closed);
+        }
+        conn::config(inner)
+            .validate()
+            .map_err(|e| Error::InvalidOption(e.to_string()))
+    }
+
+    /// Send a message, waiting while the socket's pattern says so (HWM
+    /// reached on PUSH/DEALER/REQ/PAIR, or no peer yet). PUB/XPUB and ROUTER
+    /// never wait (they drop, per ZeroMQ semantics), except ROUTER with
+    /// `router_mandatory`.
+    pub async fn send(&self, msg: Message) -> Result<(), Error> {
+        let inner = self.inner();
+        let mut msg = match inner.try_send(msg) {
+            Ok(()) => return Ok(()),
+            Err(SendError::Fail(e)) => return Err(e),
+            Err(SendError::Block(m)) => m,
+        };
+        loop {
+            let notified = inner.send_space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            msg = match inner.try_send(msg) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Fail(e)) => return Err(e),
+                Err(SendError::Block(m)) => m,
+            };
+            notified.await;
+        }
+    }
+
+    /// Send without waiting: [`Error::WouldBlock`] when [`send`](Socket::send)
+    /// would wait (the message is dropped in that case).
+    pub fn try_send(&self, msg: Message) -> Result<(), Error> {
+        match self.inner().try_send(msg) {
+            Ok(()) => Ok(()),
+            Err(SendError::Fail(e)) => Err(e),
+            Err(SendError::Block(_)) => Err(Error::WouldBlock),
+        }
+    }
+
+    /// Receive the next message. Cancel-safe: if the future is dropped, no
+    /// message is lost.
+    pub async fn recv(&self) -> Result<Message, Error> {
+        let inner = self.inner();
+        match inner.try_recv() {
+            Err(Error::WouldBlock) => {}
+            other => return other,
+        }
+        loop {
+            let notified = inner.inbound.data.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match inner.try_recv() {
+                Err(Error::WouldBlock) => notified.await,
+                other => return other,
+            }
+        }
+    }
+
+    /// Receive without waiting: [`Error::WouldBlock`] when nothing is queued.
+    pub fn try_recv(&self) -> Result<Message, Error> {
+        self.inner().try_recv()
+    }
+
+    /// SUB: receive messages whose first frame starts with `prefix` (the empty
+    /// prefix matches everything). XSUB: sends the `0x01 + prefix`
+    /// subscription message upstream. Other types:
+    /// [`Error::NotSupported`].
+    pub fn subscribe(&self, prefix: &[u8]) -> Result<(), Error> {
+        self.set_subscription(prefix, true)
+    }
+
+    /// Cancel one earlier [`subscribe`](Socket::subscribe) of the same prefix.
+    pub fn unsubscribe(&self, prefix: &[u8]) -> Result<(), Error> {
+        self.set_subscription(prefix, false)
+    }
+
+    fn set_subscription(&self, prefix: &[u8], subscribe: bool) -> Result<(), Error> {
+        let inner = self.inner();
+        if inner.socket_type == SocketType::Xsub {
+            let msg = socket::subscription_message(u8::from(subscribe), prefix);
+            return self.try_send(msg);
+        }
+        inner.set_subscription(prefix, subscribe)
+    }
+
+    /// Close the socket: stop accepting, flush queued messages for up to
+    /// [`Options::linger`], then drop every connection. Pending and later
+    /// calls fail with [`Error::Closed`]. Idempotent.
+    pub async fn close(&self) {
+        self.inner().close().await;
+    }
+}

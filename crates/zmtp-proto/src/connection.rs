@@ -1,0 +1,600 @@
+//! The per-connection state machine: greeting, security handshake, traffic, heartbeats.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::command::{Command, Metadata, PROPERTY_IDENTITY, PROPERTY_SOCKET_TYPE};
+use crate::error::{CallerError, Error, PeerError};
+use crate::frame::{Frame, FrameDecoder, Limits, encode_message, put_header};
+use crate::greeting::{GREETING_LEN, Greeting};
+use crate::mechanism::{Mechanism, MechanismConfig};
+use crate::message::Message;
+use crate::socket_type::SocketType;
+
+/// Default [`Config::handshake_timeout`]: 30 s, as libzmq's `ZMQ_HANDSHAKE_IVL`.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest identity libzmq accepts (its routing ids are at most 255 bytes).
+const MAX_IDENTITY: usize = 255;
+
+/// Heartbeat settings (ZMTP 3.1 PING/PONG).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Heartbeat {
+    /// Send a PING this often once the handshake is complete. Zero disables heartbeats.
+    pub interval: Duration,
+    /// TTL announced in our PINGs: the peer may close if it hears nothing from us for this long.
+    /// Sent in deciseconds, saturating at 6553.5 s; zero means no TTL.
+    pub ttl: Duration,
+    /// Close with [`PeerError::HeartbeatTimeout`] when nothing arrives for this long after a PING.
+    /// Zero disables the check.
+    pub timeout: Duration,
+}
+
+impl Heartbeat {
+    /// PING every `interval`, no TTL, time out after one `interval` of silence (libzmq's defaults
+    /// for `ZMQ_HEARTBEAT_TTL` and `ZMQ_HEARTBEAT_TIMEOUT`).
+    pub fn new(interval: Duration) -> Self {
+        Heartbeat {
+            interval,
+            ttl: Duration::ZERO,
+            timeout: interval,
+        }
+    }
+
+    /// The TTL field sent in PING: tenths of a second, saturating at `u16::MAX`.
+    pub fn ttl_deciseconds(&self) -> u16 {
+        u16::try_from(self.ttl.as_millis() / 100).unwrap_or(u16::MAX)
+    }
+}
+
+/// Settings of one [`Connection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Our socket type, sent as `Socket-Type` and checked against the peer's.
+    pub socket_type: SocketType,
+    /// Our routing id, sent as `Identity` (at most 255 bytes). Like libzmq, the property is sent
+    /// (possibly empty) by REQ, DEALER and ROUTER, and by other types only when non-empty.
+    pub identity: Bytes,
+    /// Extra READY properties (`X-*`, `Resource`); names 1-255 of `A-Z a-z 0-9 - _ . +`,
+    /// not `Socket-Type` or `Identity`. Sent in canonical spelling.
+    pub properties: Vec<(String, Bytes)>,
+    /// Frame and message size limits for both directions.
+    pub limits: Limits,
+    /// The security mechanism (only NULL exists).
+    pub mechanism: MechanismConfig,
+    /// Whether we are the server of a mechanism with roles; NULL has none and always sends 0.
+    pub as_server: bool,
+    /// Heartbeats; `None` (the default) sends no PINGs (PINGs from the peer are still answered).
+    pub heartbeat: Option<Heartbeat>,
+    /// Close with [`PeerError::HandshakeTimeout`] if the handshake takes longer; default 30 s.
+    pub handshake_timeout: Option<Duration>,
+}
+
+impl Config {
+    /// Defaults for `socket_type`: no identity or properties, default limits, NULL, no
+    /// heartbeats, 30 s handshake timeout.
+    pub fn new(socket_type: SocketType) -> Self {
+        Config {
+            socket_type,
+            identity: Bytes::new(),
+            properties: Vec::new(),
+            limits: Limits::default(),
+            mechanism: MechanismConfig::Null,
+            as_server: false,
+            heartbeat: None,
+            handshake_timeout: Some(DEFAULT_HANDSHAKE_TIMEOUT),
+        }
+    }
+
+    /// Checks the identity and properties; [`Connection::try_new`] fails exactly when this does.
+    pub fn validate(&self) -> Result<(), CallerError> {
+        self.local_metadata().map(drop)
+    }
+
+    /// The READY metadata we send: Socket-Type, Identity (when libzmq would send it), properties.
+    fn local_metadata(&self) -> Result<Metadata, CallerError> {
+        if self.identity.len() > MAX_IDENTITY {
+            return Err(CallerError::IdentityTooLong(self.identity.len()));
+        }
+        let mut m = Metadata::new();
+        m.insert(
+            PROPERTY_SOCKET_TYPE,
+            Bytes::from_static(self.socket_type.as_str().as_bytes()),
+        )?;
+        let sends_identity = matches!(
+            self.socket_type,
+            SocketType::Req | SocketType::Dealer | SocketType::Router
+        );
+        if sends_identity || !self.identity.is_empty() {
+            m.insert(PROPERTY_IDENTITY, self.identity.clone())?;
+        }
+        for (name, value) in &self.properties {
+            if name.eq_ignore_ascii_case(PROPERTY_SOCKET_TYPE)
+                || name.eq_ignore_ascii_case(PROPERTY_IDENTITY)
+            {
+                return Err(CallerError::ReservedProperty(name.clone()));
+            }
+            m.insert(name, value.clone())?;
+        }
+        Ok(m)
+    }
+}
+
+/// What a [`Connection`] tells its driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The handshake is complete; messages may flow both ways.
+    Ready {
+        /// The peer's socket type (already checked compatible with ours).
+        peer_socket_type: SocketType,
+        /// The peer's `Identity` property (empty when absent).
+        peer_identity: Bytes,
+        /// All of the peer's READY properties.
+        peer_metadata: Metadata,
+    },
+    /// A complete message.
+    Message(Message),
+    /// A SUBSCRIBE command (ZMTP 3.1 peers). 3.0 peers and XSUBs send `0x01 + prefix` messages
+    /// instead, which arrive as [`Event::Message`].
+    Subscribe(Bytes),
+    /// A CANCEL command (ZMTP 3.1 peers); 3.0 peers send `0x00 + prefix` messages.
+    Cancel(Bytes),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Waiting for the peer's greeting.
+    Greeting,
+    /// Greeting accepted; the mechanism's handshake runs.
+    Handshake,
+    /// Traffic.
+    Ready,
+    /// A fatal error happened; only `poll_transmit` (to flush an ERROR) is still useful.
+    Closed,
+}
+
+/// One ZMTP connection, sans-IO.
+///
+/// The driver owns the socket, a read buffer and a write buffer, and loops:
+///
+/// 1. after reading into the read buffer, call [`handle_input`](Self::handle_input), then drain
+///    [`poll_event`](Self::poll_event);
+/// 2. call [`poll_transmit`](Self::poll_transmit) and write what it appended (greeting,
+///    handshake, PONG, PING; also after an error, for the ERROR command);
+/// 3. encode outgoing traffic with [`send_message`](Self::send_message) /
+///    [`send_command`](Self::send_command), which first flush pending control bytes into the same
+///    buffer so order on the wire is always right;
+/// 4. sleep until [`poll_timeout`](Self::poll_timeout) and call
+///    [`handle_timeout`](Self::handle_timeout) then.
+///
+/// Any `Err` from `handle_input` or `handle_timeout` means: log it, flush `poll_transmit`, close.
+pub struct Connection {
+    socket_type: SocketType,
+    limits: Limits,
+    heartbeat: Option<Heartbeat>,
+    handshake_timeout: Option<Duration>,
+    local_metadata: Metadata,
+    mechanism: Box<dyn Mechanism + Send + Sync>,
+    state: State,
+    decoder: FrameDecoder,
+    /// Parts of the message being received.
+    partial: Message,
+    events: VecDeque<Event>,
+    /// Control bytes not yet handed to the driver.
+    pending: BytesMut,
+    peer_version: Option<(u8, u8)>,
+    peer_socket_type: Option<SocketType>,
+    /// Bytes left unconsumed in the driver's buffer by the last `handle_input` call, to tell new
+    /// bytes (liveness) from a repeated call.
+    unconsumed: usize,
+    handshake_deadline: Option<Instant>,
+    next_ping: Option<Instant>,
+    /// We sent a PING: traffic must arrive before this.
+    heartbeat_deadline: Option<Instant>,
+    /// The peer's PING announced a TTL: traffic must arrive before this.
+    ttl_deadline: Option<(Instant, Duration)>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("socket_type", &self.socket_type)
+            .field("mechanism", &self.mechanism.name())
+            .field("state", &self.state)
+            .field("peer_version", &self.peer_version)
+            .field("peer_socket_type", &self.peer_socket_type)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// A connection that has just been established; queues our 64-byte greeting at once.
+    ///
+    /// # Panics
+    ///
+    /// If the config is invalid (see [`Config::validate`]); use [`Connection::try_new`] to get
+    /// the error instead.
+    pub fn new(config: Config, now: Instant) -> Self {
+        match Connection::try_new(config, now) {
+            Ok(c) => c,
+            Err(e) => panic!("invalid dafka_zmtp_proto::Config: {e}"),
+        }
+    }
+
+    /// Like [`Connection::new`], but returns [`CallerError`] for an invalid config.
+    pub fn try_new(config: Config, now: Instant) -> Result<Self, CallerError> {
+        let local_metadata = config.local_metadata()?;
+        let mechanism = config.mechanism.build();
+        let mut pending = BytesMut::with_capacity(GREETING_LEN + 64);
+        // NOTES.md: send all 64 bytes at once; never wait for the peer's greeting first.
+        Greeting::new(mechanism.name(), mechanism.as_server()).encode(&mut pending);
+        Ok(Connection {
+            socket_type: config.socket_type,
+            limits: config.limits,
+            heartbeat: config.heartbeat.filter(|h| !h.interval.is_zero()),
+            handshake_timeout: config.handshake_timeout,
+            local_metadata,
+            mechanism,
+            state: State::Greeting,
+            decoder: FrameDecoder::new(config.limits),
+            partial: Message::new(),
+            events: VecDeque::new(),
+            pending,
+            peer_version: None,
+            peer_socket_type: None,
+            unconsumed: 0,
+            handshake_deadline: config.handshake_timeout.map(|t| now + t),
+            next_ping: None,
+            heartbeat_deadline: None,
+            ttl_deadline: None,
+        })
+    }
+
+    /// Our socket type.
+    pub fn socket_type(&self) -> SocketType {
+        self.socket_type
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Whether the handshake is complete (and the connection has not failed).
+    pub fn is_ready(&self) -> bool {
+        self.state == State::Ready
+    }
+
+    /// Whether a fatal error happened; the driver must close the connection.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// The peer's ZMTP version `(major, minor)` once its greeting arrived; `(3, 0)` peers take
+    /// subscriptions as `0x01`/`0x00` messages rather than commands.
+    pub fn peer_version(&self) -> Option<(u8, u8)> {
+        self.peer_version
+    }
+
+    /// The peer's socket type once the handshake is complete.
+    pub fn peer_socket_type(&self) -> Option<SocketType> {
+        self.peer_socket_type
+    }
+
+    /// Consumes every complete unit (greeting, frame) at the front of `buf`, leaving a partial
+    /// one in place; events become available through [`poll_event`](Self::poll_event).
+    ///
+    /// Call it after each read. New bytes count as liveness for heartbeats. On `Err` the
+    /// connection is dead: flush [`poll_transmit`](Self::poll_transmit) (it may hold an ERROR
+    /// command) and close. Nothing is ever reserved in `buf` from a size the peer announced.
+    pub fn handle_input(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+        if self.state == State::Closed {
+            return Err(CallerError::Closed.into());
+        }
+        if buf.len() != self.unconsumed {
+            // "a peer SHOULD treat any incoming traffic as a sign of liveness"
+            self.heartbeat_deadline = None;
+            self.ttl_deadline = None;
+        }
+        let result = self.consume(buf, now);
+        self.unconsumed = buf.len();
+        if result.is_err() {
+            self.fail();
+        }
+        result
+    }
+
+    fn consume(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+        loop {
+            match self.state {
+                State::Greeting => {
+                    let Some(greeting) = Greeting::decode(buf)? else {
+                        return Ok(());
+                    };
+                    buf.advance(GREETING_LEN);
+                    self.on_greeting(&greeting)?;
+                }
+                State::Handshake => {
+                    let Some(frame) = self.decoder.decode(buf)? else {
+                        return Ok(());
+                    };
+                    self.on_handshake_frame(frame, now)?;
+                }
+                State::Ready => {
+                    let Some(frame) = self.decoder.decode(buf)? else {
+                        return Ok(());
+                    };
+                    match frame {
+                        Frame::Message { more, body } => {
+                            self.partial.push(body);
+                            if !more {
+                                let msg = std::mem::take(&mut self.partial);
+                                self.events.push_back(Event::Message(msg));
+                            }
+                        }
+                        Frame::Command(body) => self.on_command(Command::decode(body)?, now)?,
+                    }
+                }
+                State::Closed => return Err(CallerError::Closed.into()),
+            }
+        }
+    }
+
+    fn on_greeting(&mut self, greeting: &Greeting) -> Result<(), Error> {
+        let ours = Greeting::new(self.mechanism.name(), false).mechanism;
+        // "If the peer's mechanism does not exactly match the mechanism it sent, it MUST close
+        // the connection." The whole 20-byte field is compared, padding included, as libzmq does.
+        if greeting.mechanism != ours {
+            return Err(PeerError::MechanismMismatch {
+                ours: self.mechanism.name().to_owned(),
+                theirs: String::from_utf8_lossy(greeting.mechanism_name()).into_owned(),
+            }
+            .into());
+        }
+        self.peer_version = Some((greeting.major, greeting.minor));
+        self.mechanism
+            .start(&self.local_metadata, &mut self.pending);
+        self.state = State::Handshake;
+        Ok(())
+    }
+
+    fn on_handshake_frame(&mut self, frame: Frame, now: Instant) -> Result<(), Error> {
+        let body = match frame {
+            Frame::Command(body) => body,
+            Frame::Message { .. } => {
+                return Err(PeerError::UnexpectedDuringHandshake {
+                    expected: self.mechanism.expecting(),
+                    got: "a message frame".to_owned(),
+                }
+                .into());
+            }
+        };
+        let cmd = Command::decode(body)?;
+        if let Some(peer) = self.mechanism.on_command(cmd, &mut self.pending)? {
+            self.on_peer_ready(peer, now)?;
+        }
+        Ok(())
+    }
+
+    /// Validates the peer's metadata; on a bad Socket-Type queues an ERROR and fails.
+    fn on_peer_ready(&mut self, peer: Metadata, now: Instant) -> Result<(), Error> {
+        let peer_type = match self.check_peer_socket_type(&peer) {
+            Ok(t) => t,
+            Err(e) => {
+                // "If the peer's socket type is not valid, the peer SHALL send an ERROR command
+                // and close the connection." (libzmq itself just closes.)
+                let reason = Bytes::from(format!("invalid Socket-Type for {}", self.socket_type));
+                // Cannot fail: the reason is far below 255 bytes.
+                let _ = Command::Error { reason }.encode(&mut self.pending);
+                return Err(e.into());
+            }
+        };
+        let peer_identity = peer.get(PROPERTY_IDENTITY).cloned().unwrap_or_default();
+        self.state = State::Ready;
+        self.peer_socket_type = Some(peer_type);
+        self.handshake_deadline = None;
+        self.next_ping = self.heartbeat.map(|h| now + h.interval);
+        self.events.push_back(Event::Ready {
+            peer_socket_type: peer_type,
+            peer_identity,
+            peer_metadata: peer,
+        });
+        Ok(())
+    }
+
+    fn check_peer_socket_type(&self, peer: &Metadata) -> Result<SocketType, PeerError> {
+        let raw = peer
+            .get(PROPERTY_SOCKET_TYPE)
+            .ok_or(PeerError::MissingSocketType)?;
+        let name = String::from_utf8_lossy(raw);
+        let theirs: SocketType = name
+            .parse()
+            .map_err(|_| PeerError::UnknownSocketType(name.clone().into_owned()))?;
+        if !self.socket_type.is_compatible(theirs) {
+            return Err(PeerError::IncompatibleSocketType {
+                ours: self.socket_type.as_str(),
+                theirs: theirs.as_str(),
+            });
+        }
+        Ok(theirs)
+    }
+
+    /// A command after the handshake.
+    fn on_command(&mut self, cmd: Command, now: Instant) -> Result<(), Error> {
+        match cmd {
+            Command::Ping {
+                ttl_deciseconds,
+                context,
+            } => {
+                // "When a peer receives a PING command it SHALL respond with a PONG command
+                // that echoes the ping-context, which may be empty"
+                let _ = Command::Pong { context }.encode(&mut self.pending);
+                // "If it receives a PING command with a non-zero TTL, and receives no further
+                // traffic within that TTL" the connection is dead.
+                if ttl_deciseconds > 0 && self.ttl_deadline.is_none() {
+                    let ttl = Duration::from_millis(u64::from(ttl_deciseconds) * 100);
+                    self.ttl_deadline = Some((now + ttl, ttl));
+                }
+            }
+            Command::Pong { .. } => {}
+            Command::Subscribe(prefix) => self.events.push_back(Event::Subscribe(prefix)),
+            Command::Cancel(prefix) => self.events.push_back(Event::Cancel(prefix)),
+            // "A peer SHALL treat an incoming ERROR command as fatal".
+            Command::Error { reason } => {
+                return Err(PeerError::ErrorCommand {
+                    reason: String::from_utf8_lossy(&reason).into_owned(),
+                }
+                .into());
+            }
+            // A repeated READY, and unknown commands, are ignored (as libzmq does).
+            Command::Ready(_) | Command::Unknown { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self) {
+        self.state = State::Closed;
+        self.events.clear();
+        self.partial = Message::new();
+        self.handshake_deadline = None;
+        self.next_ping = None;
+        self.heartbeat_deadline = None;
+        self.ttl_deadline = None;
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Appends every pending control byte (greeting, handshake commands, PONG, PING, ERROR) to
+    /// `out`.
+    pub fn poll_transmit(&mut self, out: &mut BytesMut) {
+        if !self.pending.is_empty() {
+            out.extend_from_slice(&self.pending);
+            self.pending.clear();
+        }
+    }
+
+    /// Whether [`poll_transmit`](Self::poll_transmit) has bytes to hand out.
+    pub fn has_pending_transmit(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    fn check_can_send(&self) -> Result<(), CallerError> {
+        match self.state {
+            State::Ready => Ok(()),
+            State::Closed => Err(CallerError::Closed),
+            State::Greeting | State::Handshake => Err(CallerError::NotReady),
+        }
+    }
+
+    /// Encodes a whole message into `out` (after any pending control bytes).
+    ///
+    /// Fails with [`CallerError::NotReady`] before the handshake, [`CallerError::EmptyMessage`]
+    /// for a message without frames, and [`Error::Limit`] when a frame or the message exceeds
+    /// [`Limits`]; nothing is written then.
+    pub fn send_message(&mut self, msg: &Message, out: &mut BytesMut) -> Result<(), Error> {
+        self.check_can_send()?;
+        if msg.is_empty() {
+            return Err(CallerError::EmptyMessage.into());
+        }
+        self.limits.check_message(msg)?;
+        self.poll_transmit(out);
+        encode_message(msg, out);
+        Ok(())
+    }
+
+    /// Encodes a command into `out` (after any pending control bytes): SUBSCRIBE, CANCEL, PING,
+    /// PONG or an unknown command. READY and ERROR belong to the handshake and are refused.
+    ///
+    /// To a ZMTP 3.0 peer ([`peer_version`](Self::peer_version) `(3, 0)`), which has no
+    /// SUBSCRIBE/CANCEL commands, SUBSCRIBE and CANCEL are sent as the single-frame message
+    /// `0x01 + prefix` / `0x00 + prefix` instead.
+    pub fn send_command(&mut self, cmd: &Command, out: &mut BytesMut) -> Result<(), Error> {
+        self.check_can_send()?;
+        if let Command::Ready(_) | Command::Error { .. } = cmd {
+            let name = if matches!(cmd, Command::Ready(_)) {
+                "READY"
+            } else {
+                "ERROR"
+            };
+            return Err(CallerError::HandshakeCommand(name).into());
+        }
+        cmd.validate()?;
+        let legacy = self.peer_version == Some((3, 0));
+        match cmd {
+            Command::Subscribe(prefix) | Command::Cancel(prefix) if legacy => {
+                let flag = u8::from(matches!(cmd, Command::Subscribe(_)));
+                self.poll_transmit(out);
+                out.reserve(9 + 1 + prefix.len());
+                put_header(out, 0, 1 + prefix.len());
+                out.put_u8(flag);
+                out.put_slice(prefix);
+            }
+            _ => {
+                self.poll_transmit(out);
+                cmd.encode(out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) must be called at, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.handshake_deadline,
+            self.next_ping,
+            self.heartbeat_deadline,
+            self.ttl_deadline.map(|(d, _)| d),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Handles expired timers: fails on handshake or heartbeat timeout, queues a PING when one
+    /// is due (then call [`poll_transmit`](Self::poll_transmit)). Does nothing once closed.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
+        let result = self.expire(now);
+        if result.is_err() {
+            self.fail();
+        }
+        result
+    }
+
+    fn expire(&mut self, now: Instant) -> Result<(), Error> {
+        if let (Some(deadline), Some(timeout)) = (self.handshake_deadline, self.handshake_timeout)
+            && now >= deadline
+        {
+            return Err(PeerError::HandshakeTimeout(timeout).into());
+        }
+        if let (Some(deadline), Some(h)) = (self.heartbeat_deadline, self.heartbeat)
+            && now >= deadline
+        {
+            return Err(PeerError::HeartbeatTimeout(h.timeout).into());
+        }
+        if let Some((deadline, ttl)) = self.ttl_deadline
+            && now >= deadline
+        {
+            return Err(PeerError::PingTtlExpired(ttl).into());
+        }
+        if let (Some(due), Some(h)) = (self.next_ping, self.heartbeat)
+            && now >= due
+        {
+            let ping = Command::Ping {
+                ttl_deciseconds: h.ttl_deciseconds(),
+                context: Bytes::new(),
+            };
+            let _ = ping.encode(&mut self.pending);
+            self.next_ping = Some(now + h.interval);
+            if self.heartbeat_deadline.is_none() && !h.timeout.is_zero() {
+                self.heartbeat_deadline = Some(now + h.timeout);
+            }
+        }
+        Ok(())
+    }
+}

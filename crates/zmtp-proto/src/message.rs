@@ -1,0 +1,266 @@
+//! Whole multipart messages.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+/// Frames kept inline before a message spills to a `Vec`: covers a bare body, `[identity, body]`
+/// and the REQ/ROUTER envelope `[identity, empty delimiter, body]` without allocating.
+const INLINE: usize = 3;
+
+#[derive(Clone)]
+enum Repr {
+    /// `frames[..len]` are the message; the rest hold `Bytes::new()` (static, no allocation).
+    Inline {
+        len: u8,
+        frames: [Bytes; INLINE],
+    },
+    Heap(Vec<Bytes>),
+}
+
+/// A whole multipart message: one or more frames that travel together.
+///
+/// > A message consists of one or more frames. [...] A peer SHALL deliver either all the frames
+/// > of a message, or none of them. (37/ZMTP, "Messages")
+///
+/// A [`Connection`](crate::Connection) only ever surfaces complete messages. Up to three frames are
+/// stored inline, so single-frame and envelope messages cost no allocation beyond their [`Bytes`].
+#[derive(Clone)]
+pub struct Message {
+    repr: Repr,
+}
+
+impl Message {
+    /// An empty message (no frames). It must get at least one frame before it can be sent.
+    pub fn new() -> Self {
+        Message {
+            repr: Repr::Inline {
+                len: 0,
+                frames: Default::default(),
+            },
+        }
+    }
+
+    /// Appends a frame.
+    pub fn push(&mut self, frame: Bytes) {
+        match &mut self.repr {
+            Repr::Inline { len, frames } => {
+                if let Some(slot) = frames.get_mut(usize::from(*len)) {
+                    *slot = frame;
+                    *len += 1;
+                } else {
+                    self.spill();
+                    self.push(frame);
+                }
+            }
+            Repr::Heap(v) => v.push(frame),
+        }
+    }
+
+    /// Inserts a frame before the first one (adds an envelope frame).
+    pub fn push_front(&mut self, frame: Bytes) {
+        match &mut self.repr {
+            Repr::Inline { len, frames } if usize::from(*len) < INLINE => {
+                let n = usize::from(*len);
+                frames[..=n].rotate_right(1);
+                frames[0] = frame;
+                *len += 1;
+            }
+            Repr::Inline { .. } => {
+                self.spill();
+                self.push_front(frame);
+            }
+            Repr::Heap(v) => v.insert(0, frame),
+        }
+    }
+
+    /// Removes and returns the first frame (strips an envelope frame).
+    pub fn pop_front(&mut self) -> Option<Bytes> {
+        match &mut self.repr {
+            Repr::Inline { len, frames } => {
+                if *len == 0 {
+                    return None;
+                }
+                let n = usize::from(*len);
+                let first = std::mem::take(&mut frames[0]);
+                frames[..n].rotate_left(1);
+                *len -= 1;
+                Some(first)
+            }
+            Repr::Heap(v) => {
+                if v.is_empty() {
+                    None
+                } else {
+                    Some(v.remove(0))
+                }
+            }
+        }
+    }
+
+    /// The frames, in order.
+    pub fn frames(&self) -> &[Bytes] {
+        match &self.repr {
+            Repr::Inline { len, frames } => &frames[..usize::from(*len)],
+            Repr::Heap(v) => v,
+        }
+    }
+
+    /// Consumes the message into its frames.
+    pub fn into_frames(self) -> Vec<Bytes> {
+        match self.repr {
+            Repr::Inline { len, frames } => frames.into_iter().take(usize::from(len)).collect(),
+            Repr::Heap(v) => v,
+        }
+    }
+
+    /// Iterates over the frames.
+    pub fn iter(&self) -> std::slice::Iter<'_, Bytes> {
+        self.frames().iter()
+    }
+
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.frames().len()
+    }
+
+    /// Whether the message has no frames.
+    pub fn is_empty(&self) -> bool {
+        self.frames().is_empty()
+    }
+
+    /// Sum of the frame sizes in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.frames().iter().map(Bytes::len).sum()
+    }
+
+    /// Moves the frames to the heap (no-op when already there).
+    fn spill(&mut self) {
+        if let Repr::Inline { len, frames } = &mut self.repr {
+            let mut v = Vec::with_capacity(INLINE * 2);
+            v.extend(
+                frames
+                    .iter_mut()
+                    .take(usize::from(*len))
+                    .map(std::mem::take),
+            );
+            self.repr = Repr::Heap(v);
+        }
+    }
+}
+
+impl Default for Message {
+    fn default() -> Self {
+        Message::new()
+    }
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.frames()).finish()
+    }
+}
+
+impl PartialEq for Message {
+    fn eq(&self, other: &Self) -> bool {
+        self.frames() == other.frames()
+    }
+}
+
+impl Eq for Message {}
+
+impl From<Bytes> for Message {
+    /// A single-frame message.
+    fn from(frame: Bytes) -> Self {
+        let mut m = Message::new();
+        m.push(frame);
+        m
+    }
+}
+
+impl From<&[u8]> for Message {
+    /// A single-frame message, copying the bytes.
+    fn from(frame: &[u8]) -> Self {
+        Message::from(Bytes::copy_from_slice(frame))
+    }
+}
+
+impl From<Vec<Bytes>> for Message {
+    fn from(frames: Vec<Bytes>) -> Self {
+        if frames.len() <= INLINE {
+            frames.into_iter().collect()
+        } else {
+            Message {
+                repr: Repr::Heap(frames),
+            }
+        }
+    }
+}
+
+impl FromIterator<Bytes> for Message {
+    fn from_iter<I: IntoIterator<Item = Bytes>>(iter: I) -> Self {
+        let mut m = Message::new();
+        for frame in iter {
+            m.push(frame);
+        }
+        m
+    }
+}
+
+impl<'a> IntoIterator for &'a Message {
+    type Item = &'a Bytes;
+    type IntoIter = std::slice::Iter<'a, Bytes>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &'static str) -> Bytes {
+        Bytes::from_static(s.as_bytes())
+    }
+
+    #[test]
+    fn push_spills_past_inline_capacity_and_keeps_order() {
+        let mut m = Message::new();
+        assert!(m.is_empty());
+        let names = ["a", "bb", "ccc", "dddd", "eeeee"];
+        for (i, n) in names.iter().enumerate() {
+            m.push(b(n));
+            assert_eq!(m.len(), i + 1);
+        }
+        assert_eq!(m.frames(), &names.map(b)[..]);
+        assert_eq!(m.byte_len(), 15);
+        assert_eq!(m.clone().into_frames(), names.map(b).to_vec());
+    }
+
+    #[test]
+    fn envelope_push_front_and_pop_front_inline_and_heap() {
+        for extra in 0..6 {
+            let mut m: Message = (0..extra).map(|i| Bytes::from(vec![i as u8])).collect();
+            m.push_front(b("id"));
+            assert_eq!(m.len(), extra + 1);
+            assert_eq!(m.frames()[0], b("id"));
+            assert_eq!(m.pop_front(), Some(b("id")));
+            for i in 0..extra {
+                assert_eq!(m.pop_front(), Some(Bytes::from(vec![i as u8])));
+            }
+            assert_eq!(m.pop_front(), None);
+            assert!(m.is_empty());
+        }
+    }
+
+    #[test]
+    fn conversions_agree() {
+        let v = vec![b("x"), b("y"), b("z"), b("w")];
+        let a = Message::from(v.clone());
+        let c: Message = v.iter().cloned().collect();
+        assert_eq!(a, c);
+        assert_eq!(Message::from(&b"hi"[..]), Message::from(b("hi")));
+        assert_eq!(format!("{:?}", Message::from(b("hi"))), "[b\"hi\"]");
+        assert_ne!(Message::from(b("x")), Message::new());
+    }
+}

@@ -1,0 +1,93 @@
+//! The error type of the socket layer, split by who is at fault.
+
+use std::io;
+
+/// Everything a [`Socket`](crate::Socket) operation can fail with.
+///
+/// Variants are grouped by fault:
+///
+/// | fault            | variants |
+/// |------------------|----------|
+/// | caller misuse    | [`InvalidEndpoint`](Error::InvalidEndpoint), [`InvalidState`](Error::InvalidState), [`InvalidOption`](Error::InvalidOption), [`NotSupported`](Error::NotSupported), [`MessageTooLarge`](Error::MessageTooLarge), [`EmptyMessage`](Error::EmptyMessage) |
+/// | routing          | [`HostUnreachable`](Error::HostUnreachable) |
+/// | flow control     | [`WouldBlock`](Error::WouldBlock) |
+/// | lifecycle        | [`Closed`](Error::Closed) |
+/// | operating system | [`AddrInUse`](Error::AddrInUse), [`Io`](Error::Io) |
+///
+/// Errors caused by a misbehaving *peer* never surface here: they close that
+/// one connection (logged with `tracing`) and the socket keeps serving the
+/// others.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The endpoint string could not be parsed or names an unknown transport.
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint {
+        /// The endpoint as given by the caller.
+        endpoint: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// The operation is not valid in the socket's current state (for example a
+    /// second `send` on a REQ socket before the reply was received).
+    #[error("operation not valid in the current state: {0}")]
+    InvalidState(&'static str),
+    /// The socket type does not support this operation (for example `recv` on
+    /// PUSH or `subscribe` on REQ).
+    #[error("{operation} is not supported by a {socket_type} socket")]
+    NotSupported {
+        /// Canonical name of the socket type (`"PUSH"`, ...).
+        socket_type: &'static str,
+        /// The operation that was attempted.
+        operation: &'static str,
+    },
+    /// The message exceeds the configured size limits.
+    #[error("message of {size} bytes exceeds the configured limit of {limit} bytes")]
+    MessageTooLarge {
+        /// Size of the rejected message (or frame) in bytes.
+        size: u64,
+        /// The limit it exceeded.
+        limit: u64,
+    },
+    /// A socket option is invalid (for example a routing id over 255 bytes
+    /// or a malformed property name).
+    #[error("invalid socket option: {0}")]
+    InvalidOption(String),
+    /// A message with no frames was given; ZeroMQ messages have at least one
+    /// frame (which may be empty).
+    #[error("a message must have at least one frame")]
+    EmptyMessage,
+    /// ROUTER with `router_mandatory`: no connected peer has this routing id.
+    #[error("no peer with routing id {0:02x?}")]
+    HostUnreachable(bytes::Bytes),
+    /// The operation would block (HWM reached, or nothing to receive).
+    #[error("operation would block")]
+    WouldBlock,
+    /// The socket has been closed.
+    #[error("socket is closed")]
+    Closed,
+    /// The address is already in use by another socket or process.
+    #[error("address in use: {0}")]
+    AddrInUse(String),
+    /// Any other operating-system error.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl Error {
+    pub(crate) fn endpoint(endpoint: &str, reason: &'static str) -> Self {
+        Error::InvalidEndpoint {
+            endpoint: endpoint.to_owned(),
+            reason,
+        }
+    }
+
+    /// Map a bind error, turning `EADDRINUSE` into [`Error::AddrInUse`].
+    pub(crate) fn from_bind(endpoint: &str, err: io::Error) -> Self {
+        if err.kind() == io::ErrorKind::AddrInUse {
+            Error::AddrInUse(endpoint.to_owned())
+        } else {
+            Error::Io(err)
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The `inproc://` transport: sockets of one process exchange [`Message`]s
+//! directly, without encoding.
+//!
+//! A process-wide registry maps names to bound sockets. `connect` creates its
+//! pipe at once and a task that waits for the name to be bound (so
+//! connect-before-bind works, as in libzmq 4.x), then moves messages between
+//! the two sockets' queues, honouring both HWMs, until either side closes;
+//! after that it waits for the name to be bound again.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::error::Error;
+use crate::pipe::{Out, Pipe};
+use crate::socket::{Inner, Link, Phase};
+use crate::{Message, SocketType, lock};
+
+type Registry = Mutex<HashMap<String, Weak<Inner>>>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Woken whenever a name is bound.
+static BOUND: Notify = Notify::const_new();
+
+pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
+    let endpoint = format!("inproc://{name}");
+    {
+        let mut reg = lock(registry());
+        if let Some(existing) = reg.get(name).and_then(Weak::upgrade)
+            && !existing.is_closed()
+        {
+            return Err(Error::AddrInUse(endpoint));
+        }
+        if inner.is_closed() {
+            return Err(Error::Closed);
+        }
+        reg.insert(name.to_owned(), Arc::downgrade(inner));
+    }
+    inner.register_inproc_name(name.to_owned());
+    BOUND.notify_waiters();
+    Ok(endpoint)
+}
+
+/// Remove `name` if it still points at `inner`.
+pub(crate) fn unregister(name: &str, inner: &Arc<Inner>) {
+    let mut reg = lock(registry());
+    if reg
+        .get(name)
+        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(inner)))
+    {
+        reg.remove(name);
+    }
+}
+
+fn lookup(name: &str) -> Option<Arc<Inner>> {
+    lock(registry())
+        .get(name)
+        .and_then(Weak::upgrade)
+        .filter(|s| !s.is_closed())
+}
+
+pub(crate) fn connect(inner: &Arc<Inner>, name: &str) -> Result<(), Error> {
+    let pipe = inner.add_connect_pipe()?;
+    let task_inner = inner.clone();
+    let name = name.to_owned();
+    inner.spawn(async move { connector(task_inner, pipe, name).await });
+    Ok(())
+}
+
+/// The identity a socket announces to its peers (libzmq: REQ, DEALER and
+/// ROUTER send their routing id).
+pub(crate) fn announced_identity(inner: &Inner) -> Bytes {
+    match inner.socket_type {
+        SocketType::Req | SocketType::Dealer | SocketType::Router => {
+            inner.options.routing_id.clone().unwrap_or_default()
+        }
+        _ => Bytes::new(),
+    }
+}
+
+async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String) {
+    let mut phase = inner.phase();
+    loop {
+        let ph = *phase.borrow_and_update();
+        if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) {
+            break;
+        }
+        let bound = BOUND.notified();
+        tokio::pin!(bound);
+        bound.as_mut().enable();
+        match lookup(&name) {
+            None => {
+                tokio::select! {
+                    _ = bound => {}
+                    _ = phase.changed() => {}
+                }
+            }
+            Some(peer) => {
+                if !session(&inner, &pipe, &peer).await {
+                    break;
+                }
+            }
+        }
+    }
+    inner.remove_pipe(pipe.id);
+}
+
+/// Run one inproc connection. Returns `false` if the connector should give
+/// up (incompatible peer).
+async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
+    if !a.socket_type.is_compatible(b.socket_type) {
+        tracing::warn!(
+            ours = a.socket_type.as_str(),
+            peer = b.socket_type.as_str(),
+            "inproc: incompatible socket types, not connecting"
+        );
+        return false;
+    }
+    let b_link = match b.attach(None, a.socket_type, &announced_identity(a)) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "inproc: bound socket rejected the connection");
+            // Wait for the bound side to change before retrying.
+            let mut pb = b.phase();
+            let _ = pb.changed().await;
+            return true;
+        }
+    };
+    let a_link = match a.attach(Some(a_pipe), b.socket_type, &announced_identity(b)) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "inproc: connection rejected");
+            b.detach(&b_link, false, VecDeque::new());
+            return false;
+        }
+    };
+    let mut pa = a.phase();
+    let mut pb = b.phase();
+    loop {
+        let blocked_a = transfer(a, &a_link, b, &b_link);
+        let blocked_b = transfer(b, &b_link, a, &a_link);
+        let pha = *pa.borrow_and_update();
+        let phb = *pb.borrow_and_update();
+        if pha == Phase::Terminated || phb == Phase::Terminated {
+            break;
+        }
+        // Linger: a closing side leaves once its queue is delivered.
+        if pha == Phase::Closing && a_link.pipe.is_empty() {
+            break;
+        }
+        if phb == Phase::Closing && b_link.pipe.is_empty() {
+            break;
+        }
+        tokio::select! {
+            _ = a_link.pipe.wake.notified(), if !blocked_a => {}
+            _ = b_link.pipe.wake.notified(), if !blocked_b => {}
+            _ = b.inbound.wait_space(), if blocked_a => {}
+            _ = a.inbound.wait_space(), if blocked_b => {}
+            _ = pa.changed() => {}
+            _ = pb.changed() => {}
+        }
+    }
+    // Our undelivered messages stay queued for the next connection; the bound
+    // side's pipe goes away with the connection, as for TCP.
+    a.detach(&a_link, true, VecDeque::new());
+    b.detach(&b_link, false, VecDeque::new());
+    true
+}
+
+/// Move what fits from `src`'s pipe into `dst`'s receive queue. Returns
+/// `true` if messages are waiting for room in `dst`.
+fn transfer(src: &Inner, src_link: &Link, dst: &Inner, dst_link: &Link) -> bool {
+    let room = dst.inbound.room();
+    let mut items = VecDeque::new();
+    if src_link.pipe.take_up_to(room, &mut items) {
+        src.send_space.notify_waiters();
+    }
+    let mut batch: Vec<(u64, Message)> = Vec::new();
+    for item in items {
+        match item {
+            Out::Msg(m) => dst.on_message(dst_link, m, &mut batch),
+            Out::Sub(p) => dst.on_subscription(dst_link, p, true),
+            Out::Cancel(p) => dst.on_subscription(dst_link, p, false),
+        }
+    }
+    dst.inbound.push_batch(&mut batch);
+    // Anything left is waiting for room (or arrived just now: the caller
+    // then finds room at once and comes back).
+    !src_link.pipe.is_empty()
+}

@@ -1,0 +1,113 @@
+//! Socket options.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::Limits;
+
+/// Per-socket options, fixed when the socket is created.
+///
+/// All fields are public; start from [`Options::default()`] and change what
+/// you need:
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = dafka_zmtp::Options {
+///     sndhwm: 10_000,
+///     linger: Some(Duration::from_millis(500)),
+///     ..Default::default()
+/// };
+/// assert_eq!(opts.rcvhwm, 1000);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Send high-water mark, in messages, per peer (libzmq `ZMQ_SNDHWM`).
+    /// `0` means unlimited. Default 1000.
+    pub sndhwm: usize,
+    /// Receive high-water mark, in messages, for the socket's receive queue
+    /// (libzmq `ZMQ_RCVHWM`). When it is reached the socket stops reading
+    /// from its peers (TCP back-pressure). `0` means unlimited. Default 1000.
+    pub rcvhwm: usize,
+    /// How long [`Socket::close`](crate::Socket::close) keeps flushing queued
+    /// outgoing messages. `None` waits until everything is sent (libzmq's
+    /// default of -1); `Some(Duration::ZERO)` discards them at once.
+    /// Default `None`.
+    pub linger: Option<Duration>,
+    /// Send a ZMTP PING this often (libzmq `ZMQ_HEARTBEAT_IVL`). Default off.
+    pub heartbeat_ivl: Option<Duration>,
+    /// TTL announced in our PINGs: the peer may close the connection if it
+    /// hears nothing for this long (`ZMQ_HEARTBEAT_TTL`). Default: none.
+    pub heartbeat_ttl: Option<Duration>,
+    /// Close the connection when nothing arrives for this long after a PING
+    /// (`ZMQ_HEARTBEAT_TIMEOUT`). Default: the heartbeat interval.
+    pub heartbeat_timeout: Option<Duration>,
+    /// First reconnect delay (`ZMQ_RECONNECT_IVL`); a random jitter of up to
+    /// the same amount is added. Default 100 ms.
+    pub reconnect_ivl: Duration,
+    /// When set, the reconnect delay doubles after every failed attempt up to
+    /// this cap (`ZMQ_RECONNECT_IVL_MAX`). Default `None` (no doubling, as in
+    /// libzmq).
+    pub reconnect_ivl_max: Option<Duration>,
+    /// Our routing id (`ZMQ_ROUTING_ID`), sent in READY by REQ, DEALER and
+    /// ROUTER sockets. At most 255 bytes, must not start with 0x00.
+    pub routing_id: Option<Bytes>,
+    /// ROUTER: fail with [`Error::HostUnreachable`](crate::Error::HostUnreachable)
+    /// for unknown routing ids and block (instead of dropping) when the peer is
+    /// at its HWM (`ZMQ_ROUTER_MANDATORY`). Default false.
+    pub router_mandatory: bool,
+    /// XPUB: deliver every subscription message to the application, not only
+    /// the first one for each prefix (`ZMQ_XPUB_VERBOSE`). Default false.
+    pub xpub_verbose: bool,
+    /// Frame and message size limits applied to peers (and checked on send).
+    /// The default is bounded (unlike libzmq's unlimited `ZMQ_MAXMSGSIZE`).
+    pub limits: Limits,
+    /// Give up a TCP connect attempt after this long (then retry after the
+    /// reconnect interval). Default `None`: the operating system's timeout.
+    pub connect_timeout: Option<Duration>,
+    /// Close a connection whose ZMTP handshake has not completed in this
+    /// time (`ZMQ_HANDSHAKE_IVL`). Default 30 s, as libzmq.
+    pub handshake_timeout: Option<Duration>,
+    /// Extra READY properties (names should start with `X-`).
+    pub properties: Vec<(String, Bytes)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            sndhwm: 1000,
+            rcvhwm: 1000,
+            linger: None,
+            heartbeat_ivl: None,
+            heartbeat_ttl: None,
+            heartbeat_timeout: None,
+            reconnect_ivl: Duration::from_millis(100),
+            reconnect_ivl_max: None,
+            routing_id: None,
+            router_mandatory: false,
+            xpub_verbose: false,
+            limits: Limits::default(),
+            connect_timeout: None,
+            handshake_timeout: Some(Duration::from_secs(30)),
+            properties: Vec::new(),
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn effective_sndhwm(&self) -> usize {
+        if self.sndhwm == 0 {
+            usize::MAX
+        } else {
+            self.sndhwm
+        }
+    }
+
+    pub(crate) fn effective_rcvhwm(&self) -> usize {
+        if self.rcvhwm == 0 {
+            usize::MAX
+        } else {
+            self.rcvhwm
+        }
+    }
+}

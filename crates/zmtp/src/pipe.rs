@@ -1,0 +1,273 @@
+//! Queues between the socket API and the per-connection tasks.
+//!
+//! * A [`Pipe`] is the outgoing queue towards one peer, bounded by `sndhwm`
+//!   (in messages). The socket pattern pushes into it; the peer's connection
+//!   task drains it whole into its write buffer.
+//! * The [`Inbound`] queue is shared by every connection of one socket and
+//!   bounded by `rcvhwm`. When it is full the connection tasks stop reading
+//!   from their streams (TCP back-pressure); nothing is ever dropped there.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::Message;
+use crate::lock;
+
+/// One item queued towards a peer.
+#[derive(Debug)]
+pub(crate) enum Out {
+    /// An application message.
+    Msg(Message),
+    /// A subscription (SUB/XSUB): a SUBSCRIBE command to 3.1 peers, a
+    /// `0x01 + prefix` message to 3.0 peers.
+    Sub(Bytes),
+    /// A cancellation: CANCEL command or `0x00 + prefix` message.
+    Cancel(Bytes),
+}
+
+/// The outgoing queue towards one peer.
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    /// Unique within its socket; inbound messages are tagged with it.
+    pub(crate) id: u64,
+    queue: Mutex<VecDeque<Out>>,
+    /// Wakes the connection task that drains this pipe (single consumer, so
+    /// `notify_one` semantics: a notification is never lost).
+    pub(crate) wake: Notify,
+    hwm: usize,
+}
+
+impl Pipe {
+    pub(crate) fn new(id: u64, hwm: usize) -> Self {
+        Pipe {
+            id,
+            queue: Mutex::new(VecDeque::new()),
+            wake: Notify::new(),
+            hwm,
+        }
+    }
+
+    /// Queue a message unless the pipe holds `hwm` items already.
+    pub(crate) fn try_push(&self, msg: Message) -> Result<(), Message> {
+        let mut q = lock(&self.queue);
+        if q.len() >= self.hwm {
+            return Err(msg);
+        }
+        q.push_back(Out::Msg(msg));
+        let was_empty = q.len() == 1;
+        drop(q);
+        if was_empty {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Queue an item regardless of the HWM (subscriptions are never dropped).
+    pub(crate) fn push_force(&self, item: Out) {
+        let mut q = lock(&self.queue);
+        q.push_back(item);
+        let was_empty = q.len() == 1;
+        drop(q);
+        if was_empty {
+            self.wake.notify_one();
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        lock(&self.queue).is_empty()
+    }
+
+    /// Move every queued item into `into` (which must be empty; the two
+    /// deques are swapped). Returns `true` if the pipe was at its HWM, i.e.
+    /// blocked senders may now proceed.
+    pub(crate) fn take_all(&self, into: &mut VecDeque<Out>) -> bool {
+        let mut q = lock(&self.queue);
+        let was_full = q.len() >= self.hwm;
+        if into.is_empty() {
+            std::mem::swap(&mut *q, into);
+        } else {
+            into.append(&mut q);
+        }
+        was_full
+    }
+
+    /// Move queued items into `into` until `max_msgs` messages were moved
+    /// (subscription items do not count). Returns `true` if the pipe was at
+    /// its HWM.
+    pub(crate) fn take_up_to(&self, max_msgs: usize, into: &mut VecDeque<Out>) -> bool {
+        let mut q = lock(&self.queue);
+        let was_full = q.len() >= self.hwm;
+        let mut n = 0;
+        while let Some(front) = q.front() {
+            if matches!(front, Out::Msg(_)) {
+                if n == max_msgs {
+                    break;
+                }
+                n += 1;
+            }
+            if let Some(item) = q.pop_front() {
+                into.push_back(item);
+            }
+        }
+        was_full
+    }
+
+    /// Put items that were taken but never written back at the head of the
+    /// queue (connection lost: they go out on the next connection).
+    pub(crate) fn put_back(&self, mut items: VecDeque<Out>) {
+        if items.is_empty() {
+            return;
+        }
+        let mut q = lock(&self.queue);
+        items.append(&mut q);
+        *q = items;
+    }
+
+    /// Apply `f` to the queue under its lock.
+    pub(crate) fn with_queue<R>(&self, f: impl FnOnce(&mut VecDeque<Out>) -> R) -> R {
+        f(&mut lock(&self.queue))
+    }
+}
+
+/// The receive queue of a socket, shared by all its connections.
+///
+/// Producers (connection tasks) append batches to `shared`; the consumer
+/// swaps the whole of `shared` into its private `cache` when the cache runs
+/// dry, so producer and consumer meet on one lock once per batch rather than
+/// once per message. `total` counts both.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    shared: Mutex<VecDeque<(u64, Message)>>,
+    cache: Mutex<VecDeque<(u64, Message)>>,
+    total: AtomicUsize,
+    /// Wakes `recv` callers when the queue becomes non-empty.
+    pub(crate) data: Notify,
+    /// Wakes connection tasks when the queue drains to its low-water mark.
+    pub(crate) space: Notify,
+    hwm: usize,
+}
+
+impl Inbound {
+    pub(crate) fn new(hwm: usize) -> Self {
+        Inbound {
+            shared: Mutex::new(VecDeque::new()),
+            cache: Mutex::new(VecDeque::new()),
+            total: AtomicUsize::new(0),
+            data: Notify::new(),
+            space: Notify::new(),
+            hwm,
+        }
+    }
+
+    /// Below the HWM: connection tasks may read more from their streams.
+    pub(crate) fn has_space(&self) -> bool {
+        self.total.load(Ordering::Acquire) < self.hwm
+    }
+
+    /// How many more messages fit below the HWM.
+    pub(crate) fn room(&self) -> usize {
+        self.hwm.saturating_sub(self.total.load(Ordering::Acquire))
+    }
+
+    /// Append a batch (already decoded from one read; may overshoot the HWM
+    /// by that batch, after which the producer stops reading).
+    pub(crate) fn push_batch(&self, batch: &mut Vec<(u64, Message)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len();
+        lock(&self.shared).extend(batch.drain(..));
+        if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
+            self.data.notify_waiters();
+        }
+    }
+
+    /// Append one message regardless of the HWM (XPUB subscription
+    /// notifications, which must not be lost).
+    pub(crate) fn push_one(&self, pipe: u64, msg: Message) {
+        lock(&self.shared).push_back((pipe, msg));
+        if self.total.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.data.notify_waiters();
+        }
+    }
+
+    pub(crate) fn pop(&self) -> Option<(u64, Message)> {
+        let mut cache = lock(&self.cache);
+        if cache.is_empty() {
+            std::mem::swap(&mut *lock(&self.shared), &mut *cache);
+        }
+        let item = cache.pop_front()?;
+        drop(cache);
+        let before = self.total.fetch_sub(1, Ordering::AcqRel);
+        let low = self.hwm / 2;
+        if before > low && before - 1 <= low {
+            self.space.notify_waiters();
+        }
+        Some(item)
+    }
+
+    /// Wait until the queue is below its HWM.
+    pub(crate) async fn wait_space(&self) {
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.has_space() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(b: &'static [u8]) -> Message {
+        Message::from(Bytes::from_static(b))
+    }
+
+    #[test]
+    fn pipe_respects_hwm_and_put_back_keeps_order() {
+        let p = Pipe::new(1, 2);
+        assert!(p.try_push(msg(b"a")).is_ok());
+        assert!(p.try_push(msg(b"b")).is_ok());
+        assert!(p.try_push(msg(b"c")).is_err());
+        let mut taken = VecDeque::new();
+        assert!(p.take_all(&mut taken));
+        assert_eq!(taken.len(), 2);
+        assert!(p.try_push(msg(b"c")).is_ok());
+        p.put_back(taken);
+        let mut all = VecDeque::new();
+        assert!(!p.take_all(&mut all) || all.len() == 3);
+        let order: Vec<_> = all
+            .into_iter()
+            .map(|o| match o {
+                Out::Msg(m) => m.frames()[0].clone(),
+                _ => Bytes::new(),
+            })
+            .collect();
+        assert_eq!(order, vec![&b"a"[..], &b"b"[..], &b"c"[..]]);
+    }
+
+    #[test]
+    fn inbound_room_and_order() {
+        let q = Inbound::new(3);
+        assert_eq!(q.room(), 3);
+        let mut batch = vec![(1, msg(b"x")), (2, msg(b"y"))];
+        q.push_batch(&mut batch);
+        assert!(batch.is_empty());
+        assert_eq!(q.room(), 1);
+        q.push_one(3, msg(b"z"));
+        assert!(!q.has_space());
+        assert_eq!(q.pop().map(|(p, _)| p), Some(1));
+        assert_eq!(q.pop().map(|(p, _)| p), Some(2));
+        assert_eq!(q.pop().map(|(p, _)| p), Some(3));
+        assert!(q.pop().is_none());
+    }
+}

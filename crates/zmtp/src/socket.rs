@@ -1,0 +1,747 @@
+//! The socket-pattern layer: peers (pipes), load balancing, routing,
+//! subscriptions, REQ/REP state. Transport-independent.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::sync::{Notify, watch};
+
+use crate::error::Error;
+use crate::options::Options;
+use crate::pipe::{Inbound, Out, Pipe};
+use crate::subs::SubSet;
+use crate::{Message, SocketType, lock};
+
+/// Lifecycle of a socket, observed by all of its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Running,
+    /// `close` was called: flush queued output (linger), accept nothing new.
+    Closing,
+    /// Linger expired or everything flushed: every task exits now.
+    Terminated,
+}
+
+/// Why a connection could not be attached after its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum AttachError {
+    #[error("peer socket type {0} is not compatible")]
+    Incompatible(&'static str),
+    #[error("routing id already in use by another peer")]
+    DuplicateRoutingId,
+    #[error("PAIR socket already has a peer")]
+    PairBusy,
+    #[error("socket is closing")]
+    Closed,
+}
+
+/// A connection's handle on its attached pipe.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    pub(crate) pipe: Arc<Pipe>,
+    /// ROUTER: routing id prepended to every received message.
+    pub(crate) route_prefix: Option<Bytes>,
+}
+
+#[derive(Debug)]
+struct PipeEntry {
+    pipe: Arc<Pipe>,
+    /// Handshake complete (a connect-side pipe exists before that).
+    ready: bool,
+    routing_id: Option<Bytes>,
+    /// PUB/XPUB: what the peer on this pipe subscribed to (set semantics).
+    peer_subs: SubSet,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    closed: bool,
+    pipes: Vec<PipeEntry>,
+    /// Next pipe index for round-robin.
+    rr: usize,
+    /// ROUTER: routing id -> pipe id.
+    routes: HashMap<Bytes, u64>,
+    next_routing_id: u32,
+    /// SUB/XSUB: our subscriptions. XPUB: for each prefix, how many peers
+    /// subscribed to it.
+    subs: SubSet,
+    /// REQ: the pipe the outstanding request went to.
+    req_waiting: Option<u64>,
+    /// REP: the envelope of the request being answered, and its pipe.
+    rep_envelope: Option<(u64, Vec<Bytes>)>,
+    /// Names registered in the inproc registry by `bind`.
+    inproc_names: Vec<String>,
+}
+
+impl State {
+    fn entry_mut(&mut self, id: u64) -> Option<&mut PipeEntry> {
+        self.pipes.iter_mut().find(|e| e.pipe.id == id)
+    }
+}
+
+/// Result of a non-blocking send attempt.
+pub(crate) enum SendError {
+    /// Would block; the message is handed back.
+    Block(Message),
+    Fail(Error),
+}
+
+/// Shared state of one socket; tasks hold `Arc<Inner>`.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) socket_type: SocketType,
+    pub(crate) options: Options,
+    state: Mutex<State>,
+    /// Mirror of `State::closed` for lock-free checks on hot paths.
+    closed: AtomicBool,
+    pub(crate) inbound: Inbound,
+    /// Wakes blocked senders (a pipe drained below its HWM, a peer arrived,
+    /// the socket closed).
+    pub(crate) send_space: Notify,
+    phase_tx: watch::Sender<Phase>,
+    tasks: AtomicUsize,
+    tasks_done: Notify,
+    next_pipe_id: AtomicU64,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+/// Decrements the live-task count of a socket when a task ends.
+pub(crate) struct TaskGuard(Arc<Inner>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        if self.0.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.tasks_done.notify_waiters();
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(socket_type: SocketType, options: Options) -> Inner {
+        let (phase_tx, _) = watch::channel(Phase::Running);
+        Inner {
+            socket_type,
+            inbound: Inbound::new(options.effective_rcvhwm()),
+            options,
+            state: Mutex::new(State::default()),
+            closed: AtomicBool::new(false),
+            send_space: Notify::new(),
+            phase_tx,
+            tasks: AtomicUsize::new(0),
+            tasks_done: Notify::new(),
+            next_pipe_id: AtomicU64::new(1),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// Spawn a task that counts towards the socket's lifetime (close waits for it).
+    pub(crate) fn spawn<F>(self: &Arc<Self>, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.fetch_add(1, Ordering::AcqRel);
+        let guard = TaskGuard(self.clone());
+        self.runtime.spawn(async move {
+            let _guard = guard;
+            fut.await;
+        });
+    }
+
+    pub(crate) fn phase(&self) -> watch::Receiver<Phase> {
+        self.phase_tx.subscribe()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn new_pipe(&self) -> Arc<Pipe> {
+        let id = self.next_pipe_id.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Pipe::new(id, self.options.effective_sndhwm()))
+    }
+
+    /// Register a connect-side pipe: it exists (and queues messages) before
+    /// and between connections, like libzmq without `ZMQ_IMMEDIATE`.
+    pub(crate) fn add_connect_pipe(&self) -> Result<Arc<Pipe>, Error> {
+        let pipe = self.new_pipe();
+        let mut st = lock(&self.state);
+        if st.closed {
+            return Err(Error::Closed);
+        }
+        st.pipes.push(PipeEntry {
+            pipe: pipe.clone(),
+            ready: false,
+            routing_id: None,
+            peer_subs: SubSet::default(),
+        });
+        drop(st);
+        self.send_space.notify_waiters();
+        Ok(pipe)
+    }
+
+    /// Remove a pipe for good (connector gave up, socket terminating).
+    pub(crate) fn remove_pipe(&self, id: u64) {
+        let mut st = lock(&self.state);
+        if let Some(idx) = st.pipes.iter().position(|e| e.pipe.id == id) {
+            let entry = st.pipes.remove(idx);
+            self.forget_peer(&mut st, entry);
+        }
+    }
+
+    pub(crate) fn register_inproc_name(&self, name: String) {
+        lock(&self.state).inproc_names.push(name);
+    }
+
+    /// A connection finished its handshake: attach it (bind side: a new
+    /// pipe; connect side: the pipe created by `connect`).
+    pub(crate) fn attach(
+        &self,
+        existing: Option<&Arc<Pipe>>,
+        peer_type: SocketType,
+        peer_identity: &Bytes,
+    ) -> Result<Link, AttachError> {
+        if !self.socket_type.is_compatible(peer_type) {
+            return Err(AttachError::Incompatible(peer_type.as_str()));
+        }
+        let mut st = lock(&self.state);
+        // While lingering, connect-side pipes may still complete a handshake
+        // to flush; new peers are refused.
+        if st.closed && existing.is_none() {
+            return Err(AttachError::Closed);
+        }
+        let own_id = existing.map(|p| p.id);
+        if self.socket_type == SocketType::Pair
+            && st
+                .pipes
+                .iter()
+                .any(|e| Some(e.pipe.id) != own_id && (e.ready || existing.is_none()))
+        {
+            return Err(AttachError::PairBusy);
+        }
+        let routing_id = if self.socket_type == SocketType::Router {
+            if peer_identity.is_empty() {
+                // libzmq: a peer without identity gets 0x00 + 32-bit counter.
+                let rid = loop {
+                    st.next_routing_id = st.next_routing_id.wrapping_add(1);
+                    let mut b = BytesMut::with_capacity(5);
+                    b.put_u8(0x00);
+                    b.put_u32(st.next_routing_id);
+                    let b = b.freeze();
+                    if !st.routes.contains_key(&b) {
+                        break b;
+                    }
+                };
+                Some(rid)
+            } else if st.routes.contains_key(peer_identity) {
+                return Err(AttachError::DuplicateRoutingId);
+            } else {
+                Some(peer_identity.clone())
+            }
+        } else {
+            None
+        };
+        let pipe = match existing {
+            Some(p) => p.clone(),
+            None => self.new_pipe(),
+        };
+        if let Some(rid) = &routing_id {
+            st.routes.insert(rid.clone(), pipe.id);
+        }
+        match st.entry_mut(pipe.id) {
+            Some(e) => {
+                e.ready = true;
+                e.routing_id = routing_id.clone();
+                e.peer_subs.clear();
+            }
+            None => st.pipes.push(PipeEntry {
+                pipe: pipe.clone(),
+                ready: true,
+                routing_id: routing_id.clone(),
+                peer_subs: SubSet::default(),
+            }),
+        }
+        if matches!(self.socket_type, SocketType::Sub | SocketType::Xsub) {
+            // Send our subscriptions first on every (re)connection; drop
+            // subscription traffic queued for a previous connection.
+            let prefixes: Vec<Bytes> = st.subs.prefixes().cloned().collect();
+            pipe.with_queue(|q| {
+                q.retain(|o| match o {
+                    Out::Msg(m) => !is_subscription_message(m),
+                    Out::Sub(_) | Out::Cancel(_) => false,
+                });
+                for p in prefixes.into_iter().rev() {
+                    q.push_front(Out::Sub(p));
+                }
+            });
+            pipe.wake.notify_one();
+        }
+        drop(st);
+        self.send_space.notify_waiters();
+        Ok(Link {
+            pipe,
+            route_prefix: routing_id,
+        })
+    }
+
+    /// A connection ended. Bind-side pipes go away with their queue;
+    /// connect-side pipes stay (with `unsent` put back) for the reconnect.
+    pub(crate) fn detach(&self, link: &Link, connect_side: bool, unsent: VecDeque<Out>) {
+        let mut st = lock(&self.state);
+        let Some(idx) = st.pipes.iter().position(|e| e.pipe.id == link.pipe.id) else {
+            return;
+        };
+        if connect_side {
+            let entry = &mut st.pipes[idx];
+            entry.ready = false;
+            let old = PipeEntry {
+                pipe: entry.pipe.clone(),
+                ready: false,
+                routing_id: entry.routing_id.take(),
+                peer_subs: std::mem::take(&mut entry.peer_subs),
+            };
+            link.pipe.put_back(unsent);
+            self.forget_peer(&mut st, old);
+        } else {
+            let entry = st.pipes.remove(idx);
+            self.forget_peer(&mut st, entry);
+        }
+    }
+
+    /// Drop routing and subscription state of a departed peer.
+    fn forget_peer(&self, st: &mut State, entry: PipeEntry) {
+        if let Some(rid) = &entry.routing_id
+            && st.routes.get(rid) == Some(&entry.pipe.id)
+        {
+            st.routes.remove(rid);
+        }
+        if self.socket_type == SocketType::Xpub {
+            for prefix in entry.peer_subs.prefixes() {
+                if st.subs.remove(prefix) {
+                    self.inbound
+                        .push_one(entry.pipe.id, subscription_message(0x00, prefix));
+                }
+            }
+        }
+    }
+
+    /// A message arrived from a peer. Decoded messages are appended to
+    /// `batch` (pushed to the receive queue once per read).
+    pub(crate) fn on_message(
+        &self,
+        link: &Link,
+        mut msg: Message,
+        batch: &mut Vec<(u64, Message)>,
+    ) {
+        match self.socket_type {
+            SocketType::Pub | SocketType::Xpub => {
+                // 29/PUBSUB: subscriptions may arrive as messages whose first
+                // byte is 0x01 (subscribe) or 0x00 (cancel) (3.0 peers, XSUB).
+                let first = msg.frames().first().cloned().unwrap_or_default();
+                match first.first() {
+                    Some(&0x01) if msg.len() == 1 => {
+                        self.on_subscription(link, first.slice(1..), true)
+                    }
+                    Some(&0x00) if msg.len() == 1 => {
+                        self.on_subscription(link, first.slice(1..), false)
+                    }
+                    _ if self.socket_type == SocketType::Xpub => batch.push((link.pipe.id, msg)),
+                    _ => {}
+                }
+            }
+            SocketType::Router => {
+                if let Some(rid) = &link.route_prefix {
+                    msg.push_front(rid.clone());
+                }
+                batch.push((link.pipe.id, msg));
+            }
+            // PUSH never receives: a peer sending to it is ignored.
+            SocketType::Push => {}
+            _ => batch.push((link.pipe.id, msg)),
+        }
+    }
+
+    /// SUBSCRIBE / CANCEL from a peer (command or 0x01/0x00 message form).
+    pub(crate) fn on_subscription(&self, link: &Link, prefix: Bytes, subscribe: bool) {
+        if !matches!(self.socket_type, SocketType::Pub | SocketType::Xpub) {
+            return;
+        }
+        let xpub = self.socket_type == SocketType::Xpub;
+        let verbose = self.options.xpub_verbose;
+        let mut st = lock(&self.state);
+        let Some(entry) = st.entry_mut(link.pipe.id) else {
+            return;
+        };
+        if subscribe {
+            let new_for_pipe = !entry.peer_subs.contains(&prefix);
+            if new_for_pipe {
+                entry.peer_subs.add(prefix.clone());
+            }
+            if xpub {
+                let new_overall = new_for_pipe && st.subs.add(prefix.clone());
+                if new_overall || verbose {
+                    self.inbound
+                        .push_one(link.pipe.id, subscription_message(0x01, &prefix));
+                }
+            }
+        } else if entry.peer_subs.remove(&prefix) && xpub && st.subs.remove(&prefix) {
+            self.inbound
+                .push_one(link.pipe.id, subscription_message(0x00, &prefix));
+        }
+    }
+
+    fn check_message(&self, msg: &Message) -> Result<(), Error> {
+        if msg.is_empty() {
+            return Err(Error::EmptyMessage);
+        }
+        match self.options.limits.check_message(msg) {
+            Ok(()) => Ok(()),
+            Err(dafka_zmtp_proto::LimitError::FrameTooLarge { size, max }) => {
+                Err(Error::MessageTooLarge { size, limit: max })
+            }
+            Err(dafka_zmtp_proto::LimitError::MessageTooLarge { size, max }) => {
+                Err(Error::MessageTooLarge { size, limit: max })
+            }
+            Err(_) => Err(Error::MessageTooLarge {
+                size: msg.byte_len() as u64,
+                limit: self.options.limits.max_message_size,
+            }),
+        }
+    }
+
+    fn not_supported(&self, operation: &'static str) -> Error {
+        Error::NotSupported {
+            socket_type: self.socket_type.as_str(),
+            operation,
+        }
+    }
+
+    /// Round-robin over all pipes, skipping full ones. Returns the pipe id.
+    fn load_balance(st: &mut State, mut msg: Message) -> Result<u64, Message> {
+        let n = st.pipes.len();
+        for i in 0..n {
+            let idx = (st.rr + i) % n;
+            let pipe = &st.pipes[idx].pipe;
+            match pipe.try_push(msg) {
+                Ok(()) => {
+                    st.rr = (idx + 1) % n;
+                    return Ok(pipe.id);
+                }
+                Err(m) => msg = m,
+            }
+        }
+        Err(msg)
+    }
+
+    /// Non-blocking send according to the socket pattern.
+    pub(crate) fn try_send(&self, mut msg: Message) -> Result<(), SendError> {
+        if let Err(e) = self.check_message(&msg) {
+            return Err(SendError::Fail(e));
+        }
+        let mut st = lock(&self.state);
+        if st.closed {
+            return Err(SendError::Fail(Error::Closed));
+        }
+        match self.socket_type {
+            SocketType::Push | SocketType::Dealer => Self::load_balance(&mut st, msg)
+                .map(|_| ())
+                .map_err(SendError::Block),
+            SocketType::Req => {
+                if st.req_waiting.is_some() {
+                    return Err(SendError::Fail(Error::InvalidState(
+                        "REQ must receive the reply before sending again",
+                    )));
+                }
+                // 28/REQREP: "The REQ socket MUST prefix the message with an
+                // empty delimiter frame."
+                msg.push_front(Bytes::new());
+                match Self::load_balance(&mut st, msg) {
+                    Ok(id) => {
+                        st.req_waiting = Some(id);
+                        Ok(())
+                    }
+                    Err(mut m) => {
+                        m.pop_front();
+                        Err(SendError::Block(m))
+                    }
+                }
+            }
+            SocketType::Rep => {
+                let Some((pipe_id, envelope)) = st.rep_envelope.take() else {
+                    return Err(SendError::Fail(Error::InvalidState(
+                        "REP must receive a request before sending",
+                    )));
+                };
+                let mut out = Message::new();
+                for f in envelope {
+                    out.push(f);
+                }
+                for f in msg.into_frames() {
+                    out.push(f);
+                }
+                // The requester may be gone or full: the reply is dropped, as
+                // in libzmq.
+                if let Some(e) = st.entry_mut(pipe_id) {
+                    let _ = e.pipe.try_push(out);
+                }
+                Ok(())
+            }
+            SocketType::Router => {
+                let Some(rid) = msg.pop_front() else {
+                    return Err(SendError::Fail(Error::EmptyMessage));
+                };
+                let mandatory = self.options.router_mandatory;
+                let pipe = st
+                    .routes
+                    .get(&rid)
+                    .copied()
+                    .and_then(|id| st.pipes.iter().find(|e| e.pipe.id == id))
+                    .map(|e| e.pipe.clone());
+                match pipe {
+                    None if mandatory => Err(SendError::Fail(Error::HostUnreachable(rid))),
+                    None => Ok(()),
+                    Some(_) if msg.is_empty() => Ok(()),
+                    Some(p) => match p.try_push(msg) {
+                        Ok(()) => Ok(()),
+                        Err(mut m) if mandatory => {
+                            m.push_front(rid);
+                            Err(SendError::Block(m))
+                        }
+                        Err(_) => Ok(()),
+                    },
+                }
+            }
+            SocketType::Pub | SocketType::Xpub => {
+                let topic = msg.frames().first().cloned().unwrap_or_default();
+                for e in st.pipes.iter().filter(|e| e.ready) {
+                    if e.peer_subs.matches(&topic) {
+                        // A slow subscriber loses messages (29/PUBSUB).
+                        let _ = e.pipe.try_push(msg.clone());
+                    }
+                }
+                Ok(())
+            }
+            SocketType::Xsub => {
+                let first = msg.frames().first().cloned().unwrap_or_default();
+                let is_sub = msg.len() == 1 && matches!(first.first(), Some(0x00 | 0x01));
+                if is_sub {
+                    let prefix = first.slice(1..);
+                    let forward = if first.first() == Some(&0x01) {
+                        st.subs.add(prefix);
+                        true
+                    } else {
+                        st.subs.remove(&prefix)
+                    };
+                    if forward {
+                        for e in st.pipes.iter().filter(|e| e.ready) {
+                            e.pipe.push_force(Out::Msg(msg.clone()));
+                        }
+                    }
+                } else {
+                    for e in st.pipes.iter().filter(|e| e.ready) {
+                        let _ = e.pipe.try_push(msg.clone());
+                    }
+                }
+                Ok(())
+            }
+            SocketType::Pair => match st.pipes.first() {
+                None => Err(SendError::Block(msg)),
+                Some(e) => e.pipe.try_push(msg).map_err(SendError::Block),
+            },
+            SocketType::Sub | SocketType::Pull => Err(SendError::Fail(self.not_supported("send"))),
+        }
+    }
+
+    /// Non-blocking receive according to the socket pattern.
+    pub(crate) fn try_recv(&self) -> Result<Message, Error> {
+        match self.socket_type {
+            SocketType::Push | SocketType::Pub => return Err(self.not_supported("recv")),
+            _ => {}
+        }
+        loop {
+            {
+                let st = lock(&self.state);
+                if st.closed {
+                    return Err(Error::Closed);
+                }
+                if self.socket_type == SocketType::Req && st.req_waiting.is_none() {
+                    return Err(Error::InvalidState(
+                        "REQ must send a request before receiving",
+                    ));
+                }
+                if self.socket_type == SocketType::Rep && st.rep_envelope.is_some() {
+                    return Err(Error::InvalidState(
+                        "REP must send the reply before receiving",
+                    ));
+                }
+            }
+            let Some((pipe_id, mut msg)) = self.inbound.pop() else {
+                return Err(Error::WouldBlock);
+            };
+            match self.socket_type {
+                SocketType::Req => {
+                    let mut st = lock(&self.state);
+                    // Only the reply from the peer we asked, starting with the
+                    // empty delimiter, is accepted; anything else is dropped.
+                    if st.req_waiting != Some(pipe_id)
+                        || msg.frames().first().is_none_or(|f| !f.is_empty())
+                    {
+                        continue;
+                    }
+                    msg.pop_front();
+                    if msg.is_empty() {
+                        continue;
+                    }
+                    st.req_waiting = None;
+                    return Ok(msg);
+                }
+                SocketType::Rep => {
+                    // 28/REQREP: strip everything up to and including the
+                    // empty delimiter; it is restored on the reply.
+                    let mut envelope = Vec::new();
+                    let mut found = false;
+                    while let Some(f) = msg.pop_front() {
+                        let empty = f.is_empty();
+                        envelope.push(f);
+                        if empty {
+                            found = true;
+                            break;
+                        }
+                    }
+                    if !found || msg.is_empty() {
+                        continue;
+                    }
+                    lock(&self.state).rep_envelope = Some((pipe_id, envelope));
+                    return Ok(msg);
+                }
+                SocketType::Sub | SocketType::Xsub => {
+                    let topic = msg.frames().first().cloned().unwrap_or_default();
+                    if lock(&self.state).subs.matches(&topic) {
+                        return Ok(msg);
+                    }
+                }
+                _ => return Ok(msg),
+            }
+        }
+    }
+
+    /// SUB: add or cancel a subscription and tell every connected publisher.
+    pub(crate) fn set_subscription(&self, prefix: &[u8], subscribe: bool) -> Result<(), Error> {
+        if self.socket_type != SocketType::Sub {
+            return Err(self.not_supported(if subscribe {
+                "subscribe"
+            } else {
+                "unsubscribe"
+            }));
+        }
+        let prefix = Bytes::copy_from_slice(prefix);
+        let mut st = lock(&self.state);
+        if st.closed {
+            return Err(Error::Closed);
+        }
+        // libzmq forwards every subscribe, but a cancel only once the last
+        // reference to the prefix is gone.
+        let item = if subscribe {
+            st.subs.add(prefix.clone());
+            Out::Sub(prefix)
+        } else if st.subs.remove(&prefix) {
+            Out::Cancel(prefix)
+        } else {
+            return Ok(());
+        };
+        for e in st.pipes.iter().filter(|e| e.ready) {
+            e.pipe.push_force(match &item {
+                Out::Sub(p) => Out::Sub(p.clone()),
+                Out::Cancel(p) => Out::Cancel(p.clone()),
+                Out::Msg(m) => Out::Msg(m.clone()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Are all outgoing queues empty? (Used by linger.)
+    pub(crate) fn pipes_empty(&self) -> bool {
+        lock(&self.state).pipes.iter().all(|e| e.pipe.is_empty())
+    }
+
+    /// Close: mark closed, flush for up to `linger`, then stop every task.
+    pub(crate) async fn close(self: &Arc<Self>) {
+        {
+            let mut st = lock(&self.state);
+            if !st.closed {
+                st.closed = true;
+                self.closed.store(true, Ordering::Release);
+                for name in st.inproc_names.drain(..) {
+                    crate::inproc::unregister(&name, self);
+                }
+            }
+        }
+        if *self.phase_tx.borrow() == Phase::Running {
+            self.phase_tx.send_replace(Phase::Closing);
+        }
+        self.send_space.notify_waiters();
+        self.inbound.data.notify_waiters();
+        let linger = self.options.linger;
+        let flushed = self.wait_flushed();
+        match linger {
+            None => flushed.await,
+            Some(d) => {
+                let _ = tokio::time::timeout(d, flushed).await;
+            }
+        }
+        self.phase_tx.send_replace(Phase::Terminated);
+        self.wait_tasks().await;
+        // Release queued messages and state.
+        let mut st = lock(&self.state);
+        st.pipes.clear();
+        st.routes.clear();
+    }
+
+    /// Wait until every task ended and every pipe is empty (pipes towards
+    /// inproc peers are drained by the peer's tasks, so they are polled).
+    async fn wait_flushed(&self) {
+        loop {
+            let n = self.tasks_done.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.tasks.load(Ordering::Acquire) == 0 {
+                if self.pipes_empty() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                continue;
+            }
+            n.await;
+        }
+    }
+
+    async fn wait_tasks(&self) {
+        loop {
+            let n = self.tasks_done.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.tasks.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+/// `0x01 + prefix` (subscribe) or `0x00 + prefix` (cancel) as a one-frame message.
+pub(crate) fn subscription_message(kind: u8, prefix: &[u8]) -> Message {
+    let mut b = BytesMut::with_capacity(prefix.len() + 1);
+    b.put_u8(kind);
+    b.put_slice(prefix);
+    Message::from(b.freeze())
+}
+
+fn is_subscription_message(m: &Message) -> bool {
+    m.len() == 1
+        && matches!(
+            m.frames().first().and_then(|f| f.first()),
+            Some(0x00 | 0x01)
+        )
+}

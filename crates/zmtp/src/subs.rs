@@ -1,0 +1,143 @@
+//! Prefix subscription sets with reference counts.
+//!
+//! ZeroMQ subscriptions are byte prefixes: a message matches when its first
+//! frame starts with any subscribed prefix (the empty prefix matches
+//! everything). Subscriptions are counted: subscribing twice needs two
+//! cancels.
+//!
+//! The set keeps a hash map `prefix -> count` plus the multiset of distinct
+//! prefix lengths, so matching a topic costs one hash lookup per distinct
+//! subscribed length (typically a handful), independent of how many prefixes
+//! are subscribed.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+
+/// A counted set of subscription prefixes.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SubSet {
+    counts: HashMap<Bytes, u32>,
+    /// length -> number of distinct prefixes of that length.
+    lengths: BTreeMap<usize, u32>,
+}
+
+impl SubSet {
+    /// Add one reference to `prefix`. Returns `true` if the prefix is new.
+    pub(crate) fn add(&mut self, prefix: Bytes) -> bool {
+        let len = prefix.len();
+        let count = self.counts.entry(prefix).or_insert(0);
+        *count = count.saturating_add(1);
+        if *count == 1 {
+            *self.lengths.entry(len).or_insert(0) += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Drop one reference to `prefix`. Returns `true` if the prefix is now gone.
+    /// Cancelling a prefix that is not subscribed does nothing.
+    pub(crate) fn remove(&mut self, prefix: &[u8]) -> bool {
+        let Some(count) = self.counts.get_mut(prefix) else {
+            return false;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return false;
+        }
+        self.counts.remove(prefix);
+        if let Some(n) = self.lengths.get_mut(&prefix.len()) {
+            *n -= 1;
+            if *n == 0 {
+                self.lengths.remove(&prefix.len());
+            }
+        }
+        true
+    }
+
+    /// Is exactly this prefix subscribed?
+    pub(crate) fn contains(&self, prefix: &[u8]) -> bool {
+        self.counts.contains_key(prefix)
+    }
+
+    /// Does `topic` start with any subscribed prefix?
+    pub(crate) fn matches(&self, topic: &[u8]) -> bool {
+        for &len in self.lengths.keys() {
+            if len > topic.len() {
+                break;
+            }
+            if topic
+                .get(..len)
+                .is_some_and(|p| self.counts.contains_key(p))
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The distinct prefixes (one entry per prefix, whatever its count).
+    pub(crate) fn prefixes(&self) -> impl Iterator<Item = &Bytes> {
+        self.counts.keys()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.counts.clear();
+        self.lengths.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_set_matches_nothing() {
+        let s = SubSet::default();
+        assert!(!s.matches(b""));
+        assert!(!s.matches(b"abc"));
+    }
+
+    #[test]
+    fn empty_prefix_matches_everything() {
+        let mut s = SubSet::default();
+        assert!(s.add(Bytes::new()));
+        assert!(s.matches(b""));
+        assert!(s.matches(b"anything"));
+    }
+
+    #[test]
+    fn prefix_matching_and_counts() {
+        let mut s = SubSet::default();
+        assert!(s.add(Bytes::from_static(b"ab")));
+        assert!(!s.add(Bytes::from_static(b"ab")));
+        assert!(s.add(Bytes::from_static(b"xyz")));
+        assert!(s.matches(b"ab"));
+        assert!(s.matches(b"abc"));
+        assert!(!s.matches(b"a"));
+        assert!(s.matches(b"xyz1"));
+        assert!(!s.matches(b"xy"));
+        assert!(!s.remove(b"ab"));
+        assert!(s.matches(b"abc"));
+        assert!(s.remove(b"ab"));
+        assert!(!s.matches(b"abc"));
+        assert!(!s.remove(b"ab"));
+        assert!(!s.remove(b"nope"));
+        assert!(s.matches(b"xyz"));
+        assert_eq!(s.prefixes().count(), 1);
+        s.clear();
+        assert_eq!(s.prefixes().count(), 0);
+        assert!(!s.matches(b"xyz"));
+    }
+
+    #[test]
+    fn same_length_prefixes_share_a_length_entry() {
+        let mut s = SubSet::default();
+        s.add(Bytes::from_static(b"aa"));
+        s.add(Bytes::from_static(b"bb"));
+        s.remove(b"aa");
+        assert!(s.matches(b"bbq"));
+        assert!(!s.matches(b"aaq"));
+    }
+}

@@ -1,0 +1,272 @@
+//! `tcp://` and `ipc://`: listeners, connectors with reconnect.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::watch;
+
+use crate::conn::{self, ConnEnd};
+use crate::endpoint::tcp_string;
+use crate::error::Error;
+use crate::pipe::Pipe;
+use crate::socket::{Inner, Phase};
+
+async fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    if host == "*" {
+        return Ok(vec![SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        )]);
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "host name did not resolve",
+        ));
+    }
+    Ok(addrs)
+}
+
+/// Resolves when the socket leaves [`Phase::Running`].
+async fn until_not_running(phase: &mut watch::Receiver<Phase>) {
+    while *phase.borrow_and_update() == Phase::Running {
+        if phase.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Resolves when the socket reaches [`Phase::Terminated`].
+async fn until_terminated(phase: &mut watch::Receiver<Phase>) {
+    while *phase.borrow_and_update() != Phase::Terminated {
+        if phase.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+pub(crate) async fn bind_tcp(
+    inner: &Arc<Inner>,
+    host: &str,
+    port: u16,
+    endpoint: &str,
+) -> Result<String, Error> {
+    let addrs = resolve(host, port).await?;
+    let mut last_err = None;
+    for addr in addrs {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let local = listener.local_addr()?;
+                let task_inner = inner.clone();
+                inner.spawn(accept_tcp(task_inner, listener));
+                return Ok(tcp_string(local));
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(match last_err {
+        Some(e) => Error::from_bind(endpoint, e),
+        None => Error::endpoint(endpoint, "host did not resolve"),
+    })
+}
+
+async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener) {
+    let mut phase = inner.phase();
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    let conn_inner = inner.clone();
+                    inner.spawn(async move {
+                        let (rd, wr) = stream.into_split();
+                        conn::run(conn_inner, rd, wr, None, &addr.to_string()).await;
+                    });
+                }
+                Err(e) => {
+                    // Typically EMFILE: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = until_not_running(&mut phase) => break,
+        }
+    }
+}
+
+pub(crate) async fn bind_ipc(
+    inner: &Arc<Inner>,
+    path: &Path,
+    endpoint: &str,
+) -> Result<String, Error> {
+    let listener = match UnixListener::bind(path) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            // A live listener answers; a stale file left by a dead process
+            // does not and is replaced.
+            if UnixStream::connect(path).await.is_ok() {
+                return Err(Error::AddrInUse(endpoint.to_owned()));
+            }
+            std::fs::remove_file(path)?;
+            UnixListener::bind(path).map_err(|e| Error::from_bind(endpoint, e))?
+        }
+        Err(e) => return Err(Error::from_bind(endpoint, e)),
+    };
+    let task_inner = inner.clone();
+    let owned = path.to_path_buf();
+    inner.spawn(accept_ipc(task_inner, listener, owned));
+    Ok(format!("ipc://{}", path.display()))
+}
+
+async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf) {
+    let mut phase = inner.phase();
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let conn_inner = inner.clone();
+                    let peer = format!("ipc://{}", path.display());
+                    inner.spawn(async move {
+                        let (rd, wr) = stream.into_split();
+                        conn::run(conn_inner, rd, wr, None, &peer).await;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = until_not_running(&mut phase) => break,
+        }
+    }
+    drop(listener);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Where a connector connects to.
+#[derive(Debug, Clone)]
+enum Target {
+    Tcp { host: String, port: u16 },
+    Ipc(PathBuf),
+}
+
+pub(crate) fn connect_tcp(inner: &Arc<Inner>, host: String, port: u16) -> Result<(), Error> {
+    start_connector(inner, Target::Tcp { host, port })
+}
+
+pub(crate) fn connect_ipc(inner: &Arc<Inner>, path: PathBuf) -> Result<(), Error> {
+    start_connector(inner, Target::Ipc(path))
+}
+
+fn start_connector(inner: &Arc<Inner>, target: Target) -> Result<(), Error> {
+    let pipe = inner.add_connect_pipe()?;
+    let task_inner = inner.clone();
+    inner.spawn(connector(task_inner, pipe, target));
+    Ok(())
+}
+
+/// A random duration in `0..=max` (reconnect jitter).
+fn jitter(max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    let r = h.finish();
+    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(if nanos == 0 { 0 } else { r % (nanos + 1) })
+}
+
+async fn connect_once(
+    inner: &Inner,
+    target: &Target,
+) -> io::Result<(conn::BoxRead, conn::BoxWrite, String)> {
+    let attempt = async {
+        match target {
+            Target::Tcp { host, port } => {
+                let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+                for addr in resolve(host, *port).await? {
+                    match TcpStream::connect(addr).await {
+                        Ok(s) => {
+                            let _ = s.set_nodelay(true);
+                            let (r, w) = s.into_split();
+                            return Ok((
+                                Box::new(r) as conn::BoxRead,
+                                Box::new(w) as conn::BoxWrite,
+                                tcp_string(addr),
+                            ));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
+            Target::Ipc(path) => {
+                let s = UnixStream::connect(path).await?;
+                let (r, w) = s.into_split();
+                Ok((
+                    Box::new(r) as conn::BoxRead,
+                    Box::new(w) as conn::BoxWrite,
+                    format!("ipc://{}", path.display()),
+                ))
+            }
+        }
+    };
+    match inner.options.connect_timeout {
+        Some(t) => tokio::time::timeout(t, attempt)
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+        None => attempt.await,
+    }
+}
+
+/// Connect, run the connection, reconnect with backoff; the pipe (and the
+/// messages queued in it) survives across connections.
+async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target) {
+    let mut phase = inner.phase();
+    let base = inner.options.reconnect_ivl;
+    let mut ivl = base;
+    loop {
+        let ph = *phase.borrow_and_update();
+        if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) {
+            break;
+        }
+        let res = tokio::select! {
+            r = connect_once(&inner, &target) => r,
+            _ = until_terminated(&mut phase) => break,
+        };
+        match res {
+            Ok((rd, wr, peer)) => {
+                let outcome = conn::run(inner.clone(), rd, wr, Some(pipe.clone()), &peer).await;
+                if outcome.was_ready {
+                    ivl = base;
+                }
+                match outcome.end {
+                    ConnEnd::Closed => continue,
+                    // libzmq stops reconnecting after a handshake failure.
+                    ConnEnd::Protocol(_) | ConnEnd::Rejected(_) if !outcome.was_ready => {
+                        tracing::warn!(peer, "handshake failed: not reconnecting");
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            Err(e) => tracing::debug!(?target, error = %e, "connect failed"),
+        }
+        let delay = ivl + jitter(ivl);
+        if let Some(max) = inner.options.reconnect_ivl_max {
+            ivl = (ivl * 2).min(max.max(base));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = until_terminated(&mut phase) => break,
+        }
+    }
+    inner.remove_pipe(pipe.id);
+}

@@ -1,0 +1,558 @@
+//! HWM, routing, reconnect, heartbeats, linger, misuse.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use dafka_zmtp::{Error, Message, Options, Socket, SocketType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+fn hwm(snd: usize, rcv: usize) -> Options {
+    Options {
+        sndhwm: snd,
+        rcvhwm: rcv,
+        linger: Some(Duration::ZERO),
+        ..Default::default()
+    }
+}
+
+/// A TCP port nobody listens on (bound then released).
+async fn dead_endpoint() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("tcp://{addr}")
+}
+
+#[tokio::test]
+async fn push_queues_up_to_sndhwm_without_peer() {
+    let push = Socket::new(SocketType::Push, hwm(5, 5));
+    // No peer at all: a blocking type would block.
+    assert!(matches!(
+        push.try_send(msg(&[b"x"])),
+        Err(Error::WouldBlock)
+    ));
+    push.connect(&dead_endpoint().await).await.unwrap();
+    for _ in 0..5 {
+        push.try_send(msg(&[b"x"])).unwrap();
+    }
+    assert!(matches!(
+        push.try_send(msg(&[b"x"])),
+        Err(Error::WouldBlock)
+    ));
+    // A blocking send waits.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), push.send(msg(&[b"x"])))
+            .await
+            .is_err()
+    );
+    push.close().await;
+}
+
+#[tokio::test]
+async fn inproc_hwm_is_sndhwm_plus_rcvhwm() {
+    let pull = Socket::new(SocketType::Pull, hwm(3, 4));
+    let ep = pull.bind(&bind_endpoint("inproc")).await.unwrap();
+    let push = Socket::new(SocketType::Push, hwm(3, 4));
+    push.connect(&ep).await.unwrap();
+    let mut sent = 0;
+    // Let the bridge move messages between attempts.
+    for _ in 0..50 {
+        while push.try_send(msg(&[b"m"])).is_ok() {
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(sent, 7, "PUSH sndhwm 3 + PULL rcvhwm 4");
+    for _ in 0..7 {
+        recv(&pull).await;
+    }
+    // Space again.
+    send(&push, msg(&[b"again"])).await;
+    assert_eq!(frames(&recv(&pull).await), vec![b"again".to_vec()]);
+}
+
+#[tokio::test]
+async fn tcp_receiver_back_pressure_blocks_sender_without_loss() {
+    let (pull, push, _) = pair_with(
+        SocketType::Pull,
+        hwm(10, 10),
+        SocketType::Push,
+        hwm(10, 10),
+        "tcp",
+    )
+    .await;
+    // Fill until the sender blocks: the receiver stops reading, the kernel
+    // buffers fill, then the PUSH queue fills.
+    let payload = vec![7u8; 16 * 1024];
+    let mut sent: u32 = 0;
+    let mut idle_rounds = 0;
+    while idle_rounds < 20 {
+        let mut m = Message::new();
+        m.push(Bytes::copy_from_slice(&sent.to_be_bytes()));
+        m.push(Bytes::from(payload.clone()));
+        match push.try_send(m) {
+            Ok(()) => {
+                sent += 1;
+                idle_rounds = 0;
+            }
+            Err(Error::WouldBlock) => {
+                idle_rounds += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(sent < 100_000, "sender never blocked");
+    }
+    for i in 0..sent {
+        let m = recv(&pull).await;
+        assert_eq!(m.frames()[0], &i.to_be_bytes()[..]);
+    }
+    assert!(matches!(pull.try_recv(), Err(Error::WouldBlock)));
+}
+
+#[tokio::test]
+async fn pub_drops_for_slow_subscriber_and_never_blocks() {
+    let (publisher, sub, _) = pair_with(
+        SocketType::Pub,
+        hwm(5, 5),
+        SocketType::Sub,
+        hwm(5, 5),
+        "inproc",
+    )
+    .await;
+    sub.subscribe(b"").unwrap();
+    // Wait until the subscription is in place.
+    loop {
+        publisher.try_send(msg(&[b"probe"])).unwrap();
+        if tokio::time::timeout(Duration::from_millis(10), sub.recv())
+            .await
+            .is_ok()
+        {
+            break;
+        }
+    }
+    while sub.try_recv().is_ok() {}
+    for i in 0..1000u32 {
+        publisher
+            .try_send(Message::from(Bytes::copy_from_slice(&i.to_be_bytes())))
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut got = 0;
+    while sub.try_recv().is_ok() {
+        got += 1;
+    }
+    assert!((1..=10).contains(&got), "got {got}");
+}
+
+#[tokio::test]
+async fn router_drops_unknown_or_reports_with_mandatory() {
+    let router = Socket::new(SocketType::Router, Options::default());
+    router.send(msg(&[b"nobody", b"x"])).await.unwrap();
+    let mandatory = Socket::new(
+        SocketType::Router,
+        Options {
+            router_mandatory: true,
+            ..Default::default()
+        },
+    );
+    match mandatory.send(msg(&[b"nobody", b"x"])).await {
+        Err(Error::HostUnreachable(id)) => assert_eq!(id, &b"nobody"[..]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn router_mandatory_blocks_on_full_peer() {
+    let (router, dealer, _) = pair_with(
+        SocketType::Router,
+        Options {
+            router_mandatory: true,
+            ..hwm(2, 2)
+        },
+        SocketType::Dealer,
+        Options {
+            routing_id: Some(Bytes::from_static(b"d")),
+            ..hwm(2, 2)
+        },
+        "inproc",
+    )
+    .await;
+    loop {
+        match router.try_send(msg(&[b"d", b"x"])) {
+            Ok(()) => break,
+            Err(Error::HostUnreachable(_)) => tokio::time::sleep(Duration::from_millis(2)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let mut sent = 1;
+    for _ in 0..50 {
+        while router.try_send(msg(&[b"d", b"x"])).is_ok() {
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(sent, 4);
+    assert!(matches!(
+        router.try_send(msg(&[b"d", b"x"])),
+        Err(Error::WouldBlock)
+    ));
+    recv(&dealer).await;
+}
+
+#[tokio::test]
+async fn pair_blocks_when_full() {
+    let (a, b, _) = pair_with(
+        SocketType::Pair,
+        hwm(2, 2),
+        SocketType::Pair,
+        hwm(2, 2),
+        "inproc",
+    )
+    .await;
+    let mut sent = 0;
+    for _ in 0..50 {
+        while b.try_send(msg(&[b"p"])).is_ok() {
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(sent, 4);
+    recv(&a).await;
+}
+
+#[tokio::test]
+async fn dealer_round_robins_and_fair_queues() {
+    let r1 = Socket::new(SocketType::Router, Options::default());
+    let r2 = Socket::new(SocketType::Router, Options::default());
+    let e1 = r1.bind(&bind_endpoint("tcp")).await.unwrap();
+    let e2 = r2.bind(&bind_endpoint("tcp")).await.unwrap();
+    let dealer = Socket::new(SocketType::Dealer, Options::default());
+    dealer.connect(&e1).await.unwrap();
+    dealer.connect(&e2).await.unwrap();
+    for i in 0..10u8 {
+        send(&dealer, msg(&[&[i]])).await;
+    }
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for _ in 0..5 {
+        a.push(recv(&r1).await.frames()[1][0]);
+        b.push(recv(&r2).await.frames()[1][0]);
+    }
+    assert_eq!(a, vec![0, 2, 4, 6, 8]);
+    assert_eq!(b, vec![1, 3, 5, 7, 9]);
+    assert_silent(&r1, 30).await;
+}
+
+#[tokio::test]
+async fn misuse_is_a_caller_error() {
+    let push = Socket::new(SocketType::Push, Options::default());
+    assert!(matches!(push.try_recv(), Err(Error::NotSupported { .. })));
+    assert!(matches!(
+        push.subscribe(b"x"),
+        Err(Error::NotSupported { .. })
+    ));
+    assert!(matches!(
+        push.try_send(Message::new()),
+        Err(Error::EmptyMessage)
+    ));
+    assert!(matches!(
+        push.bind("bogus").await,
+        Err(Error::InvalidEndpoint { .. })
+    ));
+    assert!(matches!(
+        push.connect("tcp://*:5555").await,
+        Err(Error::InvalidEndpoint { .. })
+    ));
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    assert!(matches!(
+        pull.try_send(msg(&[b"x"])),
+        Err(Error::NotSupported { .. })
+    ));
+    let sub = Socket::new(SocketType::Sub, Options::default());
+    assert!(matches!(
+        sub.try_send(msg(&[b"x"])),
+        Err(Error::NotSupported { .. })
+    ));
+    let small = Socket::new(
+        SocketType::Push,
+        Options {
+            limits: dafka_zmtp::Limits {
+                max_frame_size: 10,
+                max_message_size: 1000,
+            },
+            ..Default::default()
+        },
+    );
+    assert!(matches!(
+        small.try_send(msg(&[&[0u8; 11]])),
+        Err(Error::MessageTooLarge { .. })
+    ));
+    let bad_id = Socket::new(
+        SocketType::Dealer,
+        Options {
+            routing_id: Some(Bytes::from(vec![1u8; 300])),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(
+        bad_id.connect("tcp://127.0.0.1:1").await,
+        Err(Error::InvalidOption(_))
+    ));
+}
+
+#[tokio::test]
+async fn bind_conflicts_are_addr_in_use() {
+    let a = Socket::new(SocketType::Pull, linger0());
+    let ep = a.bind("tcp://127.0.0.1:0").await.unwrap();
+    let b = Socket::new(SocketType::Pull, linger0());
+    assert!(matches!(b.bind(&ep).await, Err(Error::AddrInUse(_))));
+    let name = bind_endpoint("inproc");
+    a.bind(&name).await.unwrap();
+    assert!(matches!(b.bind(&name).await, Err(Error::AddrInUse(_))));
+    let ipc = bind_endpoint("ipc");
+    a.bind(&ipc).await.unwrap();
+    assert!(matches!(b.bind(&ipc).await, Err(Error::AddrInUse(_))));
+    // After close the names are free again.
+    a.close().await;
+    b.bind(&name).await.unwrap();
+    b.bind(&ipc).await.unwrap();
+    b.bind(&ep).await.unwrap();
+}
+
+#[tokio::test]
+async fn ipc_bind_replaces_stale_socket_file() {
+    let ep = bind_endpoint("ipc");
+    let path = ep.strip_prefix("ipc://").unwrap().to_owned();
+    // A socket file with no listener behind it.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(std::path::Path::new(&path).exists());
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    pull.bind(&ep).await.unwrap();
+    let push = Socket::new(SocketType::Push, Options::default());
+    push.connect(&ep).await.unwrap();
+    send(&push, msg(&[b"ok"])).await;
+    assert_eq!(frames(&recv(&pull).await), vec![b"ok".to_vec()]);
+    pull.close().await;
+    assert!(
+        !std::path::Path::new(&path).exists(),
+        "socket file removed on close"
+    );
+}
+
+#[tokio::test]
+async fn inproc_connect_before_bind() {
+    let ep = bind_endpoint("inproc");
+    let push = Socket::new(SocketType::Push, Options::default());
+    push.connect(&ep).await.unwrap();
+    send(&push, msg(&[b"early"])).await;
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    pull.bind(&ep).await.unwrap();
+    assert_eq!(frames(&recv(&pull).await), vec![b"early".to_vec()]);
+}
+
+async fn restart_keeps_queued(transport: &str) {
+    let ep0 = bind_endpoint(transport);
+    let pull = Socket::new(SocketType::Pull, linger0());
+    let ep = pull.bind(&ep0).await.unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            reconnect_ivl: Duration::from_millis(20),
+            ..Default::default()
+        },
+    );
+    push.connect(&ep).await.unwrap();
+    send(&push, msg(&[b"before"])).await;
+    assert_eq!(frames(&recv(&pull).await), vec![b"before".to_vec()]);
+    pull.close().await;
+    // Let the pusher notice the disconnect.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..100u32 {
+        send(
+            &push,
+            Message::from(Bytes::copy_from_slice(&i.to_be_bytes())),
+        )
+        .await;
+    }
+    let pull = Socket::new(SocketType::Pull, linger0());
+    // The port may linger briefly in the kernel; retry.
+    let mut bound = false;
+    for _ in 0..100 {
+        if pull.bind(&ep).await.is_ok() {
+            bound = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(bound, "could not rebind {ep}");
+    for i in 0..100u32 {
+        assert_eq!(recv(&pull).await.frames()[0], &i.to_be_bytes()[..]);
+    }
+}
+
+#[tokio::test]
+async fn reconnect_after_bound_side_restarts_tcp() {
+    restart_keeps_queued("tcp").await;
+}
+
+#[tokio::test]
+async fn reconnect_after_bound_side_restarts_ipc() {
+    restart_keeps_queued("ipc").await;
+}
+
+#[tokio::test]
+async fn reconnect_after_bound_side_restarts_inproc() {
+    restart_keeps_queued("inproc").await;
+}
+
+#[tokio::test]
+async fn sub_resubscribes_after_publisher_restart() {
+    let publisher = Socket::new(SocketType::Xpub, linger0());
+    let ep = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
+    let sub = Socket::new(
+        SocketType::Sub,
+        Options {
+            reconnect_ivl: Duration::from_millis(20),
+            ..Default::default()
+        },
+    );
+    sub.connect(&ep).await.unwrap();
+    sub.subscribe(b"t").unwrap();
+    assert_eq!(frames(&recv(&publisher).await), vec![b"\x01t".to_vec()]);
+    publisher.close().await;
+    let publisher = Socket::new(SocketType::Xpub, linger0());
+    let mut bound = false;
+    for _ in 0..100 {
+        if publisher.bind(&ep).await.is_ok() {
+            bound = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(bound);
+    // The subscription is sent again on the new connection.
+    assert_eq!(frames(&recv(&publisher).await), vec![b"\x01t".to_vec()]);
+    send(&publisher, msg(&[b"t1"])).await;
+    assert_eq!(frames(&recv(&sub).await), vec![b"t1".to_vec()]);
+}
+
+/// ZMTP 3.1 greeting (NULL mechanism) followed by a READY announcing `socket_type`.
+fn handshake_bytes(socket_type: &str) -> Vec<u8> {
+    let mut g = vec![0xFFu8];
+    g.extend_from_slice(&[0; 8]);
+    g.push(0x7F);
+    g.extend_from_slice(&[3, 1]);
+    let mut mech = b"NULL".to_vec();
+    mech.resize(20, 0);
+    g.extend_from_slice(&mech);
+    g.push(0);
+    g.extend_from_slice(&[0; 31]);
+    let mut body = vec![5u8];
+    body.extend_from_slice(b"READY");
+    body.push(11);
+    body.extend_from_slice(b"Socket-Type");
+    body.extend_from_slice(&(socket_type.len() as u32).to_be_bytes());
+    body.extend_from_slice(socket_type.as_bytes());
+    g.push(0x04);
+    g.push(body.len() as u8);
+    g.extend_from_slice(&body);
+    g
+}
+
+#[tokio::test]
+async fn heartbeat_timeout_closes_dead_peer() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            heartbeat_ivl: Some(Duration::from_millis(50)),
+            heartbeat_timeout: Some(Duration::from_millis(150)),
+            reconnect_ivl: Duration::from_millis(20),
+            linger: Some(Duration::ZERO),
+            ..Default::default()
+        },
+    );
+    push.connect(&format!("tcp://{addr}")).await.unwrap();
+    let (mut s, _) = listener.accept().await.unwrap();
+    s.write_all(&handshake_bytes("PULL")).await.unwrap();
+    // Read (and ignore) everything; never answer PINGs. The pusher must close
+    // the connection by itself.
+    let started = std::time::Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "dead peer was not closed");
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    // And it reconnects.
+    let again = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await;
+    assert!(again.is_ok(), "no reconnect");
+}
+
+#[tokio::test]
+async fn linger_flushes_queued_messages_on_close() {
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            linger: Some(Duration::from_secs(5)),
+            ..Default::default()
+        },
+    );
+    push.connect(&ep).await.unwrap();
+    for i in 0..500u32 {
+        send(
+            &push,
+            Message::from(Bytes::copy_from_slice(&i.to_be_bytes())),
+        )
+        .await;
+    }
+    push.close().await;
+    assert!(matches!(push.try_send(msg(&[b"x"])), Err(Error::Closed)));
+    for i in 0..500u32 {
+        assert_eq!(recv(&pull).await.frames()[0], &i.to_be_bytes()[..]);
+    }
+}
+
+#[tokio::test]
+async fn linger_zero_returns_at_once_with_unreachable_peer() {
+    let push = Socket::new(SocketType::Push, linger0());
+    push.connect(&dead_endpoint().await).await.unwrap();
+    push.send(msg(&[b"x"])).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), push.close())
+        .await
+        .expect("close hung");
+}
+
+#[tokio::test]
+async fn close_wakes_blocked_receiver() {
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    let p2 = pull.clone();
+    let waiter = tokio::spawn(async move { p2.recv().await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    pull.close().await;
+    assert!(matches!(waiter.await.unwrap(), Err(Error::Closed)));
+}
+
+#[tokio::test]
+async fn incompatible_socket_types_do_not_talk() {
+    let (pull, pull2, _) = pair(SocketType::Pull, SocketType::Pull, "tcp").await;
+    assert!(matches!(
+        pull2.try_send(msg(&[b"x"])),
+        Err(Error::NotSupported { .. })
+    ));
+    assert_silent(&pull, 50).await;
+}

@@ -1,0 +1,88 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dafka_zmtp::{Message, Options, Socket, SocketType};
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh endpoint to bind for `transport` ("tcp", "ipc", "inproc").
+pub fn bind_endpoint(transport: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    match transport {
+        "tcp" => "tcp://127.0.0.1:0".to_owned(),
+        "ipc" => format!(
+            "ipc://{}/dafka-zmtp-test-{}-{}.sock",
+            std::env::temp_dir().display(),
+            std::process::id(),
+            n
+        ),
+        "inproc" => format!("inproc://test-{}-{}", std::process::id(), n),
+        other => panic!("unknown transport {other}"),
+    }
+}
+
+pub fn msg(frames: &[&[u8]]) -> Message {
+    frames.iter().map(|f| Bytes::copy_from_slice(f)).collect()
+}
+
+pub fn frames(m: &Message) -> Vec<Vec<u8>> {
+    m.frames().iter().map(|f| f.to_vec()).collect()
+}
+
+/// Bind `a`, connect `b` to it; returns (bound, connected, endpoint).
+pub async fn pair_with(
+    a: SocketType,
+    a_opts: Options,
+    b: SocketType,
+    b_opts: Options,
+    transport: &str,
+) -> (Socket, Socket, String) {
+    let sa = Socket::new(a, a_opts);
+    let ep = sa.bind(&bind_endpoint(transport)).await.expect("bind");
+    let sb = Socket::new(b, b_opts);
+    sb.connect(&ep).await.expect("connect");
+    (sa, sb, ep)
+}
+
+pub async fn pair(a: SocketType, b: SocketType, transport: &str) -> (Socket, Socket, String) {
+    pair_with(a, Options::default(), b, Options::default(), transport).await
+}
+
+pub async fn recv(s: &Socket) -> Message {
+    tokio::time::timeout(Duration::from_secs(10), s.recv())
+        .await
+        .expect("recv timed out")
+        .expect("recv failed")
+}
+
+pub async fn send(s: &Socket, m: Message) {
+    tokio::time::timeout(Duration::from_secs(10), s.send(m))
+        .await
+        .expect("send timed out")
+        .expect("send failed")
+}
+
+/// Nothing arrives within `ms` milliseconds.
+pub async fn assert_silent(s: &Socket, ms: u64) {
+    if let Ok(r) = tokio::time::timeout(Duration::from_millis(ms), s.recv()).await {
+        panic!("unexpected message: {r:?}");
+    }
+}
+
+pub fn opts_with_id(id: &'static [u8]) -> Options {
+    Options {
+        routing_id: Some(Bytes::from_static(id)),
+        ..Default::default()
+    }
+}
+
+pub fn linger0() -> Options {
+    Options {
+        linger: Some(Duration::ZERO),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,253 @@
+//! Hostile and broken peers over real TCP on 127.0.0.1: each loses only its
+//! own connection, no hostile byte is delivered as a message, and a
+//! well-behaved peer is served in full meanwhile.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use dafka_zmtp::{Error, Message, Options, Socket, SocketType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn greeting(mechanism: &[u8]) -> Vec<u8> {
+    let mut g = vec![0xFFu8];
+    g.extend_from_slice(&[0; 8]);
+    g.push(0x7F);
+    g.extend_from_slice(&[3, 1]);
+    let mut mech = mechanism.to_vec();
+    mech.resize(20, 0);
+    g.extend_from_slice(&mech);
+    g.push(0);
+    g.extend_from_slice(&[0; 31]);
+    g
+}
+
+fn ready(socket_type: &str) -> Vec<u8> {
+    let mut body = vec![5u8];
+    body.extend_from_slice(b"READY");
+    body.push(11);
+    body.extend_from_slice(b"Socket-Type");
+    body.extend_from_slice(&(socket_type.len() as u32).to_be_bytes());
+    body.extend_from_slice(socket_type.as_bytes());
+    let mut out = vec![0x04, body.len() as u8];
+    out.extend_from_slice(&body);
+    out
+}
+
+fn handshake(socket_type: &str) -> Vec<u8> {
+    let mut v = greeting(b"NULL");
+    v.extend_from_slice(&ready(socket_type));
+    v
+}
+
+/// Deterministic pseudo-random bytes (xorshift).
+fn noise(n: usize, mut seed: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 24) as u8
+        })
+        .collect()
+}
+
+/// Connect, write `bytes`, and expect the server to close the connection
+/// within `within` (EOF or reset).
+async fn expect_closed(addr: SocketAddr, bytes: Vec<u8>, within: Duration) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    // The write may fail if the server already hung up: that is fine.
+    let _ = s.write_all(&bytes).await;
+    let mut buf = vec![0u8; 4096];
+    let res = tokio::time::timeout(within, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        res.is_ok(),
+        "server did not close a hostile connection ({} bytes sent)",
+        bytes.len()
+    );
+}
+
+fn addr_of(ep: &str) -> SocketAddr {
+    ep.strip_prefix("tcp://").unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_peers_lose_only_their_connection() {
+    let pull = Socket::new(
+        SocketType::Pull,
+        Options {
+            handshake_timeout: Some(Duration::from_millis(800)),
+            linger: Some(Duration::ZERO),
+            ..Default::default()
+        },
+    );
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let addr = addr_of(&ep);
+
+    // ~200 connections stalled in the middle of the greeting.
+    let mut stalled = Vec::new();
+    for i in 0..200 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&greeting(b"NULL")[..(i % 60) + 1])
+            .await
+            .unwrap();
+        stalled.push(s);
+    }
+
+    // A well-behaved peer, served in full while the attacks run.
+    const N: u32 = 2000;
+    let good = tokio::spawn(async move {
+        let push = Socket::new(SocketType::Push, Options::default());
+        push.connect(&ep).await.unwrap();
+        for i in 0..N {
+            let mut m = Message::new();
+            m.push(Bytes::from_static(b"good"));
+            m.push(Bytes::copy_from_slice(&i.to_be_bytes()));
+            push.send(m).await.unwrap();
+        }
+        push
+    });
+
+    let quick = Duration::from_secs(3);
+    let attacks = vec![
+        // Random bytes instead of a greeting.
+        noise(4096, 0x9E37_79B9_7F4A_7C15),
+        // Wrong signature byte.
+        {
+            let mut g = greeting(b"NULL");
+            g[0] = 0x00;
+            g
+        },
+        // Wrong mechanism (we only speak NULL).
+        greeting(b"CURVE"),
+        greeting(b"PLAIN"),
+        // Incompatible socket type.
+        handshake("PUB"),
+        // Long frame with the top bit of the length set.
+        {
+            let mut v = handshake("PUSH");
+            v.push(0x02);
+            v.extend_from_slice(&(0x8000_0000_0000_0005u64).to_be_bytes());
+            v.extend_from_slice(b"HOSTILE");
+            v
+        },
+        // Oversized frame (1 TiB announced, default limit 64 MiB).
+        {
+            let mut v = handshake("PUSH");
+            v.push(0x02);
+            v.extend_from_slice(&(1u64 << 40).to_be_bytes());
+            v.extend_from_slice(b"HOSTILE");
+            v
+        },
+        // A partial multipart message followed by reserved flag bits.
+        {
+            let mut v = handshake("PUSH");
+            v.extend_from_slice(&[0x01, 7]);
+            v.extend_from_slice(b"HOSTILE");
+            v.extend_from_slice(&[0xF0, 7]);
+            v.extend_from_slice(b"HOSTILE");
+            v
+        },
+        // Message frame before the handshake completed.
+        {
+            let mut v = greeting(b"NULL");
+            v.extend_from_slice(&[0x00, 7]);
+            v.extend_from_slice(b"HOSTILE");
+            v
+        },
+        // Garbage after a valid handshake.
+        {
+            let mut v = handshake("PUSH");
+            v.extend_from_slice(&noise(1000, 42));
+            v
+        },
+    ];
+    let mut tasks = Vec::new();
+    for a in attacks {
+        tasks.push(tokio::spawn(expect_closed(addr, a, quick)));
+    }
+    // A truncated greeting that then stalls: closed by the handshake timeout.
+    tasks.push(tokio::spawn(expect_closed(
+        addr,
+        greeting(b"NULL")[..30].to_vec(),
+        quick,
+    )));
+    for t in tasks {
+        t.await.unwrap();
+    }
+
+    // The good peer got everything, in order.
+    for i in 0..N {
+        let m = recv(&pull).await;
+        assert_eq!(frames(&m), vec![b"good".to_vec(), i.to_be_bytes().to_vec()]);
+    }
+    let push = good.await.unwrap();
+
+    // The stalled connections are closed by the handshake timeout.
+    for mut s in stalled {
+        let mut buf = [0u8; 128];
+        let res = tokio::time::timeout(quick, async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(res.is_ok(), "stalled handshake not timed out");
+    }
+
+    // Nothing hostile was ever delivered.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(matches!(pull.try_recv(), Err(Error::WouldBlock)));
+
+    // The socket still serves new peers afterwards.
+    send(&push, msg(&[b"after"])).await;
+    assert_eq!(frames(&recv(&pull).await), vec![b"after".to_vec()]);
+}
+
+#[tokio::test]
+async fn hostile_server_does_not_hurt_the_connecting_socket() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bad = listener.local_addr().unwrap();
+    let good = Socket::new(SocketType::Pull, Options::default());
+    let good_ep = good.bind("tcp://127.0.0.1:0").await.unwrap();
+
+    let push = Socket::new(SocketType::Push, linger0());
+    push.connect(&format!("tcp://{bad}")).await.unwrap();
+    push.connect(&good_ep).await.unwrap();
+    let (mut s, _) = listener.accept().await.unwrap();
+    s.write_all(&noise(256, 7)).await.unwrap();
+    // The bad connection is dropped (and not retried, like libzmq after a
+    // protocol error); the good peer gets every message.
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok());
+    for i in 0..10u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    for i in 0..10u8 {
+        assert_eq!(frames(&recv(&good).await), vec![vec![i]]);
+    }
+}
