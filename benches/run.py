@@ -96,7 +96,7 @@ def parse_json_line(text: str) -> dict:
 
 
 def run_pair(binary: str, backend: str, test: str, size: int, count: int, warmup: int,
-             timeout: float) -> Pair:
+             timeout: float, workers: int = 0) -> Pair:
     """Starts the binding side, then the connecting side; both use --hold so that the
     non-measuring side keeps its socket open until the measuring side has finished."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
@@ -106,7 +106,7 @@ def run_pair(binary: str, backend: str, test: str, size: int, count: int, warmup
     def cmd(role: str) -> list[str]:
         return [binary, role, "--impl", backend, "--endpoint", endpoint, "--size", str(size),
                 "--count", str(count), "--warmup", str(warmup), "--timeout", f"{timeout:g}",
-                "--hold"]
+                "--workers", str(workers), "--hold"]
 
     procs = {}
     try:
@@ -159,6 +159,7 @@ class Settings:
     target_s: float  # wanted measured duration of one run
     reps: int
     timeout_s: float
+    workers: int  # tokio worker threads for the async backends; 0 = current-thread runtime
 
 
 def initial_count(test: str, size: int, target_s: float) -> int:
@@ -459,8 +460,12 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
           "from the first to the last measured message after a warm-up of 5% of the count; message "
           "counts are calibrated per backend and size from a short first run. REQ/REP records every "
           "round trip of one outstanding request. Peak RSS is `VmHWM` of each process at exit. All "
-          "backends run with default socket options (libzmq HWM 1000) and the tokio backends on a "
-          "current-thread runtime. All pairings are interleaved: every repetition runs every "
+          "backends run with default socket options (libzmq HWM 1000). "
+          + ("The tokio backends (dafka, zmq.rs, raw) run on a current-thread runtime; libzmq "
+             "uses its own I/O thread. " if settings.workers == 0 else
+             f"The tokio backends (dafka, zmq.rs, raw) run on a multi-thread runtime with "
+             f"{settings.workers} workers; libzmq uses its own I/O thread. ")
+          + "All pairings are interleaved: every repetition runs every "
           "backend at every size before the next repetition starts.", ""]
 
     L += ["## Backends", ""]
@@ -599,6 +604,9 @@ def main() -> int:
                     help="comma-separated filters: backends (dafka,libzmq,zmqrs,raw), tests "
                          "(pushpull,reqrep), sizes (16,128,1k,8k,256k); repeatable")
     ap.add_argument("--reps", type=int, help="repetitions per pairing (default 3, quick 1)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="tokio worker threads for dafka, zmq.rs and raw (default 0: a "
+                         "current-thread runtime)")
     ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"), help="markdown to rewrite")
     ap.add_argument("--plots", default=str(REPO / "docs" / "bench"), help="directory for PNGs")
     ap.add_argument("--raw-json", default=str(REPO / "bench-out" / "results.json"),
@@ -629,7 +637,7 @@ def main() -> int:
 
     settings = Settings(target_s=0.4 if args.quick else 1.5,
                         reps=args.reps or (1 if args.quick else 3),
-                        timeout_s=30.0)
+                        timeout_s=30.0, workers=args.workers)
     cases = [Case(b, "pushpull", s) for s in sizes for b in backends]
     if do_latency:
         cases += [Case(b, "reqrep", LATENCY_SIZE) for b in backends]
@@ -640,7 +648,7 @@ def main() -> int:
 
     def one(case: Case, count: int, label: str) -> Pair:
         pair = run_pair(binary, case.backend, case.test, case.size, count, warmup_for(count),
-                        settings.timeout_s)
+                        settings.timeout_s, settings.workers)
         log.append({"case": case.__dict__, "label": label, "count": count, "ok": pair.ok,
                     "measured": pair.measured, "other": pair.other, "error": pair.error})
         if pair.ok and case.test == "pushpull":

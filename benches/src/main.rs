@@ -85,6 +85,7 @@ fn dispatch(run: &RunArgs) -> Result<Report, BenchError> {
     };
     let rt = builder.enable_all().build()?;
     match run.backend.as_str() {
+        "dafka" => rt.block_on(runner::run::<backend::dafka::Dafka>(run)),
         "raw" => rt.block_on(runner::run::<backend::raw::Raw>(run)),
         "libzmq" => rt.block_on(runner::run::<backend::libzmq::Libzmq>(run)),
         "zmqrs" => rt.block_on(runner::run::<backend::zmqrs::ZmqRs>(run)),

@@ -10,12 +10,13 @@ use bytes::Bytes;
 use crate::cli::{Endpoint, Role};
 use crate::error::BenchError;
 
+pub(crate) mod dafka;
 pub(crate) mod libzmq;
 pub(crate) mod raw;
 pub(crate) mod zmqrs;
 
 /// The backends compiled into this binary, in the order reports list them.
-pub(crate) const NAMES: &[&str] = &["raw", "libzmq", "zmqrs"];
+pub(crate) const NAMES: &[&str] = &["dafka", "raw", "libzmq", "zmqrs"];
 
 /// One socket of one implementation, opened for one [`Role`].
 ///
