@@ -262,8 +262,12 @@ def summarize(results: dict[Case, list[Pair]]) -> dict[Case, dict]:
         s: dict = {"runs": len(pairs), "ok_runs": len(good),
                    "errors": [p.error for p in pairs if not p.ok]}
         if case.test == "pushpull":
-            s["msgs_per_s"] = median([p.measured["msgs_per_s"] for p in good
-                                      if p.measured.get("msgs_per_s") is not None])
+            rates = [p.measured["msgs_per_s"] for p in good
+                     if p.measured.get("msgs_per_s") is not None]
+            s["msgs_per_s"] = median(rates)
+            # Half the min-max range over the repetitions, relative to the median.
+            s["spread"] = ((max(rates) - min(rates)) / 2 / s["msgs_per_s"]
+                           if len(rates) > 1 and s["msgs_per_s"] else None)
             s["mb_per_s"] = median([p.measured["mb_per_s"] for p in good
                                     if p.measured.get("mb_per_s") is not None])
             s["rss_recv_kib"] = max([p.measured.get("peak_rss_kib", 0) for p in good], default=None)
@@ -359,6 +363,7 @@ def plot(summary: dict[Case, dict], backends: list[str], sizes: list[int], do_la
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return [], "matplotlib is not installed, so no plots were drawn"
     plot_dir.mkdir(parents=True, exist_ok=True)
@@ -394,6 +399,39 @@ def plot(summary: dict[Case, dict], backends: list[str], sizes: list[int], do_la
         fig.suptitle("One sender and one receiver process over TCP loopback; median of runs")
         fig.tight_layout()
         path = plot_dir / "throughput.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    base = "libzmq" if "libzmq" in backends else None
+    if sizes and base and len(backends) > 1:
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        for b in backends:
+            xs, ys = [], []
+            for s in sizes:
+                a = summary.get(Case(b, "pushpull", s), {}).get("msgs_per_s")
+                r = summary.get(Case(base, "pushpull", s), {}).get("msgs_per_s")
+                if a is not None and r:
+                    xs.append(s)
+                    ys.append(a / r)
+            if xs:
+                ax.plot(xs, ys, label=LABELS[b], color=colors[b], marker=markers[b],
+                        linestyle="--" if b == "raw" else "-", linewidth=2)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        if "dafka" in backends:
+            ax.axhline(2.0, color="#d62728", linewidth=0.8, linestyle=":",
+                       label="target for dafka at <= 128 B (2×)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xticks(sizes, [human_size(s) for s in sizes])
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.set_xlabel("message size")
+        ax.set_ylabel("messages/s relative to libzmq")
+        ax.set_title("PUSH/PULL throughput relative to libzmq (above 1× is faster)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = plot_dir / "relative.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
@@ -452,7 +490,7 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
           "sudo apt-get install -y libzmq3-dev pkg-config   # Debian/Ubuntu: libzmq for the peer",
           "make bench                                      # = cargo build --release -p dafka-benches"
           " && python3 benches/run.py",
-          "python3 benches/run.py --quick                  # ~1 minute smoke run",
+          "python3 benches/run.py --quick                  # ~20 s smoke run",
           "python3 benches/run.py --only libzmq,raw,128    # filter backends / tests / sizes",
           "```", "",
           "Each measurement is two `dafka-bench` processes on TCP loopback (`127.0.0.1`): the "
@@ -492,12 +530,19 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
         L += ["## Plots", "", plot_note, ""]
 
     if sizes:
-        L += ["## PUSH/PULL throughput", "", "Messages per second (median):", ""]
+        L += ["## PUSH/PULL throughput", "",
+              "Messages per second (median; ± is half the min-max range of the repetitions):",
+              ""]
         L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
         L.append("|---|" + "---:|" * len(backends))
         for s in sizes:
-            cells = [fmt_rate(summary.get(Case(b, "pushpull", s), {}).get("msgs_per_s"))
-                     for b in backends]
+            cells = []
+            for b in backends:
+                d = summary.get(Case(b, "pushpull", s), {})
+                cell = fmt_rate(d.get("msgs_per_s"))
+                if d.get("spread") is not None:
+                    cell += f" ±{100 * d['spread']:.0f}%"
+                cells.append(cell)
             L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
         L += ["", "MB/s (10^6 bytes of message body per second, median):", ""]
         L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
@@ -599,7 +644,7 @@ def main() -> int:
     ap.add_argument("--bin", default=str(REPO / "target" / "release" / "dafka-bench"),
                     help="the dafka-bench binary (default: target/release/dafka-bench)")
     ap.add_argument("--quick", action="store_true",
-                    help="one repetition of ~0.4 s runs (a smoke run, about a minute)")
+                    help="one repetition of ~0.4 s runs (a smoke run, about 20 seconds)")
     ap.add_argument("--only", action="append", default=[], metavar="TOKENS",
                     help="comma-separated filters: backends (dafka,libzmq,zmqrs,raw), tests "
                          "(pushpull,reqrep), sizes (16,128,1k,8k,256k); repeatable")
