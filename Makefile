@@ -13,6 +13,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(abspath $(VENV))/bin/python
 CARGO ?= cargo
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 DIST := dist
 FUZZ_SECONDS ?= 30
 
@@ -78,14 +79,14 @@ test-python:
 # --- maintainers ---------------------------------------------------------------
 
 fuzz-build:
-	@if [ -f fuzz/Cargo.toml ]; then $(CARGO) build --manifest-path fuzz/Cargo.toml --locked; fi
+	@# Shares the main target directory, so the proto crate and its dependencies
+	@# are not built twice.
+	$(CARGO) build --manifest-path fuzz/Cargo.toml --locked --target-dir $(TARGET_DIR)
 
 fuzz:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && for t in $$($(CARGO) fuzz list); do \
 	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
-
-TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
 bench: venv sysdeps
 	$(CARGO) build --release --locked -p dafka-benches
