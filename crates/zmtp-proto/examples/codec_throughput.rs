@@ -1,7 +1,7 @@
 //! A criterion-free micro check of the codec's hot path: encode batches of small messages with
 //! `send_message` and decode them with `handle_input` between two in-memory connections.
 //!
-//! Run with `cargo run --release -p dafka-zmtp-proto --example throughput`.
+//! Run with `cargo run --release -p dafka-zmtp-proto --example codec_throughput`.
 
 use std::time::Instant;
 
