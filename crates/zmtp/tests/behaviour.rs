@@ -670,3 +670,53 @@ async fn reconnect_backs_off_exponentially_up_to_the_cap() {
     }
     push.close().await;
 }
+
+/// Greeting announcing ZMTP 3.0 (libzmq <= 4.3.2) plus READY.
+fn handshake_v30(socket_type: &str) -> Vec<u8> {
+    let mut v = handshake_bytes(socket_type);
+    v[11] = 0;
+    v
+}
+
+async fn read_exactly(s: &mut tokio::net::TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+        .await
+        .expect("peer sent too little")
+        .unwrap();
+    buf
+}
+
+#[tokio::test]
+async fn sub_sends_subscriptions_as_commands_to_31_and_messages_to_30() {
+    for (minor, expected) in [
+        // SUBSCRIBE command: flags 04, size 11, name-length 9, "SUBSCRIBE", "x".
+        (1u8, [&[0x04u8, 11, 9][..], b"SUBSCRIBE", b"x"].concat()),
+        // 3.0: a message 01 'x'.
+        (0u8, vec![0x00, 2, 0x01, b'x']),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sub = Socket::new(SocketType::Sub, linger0());
+        sub.subscribe(b"x").unwrap();
+        sub.connect(&format!("tcp://{addr}")).await.unwrap();
+        let (mut s, _) = listener.accept().await.unwrap();
+        let hs = if minor == 0 {
+            handshake_v30("PUB")
+        } else {
+            handshake_bytes("PUB")
+        };
+        s.write_all(&hs).await.unwrap();
+        // Our greeting (64) and READY (Socket-Type SUB: 2 + 25 = 27 bytes).
+        let head = read_exactly(&mut s, 64 + 27).await;
+        assert_eq!(head[0], 0xFF);
+        assert_eq!(
+            read_exactly(&mut s, expected.len()).await,
+            expected,
+            "minor {minor}"
+        );
+        // Messages from the publisher arrive.
+        s.write_all(&[0x00, 2, b'x', b'1']).await.unwrap();
+        assert_eq!(frames(&recv(&sub).await), vec![b"x1".to_vec()]);
+    }
+}
