@@ -53,6 +53,7 @@ mod transport;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use bytes::Bytes;
 pub use dafka_zmtp_proto::{Limits, Message, SocketType};
 
 pub use crate::error::Error;
