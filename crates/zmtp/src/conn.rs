@@ -145,7 +145,7 @@ where
                 _ => {}
             }
         }
-        inner.inbound.push_batch(&mut batch);
+        inner.inbound.push_fair(&mut batch);
         if let Some(f) = failure.take() {
             break f;
         }
@@ -179,7 +179,8 @@ where
             _ => {}
         }
         // Keep reading while closing: a lingering handshake must complete.
-        let inbound_full = !inner.inbound.has_space();
+        // Messages not yet delivered (no room) hold further reading back.
+        let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
         let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
@@ -202,7 +203,7 @@ where
                 }
                 Err(e) => break ConnEnd::Io(e),
             },
-            _ = inner.inbound.wait_space(), if inbound_full => {}
+            _ = inner.inbound.wait_room(), if inbound_full => {}
             _ = wake(link.as_ref()), if can_fill => {}
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {

@@ -161,8 +161,8 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
         tokio::select! {
             _ = a_link.pipe.wake.notified(), if !blocked_a => {}
             _ = b_link.pipe.wake.notified(), if !blocked_b => {}
-            _ = b.inbound.wait_space(), if blocked_a => {}
-            _ = a.inbound.wait_space(), if blocked_b => {}
+            _ = b.inbound.wait_room(), if blocked_a => {}
+            _ = a.inbound.wait_room(), if blocked_b => {}
             _ = pa.changed() => {}
             _ = pb.changed() => {}
         }
@@ -190,7 +190,7 @@ fn transfer(
     dst_link: &Link,
     scratch: &mut Scratch,
 ) -> bool {
-    let room = dst.inbound.room();
+    let room = dst.inbound.fair_room();
     let Scratch { items, batch } = scratch;
     if src_link.pipe.take_up_to(room, items) {
         src.send_space.notify_waiters();

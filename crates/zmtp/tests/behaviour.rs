@@ -720,3 +720,42 @@ async fn sub_sends_subscriptions_as_commands_to_31_and_messages_to_30() {
         assert_eq!(frames(&recv(&sub).await), vec![b"x1".to_vec()]);
     }
 }
+
+#[tokio::test]
+async fn pull_fair_queues_between_busy_peers() {
+    for t in ["tcp", "inproc"] {
+        let pull = Socket::new(SocketType::Pull, hwm(10, 10));
+        let ep = pull.bind(&bind_endpoint(t)).await.unwrap();
+        let mut pushers = Vec::new();
+        for name in [b'a', b'b'] {
+            let push = Socket::new(SocketType::Push, hwm(1000, 1000));
+            push.connect(&ep).await.unwrap();
+            for i in 0..300u32 {
+                let mut m = Message::new();
+                m.push(Bytes::copy_from_slice(&[name]));
+                m.push(Bytes::copy_from_slice(&i.to_be_bytes()));
+                send(&push, m).await;
+            }
+            pushers.push(push);
+        }
+        // Both peers are now blocked on the PULL's HWM.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut first = Vec::new();
+        let mut next = [0u32; 2];
+        for _ in 0..600 {
+            let m = recv(&pull).await;
+            let who = usize::from(m.frames()[0][0] - b'a');
+            // Each peer's own order is kept.
+            assert_eq!(m.frames()[1], &next[who].to_be_bytes()[..]);
+            next[who] += 1;
+            if first.len() < 100 {
+                first.push(who);
+            }
+        }
+        let a = first.iter().filter(|w| **w == 0).count();
+        assert!(
+            (25..=75).contains(&a),
+            "{t}: {a} of the first 100 from one peer"
+        );
+    }
+}
