@@ -126,9 +126,13 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "inproc: bound socket rejected the connection");
-            // Wait for the bound side to change before retrying.
+            // Retry once the bound side changes (or stop when we close).
             let mut pb = b.phase();
-            let _ = pb.changed().await;
+            let mut pa = a.phase();
+            tokio::select! {
+                _ = pb.changed() => {}
+                _ = pa.changed() => {}
+            }
             return true;
         }
     };

@@ -154,6 +154,11 @@ impl Socket {
         self.inner().socket_type
     }
 
+    /// Has [`close`](Socket::close) been called (or the last handle dropped)?
+    pub fn is_closed(&self) -> bool {
+        self.inner().is_closed()
+    }
+
     /// The options the socket was created with.
     pub fn options(&self) -> &Options {
         &self.inner().options
