@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::Message;
 use crate::inproc::announced_identity;
 use crate::pipe::{Out, Pipe};
-use crate::socket::{AttachError, Inner, Link, Phase};
+use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
@@ -77,6 +77,7 @@ pub(crate) async fn run<R, W>(
     mut rd: R,
     mut wr: W,
     connect_pipe: Option<Arc<Pipe>>,
+    stop: &Stop,
     peer: &str,
 ) -> Outcome
 where
@@ -211,6 +212,7 @@ where
                 }
             }
             _ = phase.changed() => {}
+            _ = stop.wait() => break ConnEnd::Closed,
         }
     };
 
@@ -364,7 +366,7 @@ mod tests {
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, "test").await;
+        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
@@ -397,7 +399,7 @@ mod tests {
         theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, "test").await;
+        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
@@ -430,7 +432,9 @@ mod tests {
             writes: writes.clone(),
         };
         let task_inner = inner.clone();
-        let conn = tokio::spawn(async move { run(task_inner, rd, wr, Some(pipe), "test").await });
+        let conn = tokio::spawn(async move {
+            run(task_inner, rd, wr, Some(pipe), &Stop::default(), "test").await
+        });
         // Greeting, READY (28 bytes: Socket-Type PUSH), then 1000 frames of
         // 2 + 4 bytes.
         let total = 64 + 28 + 6000;

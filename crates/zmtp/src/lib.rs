@@ -196,9 +196,9 @@ impl Socket {
                         "connect needs an explicit host and port",
                     ));
                 }
-                transport::connect_tcp(inner, host, port)
+                transport::connect_tcp(inner, host, port, endpoint)
             }
-            Endpoint::Ipc(path) => transport::connect_ipc(inner, path),
+            Endpoint::Ipc(path) => transport::connect_ipc(inner, path, endpoint),
             Endpoint::Inproc(name) => inproc::connect(inner, &name),
         }
     }
@@ -222,6 +222,25 @@ impl Socket {
         conn::config(inner)
             .validate()
             .map_err(|e| Error::InvalidOption(e.to_string()))
+    }
+
+    /// Stop listening on an endpoint given to (or returned by)
+    /// [`bind`](Socket::bind), and close the connections accepted from it.
+    /// [`Error::UnknownEndpoint`] if it is not bound.
+    pub async fn unbind(&self, endpoint: &str) -> Result<(), Error> {
+        let inner = self.inner();
+        match Endpoint::parse(endpoint)? {
+            Endpoint::Inproc(name) => inproc::unbind(inner, &name),
+            _ => inner.stop_endpoint(endpoint, true),
+        }
+    }
+
+    /// Stop connecting to an endpoint given to [`connect`](Socket::connect):
+    /// the connection is closed, reconnection stops and messages still queued
+    /// for it are dropped. [`Error::UnknownEndpoint`] if it is not connected.
+    pub async fn disconnect(&self, endpoint: &str) -> Result<(), Error> {
+        Endpoint::parse(endpoint)?;
+        self.inner().stop_endpoint(endpoint, false)
     }
 
     /// Send a message, waiting while the socket's pattern says so (HWM

@@ -759,3 +759,68 @@ async fn pull_fair_queues_between_busy_peers() {
         );
     }
 }
+
+async fn disconnect_and_unbind(t: &str) {
+    let a = Socket::new(SocketType::Pull, linger0());
+    let b = Socket::new(SocketType::Pull, linger0());
+    let ea = a.bind(&bind_endpoint(t)).await.unwrap();
+    let eb = b.bind(&bind_endpoint(t)).await.unwrap();
+    let push = Socket::new(SocketType::Push, linger0());
+    push.connect(&ea).await.unwrap();
+    push.connect(&eb).await.unwrap();
+    for i in 0..4u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    recv(&a).await;
+    recv(&b).await;
+    recv(&a).await;
+    recv(&b).await;
+    // Disconnect from `a`: everything goes to `b` now.
+    push.disconnect(&ea).await.unwrap();
+    assert!(matches!(
+        push.disconnect(&ea).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
+    for i in 0..6u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    for i in 0..6u8 {
+        assert_eq!(frames(&recv(&b).await), vec![vec![i]]);
+    }
+    assert_silent(&a, 50).await;
+    // Unbind `b`: its connection goes away, the endpoint is free again.
+    b.unbind(&eb).await.unwrap();
+    assert!(matches!(
+        b.unbind(&eb).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
+    let c = Socket::new(SocketType::Pull, linger0());
+    let mut rebound = false;
+    for _ in 0..100 {
+        if c.bind(&eb).await.is_ok() {
+            rebound = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rebound, "{eb} not released by unbind");
+    // The pusher reconnects to the new socket.
+    send(&push, msg(&[b"new"])).await;
+    assert_eq!(frames(&recv(&c).await), vec![b"new".to_vec()]);
+    assert_silent(&b, 50).await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_tcp() {
+    disconnect_and_unbind("tcp").await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_ipc() {
+    disconnect_and_unbind("ipc").await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_inproc() {
+    disconnect_and_unbind("inproc").await;
+}
