@@ -824,3 +824,44 @@ async fn disconnect_and_unbind_ipc() {
 async fn disconnect_and_unbind_inproc() {
     disconnect_and_unbind("inproc").await;
 }
+
+#[tokio::test]
+async fn socket_and_its_futures_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let s = Socket::new(SocketType::Dealer, linger0());
+    send_sync(&s);
+    send(&s.recv());
+    send(&s.send(msg(&[b"x"])));
+    send(&s.bind("inproc://never-polled"));
+    send(&s.connect("inproc://never-polled"));
+    send(&s.close());
+    send(&s.unbind("inproc://never-polled"));
+    send(&s.disconnect("inproc://never-polled"));
+}
+
+#[tokio::test]
+async fn immediate_skips_peers_that_are_not_connected() {
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            immediate: true,
+            ..linger0()
+        },
+    );
+    // A dead peer first: without `immediate` half the messages would queue there.
+    push.connect(&dead_endpoint().await).await.unwrap();
+    assert!(matches!(
+        push.try_send(msg(&[b"x"])),
+        Err(Error::WouldBlock)
+    ));
+    push.connect(&ep).await.unwrap();
+    for i in 0..10u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    for i in 0..10u8 {
+        assert_eq!(frames(&recv(&pull).await), vec![vec![i]]);
+    }
+}
