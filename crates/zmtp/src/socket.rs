@@ -510,20 +510,25 @@ impl Inner {
     /// skipping full ones. Returns the pipe id.
     fn load_balance(st: &mut State, mut msg: Message, immediate: bool) -> Result<u64, Message> {
         let n = st.pipes.len();
-        for i in 0..n {
-            let idx = (st.rr + i) % n;
+        let mut idx = st.rr;
+        for _ in 0..n {
+            if idx >= n {
+                idx = 0;
+            }
             let entry = &st.pipes[idx];
             if immediate && !entry.ready {
+                idx += 1;
                 continue;
             }
             let pipe = &entry.pipe;
             match pipe.try_push(msg) {
                 Ok(()) => {
-                    st.rr = (idx + 1) % n;
+                    st.rr = idx + 1;
                     return Ok(pipe.id);
                 }
                 Err(m) => msg = m,
             }
+            idx += 1;
         }
         Err(msg)
     }
