@@ -53,10 +53,13 @@ pub(crate) struct Outcome {
 
 pub(crate) fn config(inner: &Inner) -> Config {
     let o = &inner.options;
+    // Deadlines are `Instant + Duration`, which panics on overflow: cap
+    // absurd values from the options (ten years is "never" here).
+    let cap = |d: std::time::Duration| d.min(std::time::Duration::from_secs(10 * 365 * 86_400));
     let heartbeat = o.heartbeat_ivl.map(|interval| Heartbeat {
-        interval,
-        ttl: o.heartbeat_ttl.unwrap_or_default(),
-        timeout: o.heartbeat_timeout.unwrap_or(interval),
+        interval: cap(interval),
+        ttl: cap(o.heartbeat_ttl.unwrap_or_default()),
+        timeout: cap(o.heartbeat_timeout.unwrap_or(interval)),
     });
     Config {
         socket_type: inner.socket_type,
@@ -66,7 +69,7 @@ pub(crate) fn config(inner: &Inner) -> Config {
         mechanism: MechanismConfig::Null,
         as_server: false,
         heartbeat,
-        handshake_timeout: o.handshake_timeout,
+        handshake_timeout: o.handshake_timeout.map(cap),
     }
 }
 

@@ -865,3 +865,28 @@ async fn immediate_skips_peers_that_are_not_connected() {
         assert_eq!(frames(&recv(&pull).await), vec![vec![i]]);
     }
 }
+
+#[tokio::test]
+async fn huge_durations_in_options_do_not_panic() {
+    let opts = Options {
+        heartbeat_ivl: Some(Duration::MAX),
+        heartbeat_ttl: Some(Duration::MAX),
+        heartbeat_timeout: Some(Duration::MAX),
+        handshake_timeout: Some(Duration::MAX),
+        reconnect_ivl: Duration::MAX,
+        reconnect_ivl_max: Some(Duration::MAX),
+        connect_timeout: Some(Duration::MAX),
+        linger: Some(Duration::ZERO),
+        ..Default::default()
+    };
+    let (pull, push, _) = pair_with(
+        SocketType::Pull,
+        opts.clone(),
+        SocketType::Push,
+        opts,
+        "tcp",
+    )
+    .await;
+    send(&push, msg(&[b"ok"])).await;
+    assert_eq!(frames(&recv(&pull).await), vec![b"ok".to_vec()]);
+}
