@@ -890,3 +890,44 @@ async fn huge_durations_in_options_do_not_panic() {
     send(&push, msg(&[b"ok"])).await;
     assert_eq!(frames(&recv(&pull).await), vec![b"ok".to_vec()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_serves_many_dealers_concurrently() {
+    let router = Socket::new(SocketType::Router, linger0());
+    let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+    const CLIENTS: usize = 50;
+    const REQUESTS: u32 = 100;
+    let server = {
+        let router = router.clone();
+        tokio::spawn(async move {
+            for _ in 0..CLIENTS * REQUESTS as usize {
+                let m = router.recv().await.unwrap();
+                // Echo back to whoever asked.
+                router.send(m).await.unwrap();
+            }
+        })
+    };
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let ep = ep.clone();
+        clients.push(tokio::spawn(async move {
+            let d = Socket::new(SocketType::Dealer, linger0());
+            d.connect(&ep).await.unwrap();
+            for i in 0..REQUESTS {
+                let mut m = Message::new();
+                m.push(Bytes::copy_from_slice(&(c as u32).to_be_bytes()));
+                m.push(Bytes::copy_from_slice(&i.to_be_bytes()));
+                d.send(m).await.unwrap();
+            }
+            for i in 0..REQUESTS {
+                let m = recv(&d).await;
+                assert_eq!(m.frames()[0], &(c as u32).to_be_bytes()[..]);
+                assert_eq!(m.frames()[1], &i.to_be_bytes()[..]);
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    server.await.unwrap();
+}
