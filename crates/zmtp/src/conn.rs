@@ -17,6 +17,9 @@ use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Read chunk before the handshake completes: a flood of connections that
+/// never finish their handshake costs little memory each.
+const HANDSHAKE_CHUNK: usize = 1024;
 /// Stop draining the outgoing queue into the write buffer beyond this size.
 const WRITE_BUDGET: usize = 256 * 1024;
 /// Stop reading while this much is waiting to be written: a peer that sends
@@ -99,8 +102,8 @@ where
             };
         }
     };
-    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
-    let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
+    let mut rbuf = BytesMut::new();
+    let mut wbuf = BytesMut::new();
     let mut local: VecDeque<Out> = VecDeque::new();
     let mut link: Option<Link> = None;
     let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
@@ -186,8 +189,13 @@ where
         // Messages not yet delivered (no room) hold further reading back.
         let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
         let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
-        if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
-            rbuf.reserve(READ_CHUNK);
+        let chunk = if link.is_some() {
+            READ_CHUNK
+        } else {
+            HANDSHAKE_CHUNK
+        };
+        if rbuf.capacity() - rbuf.len() < chunk / 4 {
+            rbuf.reserve(chunk);
         }
         let can_fill = link.is_some() && local.is_empty() && wbuf.len() < WRITE_BUDGET;
 
