@@ -199,8 +199,8 @@ where
         }
         let can_fill = link.is_some() && local.is_empty() && wbuf.len() < WRITE_BUDGET;
 
+        // Unbiased: under sustained load neither reading nor writing starves.
         tokio::select! {
-            biased;
             r = wr.write(&wbuf), if !wbuf.is_empty() => match r {
                 Ok(0) => break ConnEnd::Io(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => wbuf.advance(n),
