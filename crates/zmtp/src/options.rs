@@ -60,6 +60,10 @@ pub struct Options {
     /// for unknown routing ids and block (instead of dropping) when the peer is
     /// at its HWM (`ZMQ_ROUTER_MANDATORY`). Default false.
     pub router_mandatory: bool,
+    /// ROUTER: a new peer announcing a routing id already in use takes it
+    /// over (`ZMQ_ROUTER_HANDOVER`; zyre sets it) instead of being refused.
+    /// Default false.
+    pub router_handover: bool,
     /// XPUB: deliver every subscription message to the application, not only
     /// the first one for each prefix (`ZMQ_XPUB_VERBOSE`). Default false.
     pub xpub_verbose: bool,
@@ -93,6 +97,7 @@ impl Default for Options {
             immediate: false,
             routing_id: None,
             router_mandatory: false,
+            router_handover: false,
             xpub_verbose: false,
             xpub_welcome_msg: None,
             limits: Limits::default(),

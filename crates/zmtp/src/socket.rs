@@ -316,8 +316,16 @@ impl Inner {
                     }
                 };
                 Some(rid)
-            } else if st.routes.contains_key(peer_identity) {
-                return Err(AttachError::DuplicateRoutingId);
+            } else if let Some(&old) = st.routes.get(peer_identity) {
+                if !self.options.router_handover {
+                    return Err(AttachError::DuplicateRoutingId);
+                }
+                // Handover: the old connection stays but is no longer
+                // routable; replies go to the new one.
+                if let Some(e) = st.entry_mut(old) {
+                    e.routing_id = None;
+                }
+                Some(peer_identity.clone())
             } else {
                 Some(peer_identity.clone())
             }

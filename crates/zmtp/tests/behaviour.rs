@@ -931,3 +931,40 @@ async fn router_serves_many_dealers_concurrently() {
     }
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn router_duplicate_identity_refused_or_handed_over() {
+    for handover in [false, true] {
+        let router = Socket::new(
+            SocketType::Router,
+            Options {
+                router_handover: handover,
+                ..linger0()
+            },
+        );
+        let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+        let first = Socket::new(SocketType::Dealer, opts_with_id(b"same"));
+        first.connect(&ep).await.unwrap();
+        send(&first, msg(&[b"1"])).await;
+        assert_eq!(
+            frames(&recv(&router).await),
+            vec![b"same".to_vec(), b"1".to_vec()]
+        );
+        let second = Socket::new(SocketType::Dealer, opts_with_id(b"same"));
+        second.connect(&ep).await.unwrap();
+        second.try_send(msg(&[b"2"])).unwrap();
+        if handover {
+            assert_eq!(
+                frames(&recv(&router).await),
+                vec![b"same".to_vec(), b"2".to_vec()]
+            );
+            send(&router, msg(&[b"same", b"to-second"])).await;
+            assert_eq!(frames(&recv(&second).await), vec![b"to-second".to_vec()]);
+            assert_silent(&first, 50).await;
+        } else {
+            assert_silent(&router, 100).await;
+            send(&router, msg(&[b"same", b"to-first"])).await;
+            assert_eq!(frames(&recv(&first).await), vec![b"to-first".to_vec()]);
+        }
+    }
+}
