@@ -31,7 +31,7 @@ static BOUND: Notify = Notify::const_new();
 
 pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
     let endpoint = format!("inproc://{name}");
-    {
+    let stop = {
         let mut reg = lock(registry());
         if let Some(existing) = reg.get(name).and_then(|(w, _)| w.upgrade())
             && !existing.is_closed()
@@ -43,8 +43,10 @@ pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
         }
         let stop = Arc::new(Stop::default());
         reg.insert(name.to_owned(), (Arc::downgrade(inner), stop.clone()));
-        inner.register_endpoint(vec![endpoint.clone()], None, stop);
-    }
+        stop
+    };
+    // Lock order: never take the socket state while holding the registry.
+    inner.register_endpoint(vec![endpoint.clone()], None, stop);
     inner.register_inproc_name(name.to_owned());
     BOUND.notify_waiters();
     Ok(endpoint)

@@ -778,15 +778,19 @@ impl Inner {
 
     /// Close: mark closed, flush for up to `linger`, then stop every task.
     pub(crate) async fn close(self: &Arc<Self>) {
-        {
+        let names: Vec<String> = {
             let mut st = lock(&self.state);
-            if !st.closed {
+            if st.closed {
+                Vec::new()
+            } else {
                 st.closed = true;
                 self.closed.store(true, Ordering::Release);
-                for name in st.inproc_names.drain(..) {
-                    crate::inproc::unregister(&name, self);
-                }
+                st.inproc_names.drain(..).collect()
             }
+        };
+        // Outside the state lock (the registry lock is never taken inside it).
+        for name in names {
+            crate::inproc::unregister(&name, self);
         }
         if *self.phase_tx.borrow() == Phase::Running {
             self.phase_tx.send_replace(Phase::Closing);
