@@ -13,10 +13,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::Message;
 use crate::inproc::announced_identity;
 use crate::pipe::{Out, Pipe};
-use crate::socket::{AttachError, Inner, Link, Phase};
+use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Read chunk before the handshake completes: a flood of connections that
+/// never finish their handshake costs little memory each.
+const HANDSHAKE_CHUNK: usize = 1024;
 /// Stop draining the outgoing queue into the write buffer beyond this size.
 const WRITE_BUDGET: usize = 256 * 1024;
 /// Stop reading while this much is waiting to be written: a peer that sends
@@ -53,10 +56,13 @@ pub(crate) struct Outcome {
 
 pub(crate) fn config(inner: &Inner) -> Config {
     let o = &inner.options;
+    // Deadlines are `Instant + Duration`, which panics on overflow: cap
+    // absurd values from the options (ten years is "never" here).
+    let cap = |d: std::time::Duration| d.min(std::time::Duration::from_secs(10 * 365 * 86_400));
     let heartbeat = o.heartbeat_ivl.map(|interval| Heartbeat {
-        interval,
-        ttl: o.heartbeat_ttl.unwrap_or_default(),
-        timeout: o.heartbeat_timeout.unwrap_or(interval),
+        interval: cap(interval),
+        ttl: cap(o.heartbeat_ttl.unwrap_or_default()),
+        timeout: cap(o.heartbeat_timeout.unwrap_or(interval)),
     });
     Config {
         socket_type: inner.socket_type,
@@ -66,7 +72,7 @@ pub(crate) fn config(inner: &Inner) -> Config {
         mechanism: MechanismConfig::Null,
         as_server: false,
         heartbeat,
-        handshake_timeout: o.handshake_timeout,
+        handshake_timeout: o.handshake_timeout.map(cap),
     }
 }
 
@@ -77,6 +83,7 @@ pub(crate) async fn run<R, W>(
     mut rd: R,
     mut wr: W,
     connect_pipe: Option<Arc<Pipe>>,
+    stop: &Stop,
     peer: &str,
 ) -> Outcome
 where
@@ -95,8 +102,8 @@ where
             };
         }
     };
-    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
-    let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
+    let mut rbuf = BytesMut::new();
+    let mut wbuf = BytesMut::new();
     let mut local: VecDeque<Out> = VecDeque::new();
     let mut link: Option<Link> = None;
     let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
@@ -145,7 +152,7 @@ where
                 _ => {}
             }
         }
-        inner.inbound.push_batch(&mut batch);
+        inner.inbound.push_fair(&mut batch);
         if let Some(f) = failure.take() {
             break f;
         }
@@ -179,15 +186,21 @@ where
             _ => {}
         }
         // Keep reading while closing: a lingering handshake must complete.
-        let inbound_full = !inner.inbound.has_space();
+        // Messages not yet delivered (no room) hold further reading back.
+        let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
         let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
-        if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
-            rbuf.reserve(READ_CHUNK);
+        let chunk = if link.is_some() {
+            READ_CHUNK
+        } else {
+            HANDSHAKE_CHUNK
+        };
+        if rbuf.capacity() - rbuf.len() < chunk / 4 {
+            rbuf.reserve(chunk);
         }
         let can_fill = link.is_some() && local.is_empty() && wbuf.len() < WRITE_BUDGET;
 
+        // Unbiased: under sustained load neither reading nor writing starves.
         tokio::select! {
-            biased;
             r = wr.write(&wbuf), if !wbuf.is_empty() => match r {
                 Ok(0) => break ConnEnd::Io(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => wbuf.advance(n),
@@ -202,7 +215,7 @@ where
                 }
                 Err(e) => break ConnEnd::Io(e),
             },
-            _ = inner.inbound.wait_space(), if inbound_full => {}
+            _ = inner.inbound.wait_room(), if inbound_full => {}
             _ = wake(link.as_ref()), if can_fill => {}
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {
@@ -210,6 +223,7 @@ where
                 }
             }
             _ = phase.changed() => {}
+            _ = stop.wait() => break ConnEnd::Closed,
         }
     };
 
@@ -363,7 +377,7 @@ mod tests {
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, "test").await;
+        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
@@ -396,7 +410,7 @@ mod tests {
         theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, "test").await;
+        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
@@ -429,7 +443,9 @@ mod tests {
             writes: writes.clone(),
         };
         let task_inner = inner.clone();
-        let conn = tokio::spawn(async move { run(task_inner, rd, wr, Some(pipe), "test").await });
+        let conn = tokio::spawn(async move {
+            run(task_inner, rd, wr, Some(pipe), &Stop::default(), "test").await
+        });
         // Greeting, READY (28 bytes: Socket-Type PUSH), then 1000 frames of
         // 2 + 4 bytes.
         let total = 64 + 28 + 6000;

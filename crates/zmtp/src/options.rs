@@ -49,6 +49,10 @@ pub struct Options {
     /// this cap (`ZMQ_RECONNECT_IVL_MAX`). Default `None` (no doubling, as in
     /// libzmq).
     pub reconnect_ivl_max: Option<Duration>,
+    /// Queue messages only to peers whose handshake is complete
+    /// (`ZMQ_IMMEDIATE`). By default a `connect`ed peer gets messages queued
+    /// (up to the HWM) before it is reachable, as in libzmq. Default false.
+    pub immediate: bool,
     /// Our routing id (`ZMQ_ROUTING_ID`), sent in READY by REQ, DEALER and
     /// ROUTER sockets. At most 255 bytes, must not start with 0x00.
     pub routing_id: Option<Bytes>,
@@ -56,6 +60,10 @@ pub struct Options {
     /// for unknown routing ids and block (instead of dropping) when the peer is
     /// at its HWM (`ZMQ_ROUTER_MANDATORY`). Default false.
     pub router_mandatory: bool,
+    /// ROUTER: a new peer announcing a routing id already in use takes it
+    /// over (`ZMQ_ROUTER_HANDOVER`; zyre sets it) instead of being refused.
+    /// Default false.
+    pub router_handover: bool,
     /// XPUB: deliver every subscription message to the application, not only
     /// the first one for each prefix (`ZMQ_XPUB_VERBOSE`). Default false.
     pub xpub_verbose: bool,
@@ -86,8 +94,10 @@ impl Default for Options {
             heartbeat_timeout: None,
             reconnect_ivl: Duration::from_millis(100),
             reconnect_ivl_max: None,
+            immediate: false,
             routing_id: None,
             router_mandatory: false,
+            router_handover: false,
             xpub_verbose: false,
             xpub_welcome_msg: None,
             limits: Limits::default(),

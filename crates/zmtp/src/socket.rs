@@ -25,6 +25,48 @@ pub(crate) enum Phase {
     Terminated,
 }
 
+/// A stop signal for the tasks of one endpoint (`unbind` / `disconnect`).
+#[derive(Debug, Default)]
+pub(crate) struct Stop {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl Stop {
+    pub(crate) fn stop(&self) {
+        self.flag.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Resolves once [`stop`](Stop::stop) was called.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let n = self.notify.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.is_stopped() {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+/// An endpoint given to `bind` or `connect`, for `unbind` / `disconnect`.
+#[derive(Debug)]
+struct EndpointEntry {
+    /// The strings it can be named by (as given, and as resolved by bind).
+    names: Vec<String>,
+    bound: bool,
+    stop: Arc<Stop>,
+    /// A connected endpoint's pipe, removed at once by `disconnect`.
+    pipe: Option<u64>,
+}
+
 /// Why a connection could not be attached after its handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum AttachError {
@@ -74,6 +116,8 @@ struct State {
     rep_envelope: Option<(u64, Vec<Bytes>)>,
     /// Names registered in the inproc registry by `bind`.
     inproc_names: Vec<String>,
+    /// Bound and connected endpoints.
+    endpoints: Vec<EndpointEntry>,
 }
 
 impl State {
@@ -195,6 +239,43 @@ impl Inner {
         lock(&self.state).inproc_names.push(name);
     }
 
+    /// Remember an endpoint so that `unbind`/`disconnect` can stop it.
+    pub(crate) fn register_endpoint(&self, names: Vec<String>, pipe: Option<u64>, stop: Arc<Stop>) {
+        lock(&self.state).endpoints.push(EndpointEntry {
+            names,
+            bound: pipe.is_none(),
+            stop,
+            pipe,
+        });
+    }
+
+    /// Stop the tasks of a bound (`bound`) or connected endpoint.
+    pub(crate) fn stop_endpoint(&self, name: &str, bound: bool) -> Result<(), Error> {
+        let mut st = lock(&self.state);
+        let idx = st
+            .endpoints
+            .iter()
+            .position(|e| e.bound == bound && e.names.iter().any(|n| n == name))
+            .ok_or_else(|| Error::UnknownEndpoint(name.to_owned()))?;
+        let entry = st.endpoints.remove(idx);
+        if bound {
+            for n in &entry.names {
+                if let Some(inproc) = n.strip_prefix("inproc://") {
+                    st.inproc_names.retain(|x| x != inproc);
+                }
+            }
+        }
+        if let Some(id) = entry.pipe
+            && let Some(idx) = st.pipes.iter().position(|e| e.pipe.id == id)
+        {
+            let removed = st.pipes.remove(idx);
+            self.forget_peer(&mut st, removed);
+        }
+        drop(st);
+        entry.stop.stop();
+        Ok(())
+    }
+
     /// A connection finished its handshake: attach it (bind side: a new
     /// pipe; connect side: the pipe created by `connect`).
     pub(crate) fn attach(
@@ -235,8 +316,16 @@ impl Inner {
                     }
                 };
                 Some(rid)
-            } else if st.routes.contains_key(peer_identity) {
-                return Err(AttachError::DuplicateRoutingId);
+            } else if let Some(&old) = st.routes.get(peer_identity) {
+                if !self.options.router_handover {
+                    return Err(AttachError::DuplicateRoutingId);
+                }
+                // Handover: the old connection stays but is no longer
+                // routable; replies go to the new one.
+                if let Some(e) = st.entry_mut(old) {
+                    e.routing_id = None;
+                }
+                Some(peer_identity.clone())
             } else {
                 Some(peer_identity.clone())
             }
@@ -425,19 +514,29 @@ impl Inner {
         }
     }
 
-    /// Round-robin over all pipes, skipping full ones. Returns the pipe id.
-    fn load_balance(st: &mut State, mut msg: Message) -> Result<u64, Message> {
+    /// Round-robin over all pipes (only connected ones with `immediate`),
+    /// skipping full ones. Returns the pipe id.
+    fn load_balance(st: &mut State, mut msg: Message, immediate: bool) -> Result<u64, Message> {
         let n = st.pipes.len();
-        for i in 0..n {
-            let idx = (st.rr + i) % n;
-            let pipe = &st.pipes[idx].pipe;
+        let mut idx = st.rr;
+        for _ in 0..n {
+            if idx >= n {
+                idx = 0;
+            }
+            let entry = &st.pipes[idx];
+            if immediate && !entry.ready {
+                idx += 1;
+                continue;
+            }
+            let pipe = &entry.pipe;
             match pipe.try_push(msg) {
                 Ok(()) => {
-                    st.rr = (idx + 1) % n;
+                    st.rr = idx + 1;
                     return Ok(pipe.id);
                 }
                 Err(m) => msg = m,
             }
+            idx += 1;
         }
         Err(msg)
     }
@@ -452,9 +551,11 @@ impl Inner {
             return Err(SendError::Fail(Error::Closed));
         }
         match self.socket_type {
-            SocketType::Push | SocketType::Dealer => Self::load_balance(&mut st, msg)
-                .map(|_| ())
-                .map_err(SendError::Block),
+            SocketType::Push | SocketType::Dealer => {
+                Self::load_balance(&mut st, msg, self.options.immediate)
+                    .map(|_| ())
+                    .map_err(SendError::Block)
+            }
             SocketType::Req => {
                 if st.req_waiting.is_some() {
                     return Err(SendError::Fail(Error::InvalidState(
@@ -464,7 +565,7 @@ impl Inner {
                 // 28/REQREP: "The REQ socket MUST prefix the message with an
                 // empty delimiter frame."
                 msg.push_front(Bytes::new());
-                match Self::load_balance(&mut st, msg) {
+                match Self::load_balance(&mut st, msg, self.options.immediate) {
                     Ok(id) => {
                         st.req_waiting = Some(id);
                         Ok(())
@@ -554,8 +655,10 @@ impl Inner {
                 Ok(())
             }
             SocketType::Pair => match st.pipes.first() {
-                None => Err(SendError::Block(msg)),
-                Some(e) => e.pipe.try_push(msg).map_err(SendError::Block),
+                Some(e) if e.ready || !self.options.immediate => {
+                    e.pipe.try_push(msg).map_err(SendError::Block)
+                }
+                _ => Err(SendError::Block(msg)),
             },
             SocketType::Sub | SocketType::Pull => Err(SendError::Fail(self.not_supported("send"))),
         }
@@ -675,15 +778,19 @@ impl Inner {
 
     /// Close: mark closed, flush for up to `linger`, then stop every task.
     pub(crate) async fn close(self: &Arc<Self>) {
-        {
+        let names: Vec<String> = {
             let mut st = lock(&self.state);
-            if !st.closed {
+            if st.closed {
+                Vec::new()
+            } else {
                 st.closed = true;
                 self.closed.store(true, Ordering::Release);
-                for name in st.inproc_names.drain(..) {
-                    crate::inproc::unregister(&name, self);
-                }
+                st.inproc_names.drain(..).collect()
             }
+        };
+        // Outside the state lock (the registry lock is never taken inside it).
+        for name in names {
+            crate::inproc::unregister(&name, self);
         }
         if *self.phase_tx.borrow() == Phase::Running {
             self.phase_tx.send_replace(Phase::Closing);

@@ -670,3 +670,301 @@ async fn reconnect_backs_off_exponentially_up_to_the_cap() {
     }
     push.close().await;
 }
+
+/// Greeting announcing ZMTP 3.0 (libzmq <= 4.3.2) plus READY.
+fn handshake_v30(socket_type: &str) -> Vec<u8> {
+    let mut v = handshake_bytes(socket_type);
+    v[11] = 0;
+    v
+}
+
+async fn read_exactly(s: &mut tokio::net::TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+        .await
+        .expect("peer sent too little")
+        .unwrap();
+    buf
+}
+
+#[tokio::test]
+async fn sub_sends_subscriptions_as_commands_to_31_and_messages_to_30() {
+    for (minor, expected) in [
+        // SUBSCRIBE command: flags 04, size 11, name-length 9, "SUBSCRIBE", "x".
+        (1u8, [&[0x04u8, 11, 9][..], b"SUBSCRIBE", b"x"].concat()),
+        // 3.0: a message 01 'x'.
+        (0u8, vec![0x00, 2, 0x01, b'x']),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sub = Socket::new(SocketType::Sub, linger0());
+        sub.subscribe(b"x").unwrap();
+        sub.connect(&format!("tcp://{addr}")).await.unwrap();
+        let (mut s, _) = listener.accept().await.unwrap();
+        let hs = if minor == 0 {
+            handshake_v30("PUB")
+        } else {
+            handshake_bytes("PUB")
+        };
+        s.write_all(&hs).await.unwrap();
+        // Our greeting (64) and READY (Socket-Type SUB: 2 + 25 = 27 bytes).
+        let head = read_exactly(&mut s, 64 + 27).await;
+        assert_eq!(head[0], 0xFF);
+        assert_eq!(
+            read_exactly(&mut s, expected.len()).await,
+            expected,
+            "minor {minor}"
+        );
+        // Messages from the publisher arrive.
+        s.write_all(&[0x00, 2, b'x', b'1']).await.unwrap();
+        assert_eq!(frames(&recv(&sub).await), vec![b"x1".to_vec()]);
+    }
+}
+
+#[tokio::test]
+async fn pull_fair_queues_between_busy_peers() {
+    for t in ["tcp", "inproc"] {
+        let pull = Socket::new(SocketType::Pull, hwm(10, 10));
+        let ep = pull.bind(&bind_endpoint(t)).await.unwrap();
+        let mut pushers = Vec::new();
+        for name in [b'a', b'b'] {
+            let push = Socket::new(SocketType::Push, hwm(1000, 1000));
+            push.connect(&ep).await.unwrap();
+            for i in 0..300u32 {
+                let mut m = Message::new();
+                m.push(Bytes::copy_from_slice(&[name]));
+                m.push(Bytes::copy_from_slice(&i.to_be_bytes()));
+                send(&push, m).await;
+            }
+            pushers.push(push);
+        }
+        // Both peers are now blocked on the PULL's HWM.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut first = Vec::new();
+        let mut next = [0u32; 2];
+        for _ in 0..600 {
+            let m = recv(&pull).await;
+            let who = usize::from(m.frames()[0][0] - b'a');
+            // Each peer's own order is kept.
+            assert_eq!(m.frames()[1], &next[who].to_be_bytes()[..]);
+            next[who] += 1;
+            if first.len() < 100 {
+                first.push(who);
+            }
+        }
+        let a = first.iter().filter(|w| **w == 0).count();
+        assert!(
+            (25..=75).contains(&a),
+            "{t}: {a} of the first 100 from one peer"
+        );
+    }
+}
+
+async fn disconnect_and_unbind(t: &str) {
+    let a = Socket::new(SocketType::Pull, linger0());
+    let b = Socket::new(SocketType::Pull, linger0());
+    let ea = a.bind(&bind_endpoint(t)).await.unwrap();
+    let eb = b.bind(&bind_endpoint(t)).await.unwrap();
+    let push = Socket::new(SocketType::Push, linger0());
+    push.connect(&ea).await.unwrap();
+    push.connect(&eb).await.unwrap();
+    for i in 0..4u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    recv(&a).await;
+    recv(&b).await;
+    recv(&a).await;
+    recv(&b).await;
+    // Disconnect from `a`: everything goes to `b` now.
+    push.disconnect(&ea).await.unwrap();
+    assert!(matches!(
+        push.disconnect(&ea).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
+    for i in 0..6u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    for i in 0..6u8 {
+        assert_eq!(frames(&recv(&b).await), vec![vec![i]]);
+    }
+    assert_silent(&a, 50).await;
+    // Unbind `b`: its connection goes away, the endpoint is free again.
+    b.unbind(&eb).await.unwrap();
+    assert!(matches!(
+        b.unbind(&eb).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
+    let c = Socket::new(SocketType::Pull, linger0());
+    let mut rebound = false;
+    for _ in 0..100 {
+        if c.bind(&eb).await.is_ok() {
+            rebound = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rebound, "{eb} not released by unbind");
+    // The pusher reconnects to the new socket.
+    send(&push, msg(&[b"new"])).await;
+    assert_eq!(frames(&recv(&c).await), vec![b"new".to_vec()]);
+    assert_silent(&b, 50).await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_tcp() {
+    disconnect_and_unbind("tcp").await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_ipc() {
+    disconnect_and_unbind("ipc").await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_inproc() {
+    disconnect_and_unbind("inproc").await;
+}
+
+#[tokio::test]
+async fn socket_and_its_futures_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let s = Socket::new(SocketType::Dealer, linger0());
+    send_sync(&s);
+    send(&s.recv());
+    send(&s.send(msg(&[b"x"])));
+    send(&s.bind("inproc://never-polled"));
+    send(&s.connect("inproc://never-polled"));
+    send(&s.close());
+    send(&s.unbind("inproc://never-polled"));
+    send(&s.disconnect("inproc://never-polled"));
+}
+
+#[tokio::test]
+async fn immediate_skips_peers_that_are_not_connected() {
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            immediate: true,
+            ..linger0()
+        },
+    );
+    // A dead peer first: without `immediate` half the messages would queue there.
+    push.connect(&dead_endpoint().await).await.unwrap();
+    assert!(matches!(
+        push.try_send(msg(&[b"x"])),
+        Err(Error::WouldBlock)
+    ));
+    push.connect(&ep).await.unwrap();
+    for i in 0..10u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    for i in 0..10u8 {
+        assert_eq!(frames(&recv(&pull).await), vec![vec![i]]);
+    }
+}
+
+#[tokio::test]
+async fn huge_durations_in_options_do_not_panic() {
+    let opts = Options {
+        heartbeat_ivl: Some(Duration::MAX),
+        heartbeat_ttl: Some(Duration::MAX),
+        heartbeat_timeout: Some(Duration::MAX),
+        handshake_timeout: Some(Duration::MAX),
+        reconnect_ivl: Duration::MAX,
+        reconnect_ivl_max: Some(Duration::MAX),
+        connect_timeout: Some(Duration::MAX),
+        linger: Some(Duration::ZERO),
+        ..Default::default()
+    };
+    let (pull, push, _) = pair_with(
+        SocketType::Pull,
+        opts.clone(),
+        SocketType::Push,
+        opts,
+        "tcp",
+    )
+    .await;
+    send(&push, msg(&[b"ok"])).await;
+    assert_eq!(frames(&recv(&pull).await), vec![b"ok".to_vec()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_serves_many_dealers_concurrently() {
+    let router = Socket::new(SocketType::Router, linger0());
+    let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+    const CLIENTS: usize = 50;
+    const REQUESTS: u32 = 100;
+    let server = {
+        let router = router.clone();
+        tokio::spawn(async move {
+            for _ in 0..CLIENTS * REQUESTS as usize {
+                let m = router.recv().await.unwrap();
+                // Echo back to whoever asked.
+                router.send(m).await.unwrap();
+            }
+        })
+    };
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let ep = ep.clone();
+        clients.push(tokio::spawn(async move {
+            let d = Socket::new(SocketType::Dealer, linger0());
+            d.connect(&ep).await.unwrap();
+            for i in 0..REQUESTS {
+                let mut m = Message::new();
+                m.push(Bytes::copy_from_slice(&(c as u32).to_be_bytes()));
+                m.push(Bytes::copy_from_slice(&i.to_be_bytes()));
+                d.send(m).await.unwrap();
+            }
+            for i in 0..REQUESTS {
+                let m = recv(&d).await;
+                assert_eq!(m.frames()[0], &(c as u32).to_be_bytes()[..]);
+                assert_eq!(m.frames()[1], &i.to_be_bytes()[..]);
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn router_duplicate_identity_refused_or_handed_over() {
+    for handover in [false, true] {
+        let router = Socket::new(
+            SocketType::Router,
+            Options {
+                router_handover: handover,
+                ..linger0()
+            },
+        );
+        let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+        let first = Socket::new(SocketType::Dealer, opts_with_id(b"same"));
+        first.connect(&ep).await.unwrap();
+        send(&first, msg(&[b"1"])).await;
+        assert_eq!(
+            frames(&recv(&router).await),
+            vec![b"same".to_vec(), b"1".to_vec()]
+        );
+        let second = Socket::new(SocketType::Dealer, opts_with_id(b"same"));
+        second.connect(&ep).await.unwrap();
+        second.try_send(msg(&[b"2"])).unwrap();
+        if handover {
+            assert_eq!(
+                frames(&recv(&router).await),
+                vec![b"same".to_vec(), b"2".to_vec()]
+            );
+            send(&router, msg(&[b"same", b"to-second"])).await;
+            assert_eq!(frames(&recv(&second).await), vec![b"to-second".to_vec()]);
+            assert_silent(&first, 50).await;
+        } else {
+            assert_silent(&router, 100).await;
+            send(&router, msg(&[b"same", b"to-first"])).await;
+            assert_eq!(frames(&recv(&first).await), vec![b"to-first".to_vec()]);
+        }
+    }
+}
