@@ -265,3 +265,26 @@ def test_rust_logs_reach_python_logging(caplog: pytest.LogCaptureFixture) -> Non
     assert any(r.levelno >= logging.WARNING for r in warnings), [
         (r.name, r.getMessage()) for r in caplog.records
     ]
+
+
+def test_unbind_and_disconnect() -> None:
+    with Socket("PULL", linger=0) as pull, Socket("PUSH", linger=0) as push:
+        endpoint = pull.bind("tcp://127.0.0.1:0")
+        push.connect(endpoint)
+        push.send(b"one")
+        assert pull.recv(timeout=5) == [b"one"]
+        push.disconnect(endpoint)
+        with pytest.raises(dafka.InvalidArgumentError):
+            push.disconnect(endpoint)
+        pull.unbind(endpoint)
+        with pytest.raises(dafka.InvalidArgumentError):
+            pull.unbind(endpoint)
+
+
+def test_xpub_welcome_message_and_invalid_option_values() -> None:
+    with Socket("XPUB", linger=0, xpub_welcome_msg=b"W") as xpub, Socket("SUB", linger=0) as sub:
+        sub.subscribe(b"")
+        sub.connect(xpub.bind("tcp://127.0.0.1:0"))
+        assert sub.recv(timeout=5) == [b"W"]
+    with Socket("DEALER", routing_id=b"x" * 256) as bad, pytest.raises(dafka.InvalidArgumentError):
+        bad.bind("tcp://127.0.0.1:0")

@@ -18,8 +18,10 @@ Options are keyword arguments named as in libzmq, durations in seconds:
 sent), ``heartbeat_ivl``, ``heartbeat_ttl``, ``heartbeat_timeout``,
 ``reconnect_ivl``, ``reconnect_ivl_max``, ``connect_timeout``,
 ``handshake_timeout``, ``routing_id`` (bytes), ``router_mandatory``,
-``xpub_verbose``, ``maxmsgsize``, ``max_frame_size`` (bytes) and
-``properties`` (extra READY metadata, ``{"X-Name": b"value"}``).
+``router_handover``, ``immediate``, ``xpub_verbose``, ``xpub_welcome_msg``
+(bytes), ``maxmsgsize``, ``max_frame_size`` (bytes) and ``properties`` (extra
+READY metadata, ``{"X-Name": b"value"}``). Invalid option values are reported
+by the first ``bind`` or ``connect``.
 """
 
 from __future__ import annotations

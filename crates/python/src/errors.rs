@@ -21,9 +21,11 @@ pub(crate) fn zmtp(err: dafka_zmtp::Error) -> PyErr {
     use dafka_zmtp::Error as E;
     let msg = err.to_string();
     match err {
-        E::InvalidEndpoint { .. } | E::MessageTooLarge { .. } | E::EmptyMessage => {
-            InvalidArgumentError::new_err(msg)
-        }
+        E::InvalidEndpoint { .. }
+        | E::InvalidOption(_)
+        | E::UnknownEndpoint(_)
+        | E::MessageTooLarge { .. }
+        | E::EmptyMessage => InvalidArgumentError::new_err(msg),
         E::InvalidState(_) | E::NotSupported { .. } => StateError::new_err(msg),
         E::HostUnreachable(_) => HostUnreachableError::new_err(msg),
         E::WouldBlock => WouldBlockError::new_err(msg),

@@ -73,6 +73,17 @@ impl PySocket {
         runtime::wait_for(py, self.socket.connect(endpoint))?.map_err(errors::zmtp)
     }
 
+    /// Stop listening on an endpoint returned by `bind`.
+    fn unbind(&self, py: Python<'_>, endpoint: &str) -> PyResult<()> {
+        runtime::wait_for(py, self.socket.unbind(endpoint))?.map_err(errors::zmtp)
+    }
+
+    /// Drop the connection to an endpoint given to `connect` (and stop
+    /// reconnecting to it).
+    fn disconnect(&self, py: Python<'_>, endpoint: &str) -> PyResult<()> {
+        runtime::wait_for(py, self.socket.disconnect(endpoint))?.map_err(errors::zmtp)
+    }
+
     /// Send one message: `bytes` (one frame) or a sequence of `bytes` frames.
     /// Waits while the socket type blocks at its high-water mark; raises
     /// `TimeoutError` (nothing sent) when `timeout` seconds pass first.
@@ -268,6 +279,15 @@ fn parse_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
                 }
             }
             "router_mandatory" => o.router_mandatory = value.extract()?,
+            "router_handover" => o.router_handover = value.extract()?,
+            "immediate" => o.immediate = value.extract()?,
+            "xpub_welcome_msg" => {
+                o.xpub_welcome_msg = if none {
+                    None
+                } else {
+                    Some(frame_bytes(&value)?)
+                }
+            }
             "xpub_verbose" => o.xpub_verbose = value.extract()?,
             "maxmsgsize" => {
                 let limit: u64 = value.extract()?;
