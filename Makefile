@@ -82,6 +82,11 @@ fuzz-build:
 	@# Shares the main target directory, so the proto crate and its dependencies
 	@# are not built twice.
 	$(CARGO) build --manifest-path fuzz/Cargo.toml --locked --target-dir $(TARGET_DIR)
+	@# Replay every seed input once: each target asserts its invariants on them.
+	@for t in greeting frame_decoder command connection; do \
+	  $(TARGET_DIR)/debug/$$t fuzz/corpus/$$t/* >/tmp/dafka-fuzz-$$t.log 2>&1 \
+	    || { cat /tmp/dafka-fuzz-$$t.log; echo "fuzz $$t: a seed input failed"; exit 1; }; \
+	  echo "fuzz $$t: $$(ls fuzz/corpus/$$t | wc -l) seed inputs replayed, invariants held"; done
 
 fuzz:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
