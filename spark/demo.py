@@ -20,11 +20,6 @@ import sys
 import threading
 import time
 
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import dafka
@@ -44,18 +39,7 @@ def produce(push: Socket, count: int, done: threading.Event) -> None:
 
 
 def main() -> int:
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("dafka-demo")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    dafka.spark.register(spark)
+    spark = dafka.spark.local_session("dafka-demo")
 
     with Socket("PUSH", sndhwm=100_000) as push:
         endpoint = push.bind("tcp://127.0.0.1:0")

@@ -8,29 +8,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 import dafka.spark
 from dafka.zmtp import Socket
 
-pyspark = pytest.importorskip("pyspark")
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dafka-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    dafka.spark.register(session)
+    session = dafka.spark.local_session("dafka-tests")
     yield session
     session.stop()
 

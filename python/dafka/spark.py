@@ -35,6 +35,8 @@ rcvhwm             ``10000``  receive high-water mark of each socket
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +46,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from dafka.errors import InvalidArgumentError
 
-__all__ = ["ZMTP_SCHEMA", "ZmtpDataSource", "register"]
+__all__ = ["ZMTP_SCHEMA", "ZmtpDataSource", "local_session", "register"]
 
 ZMTP_SCHEMA = "frames array<binary>"
 
@@ -52,6 +54,33 @@ ZMTP_SCHEMA = "frames array<binary>"
 def register(spark: SparkSession) -> None:
     """Register every dafka data source with ``spark``."""
     spark.dataSource.register(ZmtpDataSource)
+
+
+def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSession:
+    """A Spark session on this machine, bound to loopback, with the dafka
+    sources registered: what the demo, the tests and a notebook need.
+
+    Spark binds to the machine's external interface unless told otherwise and
+    starts its Python workers with whatever ``python3`` is on the PATH; this
+    pins both (``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` set in the environment
+    still win).
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
 
 
 @dataclass(frozen=True)
