@@ -97,16 +97,20 @@ def parse_json_line(text: str) -> dict:
 
 def run_pair(binary: str, backend: str, test: str, size: int, count: int, warmup: int,
              timeout: float, workers: int = 0) -> Pair:
-    """Starts the binding side, then the connecting side; both use --hold so that the
-    non-measuring side keeps its socket open until the measuring side has finished."""
+    """Starts the binding side, then the connecting side. The side that does not measure
+    gets --hold: it keeps its socket open until this script closes its stdin, which happens
+    once the measuring side has exited."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     binder, connector = ("pull", "push") if test == "pushpull" else ("rep", "req")
     measuring_role = "pull" if test == "pushpull" else "req"
 
+    other_role = connector if measuring_role == binder else binder
+
     def cmd(role: str) -> list[str]:
-        return [binary, role, "--impl", backend, "--endpoint", endpoint, "--size", str(size),
+        args = [binary, role, "--impl", backend, "--endpoint", endpoint, "--size", str(size),
                 "--count", str(count), "--warmup", str(warmup), "--timeout", f"{timeout:g}",
-                "--workers", str(workers), "--hold"]
+                "--workers", str(workers)]
+        return args + (["--hold"] if role == other_role else [])
 
     procs = {}
     try:
@@ -114,7 +118,6 @@ def run_pair(binary: str, backend: str, test: str, size: int, count: int, warmup
             procs[role] = subprocess.Popen(
                 cmd(role), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True)
-        other_role = connector if measuring_role == binder else binder
         m_out, m_err = communicate(procs[measuring_role], timeout + 5)
         # The measuring side is done: release the other side's --hold.
         o_out, o_err = communicate(procs[other_role], 15)
@@ -648,7 +651,7 @@ def main() -> int:
     ap.add_argument("--only", action="append", default=[], metavar="TOKENS",
                     help="comma-separated filters: backends (dafka,libzmq,zmqrs,raw), tests "
                          "(pushpull,reqrep), sizes (16,128,1k,8k,256k); repeatable")
-    ap.add_argument("--reps", type=int, help="repetitions per pairing (default 3, quick 1)")
+    ap.add_argument("--reps", type=int, help="repetitions per pairing (default 5, quick 1)")
     ap.add_argument("--workers", type=int, default=0,
                     help="tokio worker threads for dafka, zmq.rs and raw (default 0: a "
                          "current-thread runtime)")
@@ -681,7 +684,7 @@ def main() -> int:
         return 2
 
     settings = Settings(target_s=0.4 if args.quick else 1.5,
-                        reps=args.reps or (1 if args.quick else 3),
+                        reps=args.reps or (1 if args.quick else 5),
                         timeout_s=30.0, workers=args.workers)
     cases = [Case(b, "pushpull", s) for s in sizes for b in backends]
     if do_latency:
