@@ -1,25 +1,4 @@
 //! ZMTP commands and READY metadata.
-//!
-//! A command is one frame with the COMMAND flag (`0x04`, or `0x06` when long) whose body is:
-//!
-//! | Offset | Size | Field       |
-//! |-------:|-----:|-------------|
-//! | 0      | 1    | name length *n* (1-255) |
-//! | 1      | *n*  | name (ASCII, e.g. `READY`) |
-//! | 1+*n*  | rest | command data |
-//!
-//! The data of each command this crate knows:
-//!
-//! | Command     | Data layout |
-//! |-------------|-------------|
-//! | `READY`     | metadata: zero or more properties (see [`Metadata`]) |
-//! | `ERROR`     | 1-byte reason length *r* (0-255), *r* bytes of reason |
-//! | `SUBSCRIBE` | the subscription prefix (all remaining bytes, may be empty) |
-//! | `CANCEL`    | the subscription prefix (all remaining bytes, may be empty) |
-//! | `PING`      | 2-byte TTL in deciseconds, big-endian; then 0-16 bytes of context |
-//! | `PONG`      | 0-16 bytes of context (the PING's, echoed) |
-//!
-//! All reads are bounds-checked against the frame body and trailing bytes are rejected.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -197,6 +176,27 @@ fn canonical_name(name: &str) -> String {
 }
 
 /// A ZMTP command.
+///
+/// A command is one frame with the COMMAND flag (`0x04`, or `0x06` when long) whose body is:
+///
+/// | Offset | Size | Field       |
+/// |-------:|-----:|-------------|
+/// | 0      | 1    | name length *n* (1-255) |
+/// | 1      | *n*  | name (ASCII, e.g. `READY`) |
+/// | 1+*n*  | rest | command data |
+///
+/// The data of each command this crate knows:
+///
+/// | Command     | Data layout |
+/// |-------------|-------------|
+/// | `READY`     | metadata: zero or more properties (see [`Metadata`]) |
+/// | `ERROR`     | 1-byte reason length *r* (0-255), *r* bytes of reason |
+/// | `SUBSCRIBE` | the subscription prefix (all remaining bytes, may be empty) |
+/// | `CANCEL`    | the subscription prefix (all remaining bytes, may be empty) |
+/// | `PING`      | 2-byte TTL in deciseconds, big-endian; then 0-16 bytes of context |
+/// | `PONG`      | 0-16 bytes of context (the PING's, echoed) |
+///
+/// All reads are bounds-checked against the frame body and trailing bytes are rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Command {

@@ -289,7 +289,8 @@ impl Connection {
     ///
     /// Call it after each read. New bytes count as liveness for heartbeats. On `Err` the
     /// connection is dead: flush [`poll_transmit`](Self::poll_transmit) (it may hold an ERROR
-    /// command) and close. Nothing is ever reserved in `buf` from a size the peer announced.
+    /// command) and close. Complete messages decoded before the error stay available through
+    /// [`poll_event`](Self::poll_event); a partial message is dropped. Nothing is ever reserved in `buf` from a size the peer announced.
     pub fn handle_input(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
         if self.state == State::Closed {
             return Err(CallerError::Closed.into());
@@ -457,7 +458,6 @@ impl Connection {
 
     fn fail(&mut self) {
         self.state = State::Closed;
-        self.events.clear();
         self.partial = Message::new();
         self.handshake_deadline = None;
         self.next_ping = None;

@@ -1,15 +1,15 @@
 //! Errors, split by who is at fault.
-//!
-//! | Variant            | Who is at fault | What the driver does                          |
-//! |--------------------|-----------------|-----------------------------------------------|
-//! | [`Error::Malformed`] | the peer: bytes that break the ZMTP grammar | log, close this connection |
-//! | [`Error::Peer`]      | the peer: well-formed bytes, but a protocol violation, an incompatible peer, a timeout | log, close (flush [`Connection::poll_transmit`](crate::Connection::poll_transmit) first: it may hold an ERROR command) |
-//! | [`Error::Limit`]     | the peer (or the caller, when sending): a frame or message over [`Limits`](crate::Limits) | log, close |
-//! | [`Error::Caller`]    | the local program: an API used out of order or with invalid arguments | report to the caller; the connection itself is unaffected unless it already failed |
 
 use thiserror::Error;
 
 /// Any error of this crate. Match on the variant to know who is at fault.
+///
+/// | Variant            | Who is at fault | What the driver does                          |
+/// |--------------------|-----------------|-----------------------------------------------|
+/// | [`Error::Malformed`] | the peer: bytes that break the ZMTP grammar | log, close this connection |
+/// | [`Error::Peer`]      | the peer: well-formed bytes, but a protocol violation, an incompatible peer, a timeout | log, close (flush [`Connection::poll_transmit`](crate::Connection::poll_transmit) first: it may hold an ERROR command) |
+/// | [`Error::Limit`]     | the peer (or the caller, when sending): a frame or message over [`Limits`](crate::Limits) | log, close |
+/// | [`Error::Caller`]    | the local program: an API used out of order or with invalid arguments | report to the caller; the connection itself is unaffected unless it already failed |
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -1,15 +1,4 @@
 //! ZMTP framing: frame headers, the incremental frame decoder and the encoders.
-//!
-//! A frame is a flags byte, a size and a body:
-//!
-//! | Offset | Size      | Field | Meaning                                                       |
-//! |-------:|----------:|-------|---------------------------------------------------------------|
-//! | 0      | 1         | flags | bit 0 `0x01` MORE, bit 1 `0x02` LONG, bit 2 `0x04` COMMAND, bits 7-3 reserved (zero) |
-//! | 1      | 1 or 8    | size  | body length: 1 byte if LONG is clear, else 8 bytes big-endian |
-//! | 2 or 9 | size      | body  | message part, or command (see [`Command`](crate::Command))   |
-//!
-//! The encoder uses a short (1-byte) size for bodies of 0-255 bytes and a long one otherwise; the
-//! decoder accepts a long size for a small body too.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -36,11 +25,16 @@ const LONG_HEADER: usize = 9;
 /// in-memory cost of one frame handle, so a flood of empty `MORE` frames is bounded as well.
 pub const FRAME_OVERHEAD: u64 = 32;
 
+/// Commands may always be this large, even when [`Limits::max_frame_size`] is smaller, so a
+/// tight message limit cannot break the handshake (a READY with a few properties).
+pub const COMMAND_SIZE_FLOOR: u64 = 64 << 10;
+
 /// Size limits applied to incoming (and outgoing) frames and messages.
 ///
 /// Checked as soon as a frame header arrives, before any of its body is buffered. The cost of a
 /// message is the sum of its frame bodies plus [`FRAME_OVERHEAD`] bytes per frame.
-/// Commands count against `max_frame_size` only.
+/// Commands count against `max_frame_size` only, which for them is never below
+/// [`COMMAND_SIZE_FLOOR`] (64 KiB).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// Largest frame body accepted (default 64 MiB).
@@ -58,6 +52,12 @@ impl Limits {
     /// The cost of a message with `frames` frames of `bytes` body bytes in total.
     pub fn message_cost(frames: usize, bytes: usize) -> u64 {
         (bytes as u64).saturating_add((frames as u64).saturating_mul(FRAME_OVERHEAD))
+    }
+
+    /// The largest command frame body accepted: `max_frame_size`, but at least
+    /// [`COMMAND_SIZE_FLOOR`].
+    pub fn max_command_size(&self) -> u64 {
+        self.max_frame_size.max(COMMAND_SIZE_FLOOR)
     }
 
     /// Checks an outgoing message against these limits.
@@ -92,6 +92,17 @@ impl Default for Limits {
 }
 
 /// One decoded frame.
+///
+/// A frame is a flags byte, a size and a body:
+///
+/// | Offset | Size      | Field | Meaning                                                       |
+/// |-------:|----------:|-------|---------------------------------------------------------------|
+/// | 0      | 1         | flags | bit 0 `0x01` MORE, bit 1 `0x02` LONG, bit 2 `0x04` COMMAND, bits 7-3 reserved (zero) |
+/// | 1      | 1 or 8    | size  | body length: 1 byte if LONG is clear, else 8 bytes big-endian |
+/// | 2 or 9 | size      | body  | message part, or command (see [`Command`](crate::Command))   |
+///
+/// The encoder uses a short (1-byte) size for bodies of 0-255 bytes and a long one otherwise; the
+/// decoder accepts a long size for a small body too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// A message part; `more` tells whether further parts of the same message follow.
@@ -233,12 +244,13 @@ impl FrameDecoder {
             };
             (SHORT_HEADER, u64::from(size))
         };
-        if size > self.limits.max_frame_size {
-            return Err(LimitError::FrameTooLarge {
-                size,
-                max: self.limits.max_frame_size,
-            }
-            .into());
+        let max = if command {
+            self.limits.max_command_size()
+        } else {
+            self.limits.max_frame_size
+        };
+        if size > max {
+            return Err(LimitError::FrameTooLarge { size, max }.into());
         }
         let cost = if command {
             0
@@ -513,6 +525,29 @@ mod tests {
             encode_message(&Message::from(Bytes::from(vec![1u8; 100])), &mut buf);
         }
         assert_eq!(decode_all(&mut dec, &mut buf).unwrap().len(), 5);
+    }
+
+    #[test]
+    fn commands_get_at_least_the_floor() {
+        let limits = Limits {
+            max_frame_size: 10,
+            max_message_size: 100,
+        };
+        let mut buf = BytesMut::new();
+        Frame::Command(Bytes::from(vec![1u8; 1000])).encode(&mut buf);
+        assert!(matches!(
+            FrameDecoder::new(limits).decode(&mut buf),
+            Ok(Some(Frame::Command(_)))
+        ));
+        let mut buf = BytesMut::from(&[0x06, 0, 0, 0, 0, 0, 1, 0, 1][..]);
+        assert_eq!(
+            FrameDecoder::new(limits).decode(&mut buf),
+            Err(LimitError::FrameTooLarge {
+                size: COMMAND_SIZE_FLOOR + 1,
+                max: COMMAND_SIZE_FLOOR
+            }
+            .into())
+        );
     }
 
     #[test]

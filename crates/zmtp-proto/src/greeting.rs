@@ -1,19 +1,4 @@
 //! The 64-byte ZMTP 3 greeting.
-//!
-//! | Offset | Size | Field        | Sent by us                          | Checked on receipt                         |
-//! |-------:|-----:|--------------|-------------------------------------|--------------------------------------------|
-//! | 0      | 1    | signature    | `0xFF`                              | must be `0xFF`                             |
-//! | 1      | 8    | padding      | `00 00 00 00 00 00 00 01` (libzmq's bytes) | ignored                             |
-//! | 9      | 1    | signature    | `0x7F`                              | only bit 0 (set: ZMTP 2+, clear: ZMTP 1.0) |
-//! | 10     | 1    | major        | `0x03`                              | must be `>= 3`                             |
-//! | 11     | 1    | minor        | `0x01`                              | recorded                                   |
-//! | 12     | 20   | mechanism    | ASCII name, NUL padded (`NULL`)     | must equal ours exactly (checked by [`Connection`](crate::Connection)) |
-//! | 32     | 1    | as-server    | `0x00`/`0x01`                       | recorded, not checked for NULL             |
-//! | 33     | 31   | filler       | zeros                               | ignored                                    |
-//!
-//! Decoding is incremental: [`Greeting::decode`] looks at however many bytes have arrived and
-//! rejects a non-ZMTP-3 peer as soon as the deciding byte is there (byte 0, byte 9 or byte 10),
-//! so a ZMTP 1.0 peer that never sends 64 bytes is still refused at once.
 
 use bytes::{BufMut, BytesMut};
 
@@ -35,6 +20,21 @@ const FILLER_LEN: usize = 31;
 pub const VERSION: (u8, u8) = (0x03, 0x01);
 
 /// A decoded (or to-be-sent) greeting. Padding and filler carry no meaning and are not kept.
+///
+/// | Offset | Size | Field        | Sent by us                          | Checked on receipt                         |
+/// |-------:|-----:|--------------|-------------------------------------|--------------------------------------------|
+/// | 0      | 1    | signature    | `0xFF`                              | must be `0xFF`                             |
+/// | 1      | 8    | padding      | `00 00 00 00 00 00 00 01` (libzmq's bytes) | ignored                             |
+/// | 9      | 1    | signature    | `0x7F`                              | only bit 0 (set: ZMTP 2+, clear: ZMTP 1.0) |
+/// | 10     | 1    | major        | `0x03`                              | must be `>= 3`                             |
+/// | 11     | 1    | minor        | `0x01`                              | recorded                                   |
+/// | 12     | 20   | mechanism    | ASCII name, NUL padded (`NULL`)     | must equal ours exactly (checked by [`Connection`](crate::Connection)) |
+/// | 32     | 1    | as-server    | `0x00`/`0x01`                       | recorded, not checked for NULL             |
+/// | 33     | 31   | filler       | zeros                               | ignored                                    |
+///
+/// Decoding is incremental: [`Greeting::decode`] looks at however many bytes have arrived and
+/// rejects a non-ZMTP-3 peer as soon as the deciding byte is there (byte 0, byte 9 or byte 10),
+/// so a ZMTP 1.0 peer that never sends 64 bytes is still refused at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Greeting {
     /// Major version (`3` for ZMTP 3.x).

@@ -22,6 +22,8 @@
 //!   [`CallerError`] instead; drivers that take properties from users should use them.
 //! * [`Limits`]: a message's cost is its body bytes **plus [`FRAME_OVERHEAD`] (32) bytes per
 //!   frame**, so a flood of empty frames is bounded too; the same rule applies when sending.
+//!   Command frames are limited by `max_frame_size` but never below [`COMMAND_SIZE_FLOOR`]
+//!   (64 KiB), so a tight limit cannot break the handshake.
 //! * [`Metadata::insert`] and [`Command::encode`] return `Result<(), CallerError>`.
 //! * [`Connection::send_command`] sends SUBSCRIBE/CANCEL to a ZMTP 3.0 peer as the
 //!   `0x01`/`0x00` + prefix message, so the driver may always send commands.
@@ -50,7 +52,8 @@ pub use command::{
 pub use connection::{Config, Connection, DEFAULT_HANDSHAKE_TIMEOUT, Event, Heartbeat};
 pub use error::{CallerError, Error, LimitError, MalformedError, PeerError};
 pub use frame::{
-    FLAG_COMMAND, FLAG_LONG, FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder, Limits, encode_message,
+    COMMAND_SIZE_FLOOR, FLAG_COMMAND, FLAG_LONG, FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder,
+    Limits, encode_message,
 };
 pub use greeting::{GREETING_LEN, Greeting, MECHANISM_LEN, VERSION};
 pub use mechanism::MechanismConfig;

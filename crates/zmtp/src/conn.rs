@@ -19,6 +19,9 @@ use crate::socket::{AttachError, Inner, Link, Phase};
 const READ_CHUNK: usize = 64 * 1024;
 /// Stop draining the outgoing queue into the write buffer beyond this size.
 const WRITE_BUDGET: usize = 256 * 1024;
+/// Stop reading while this much is waiting to be written: a peer that sends
+/// PINGs but never reads our PONGs must not grow the write buffer forever.
+const MAX_UNWRITTEN: usize = 4 * WRITE_BUDGET;
 
 /// The read half of any stream transport.
 pub(crate) type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
@@ -96,9 +99,12 @@ where
     let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut local: VecDeque<Out> = VecDeque::new();
     let mut link: Option<Link> = None;
-    let mut batch: Vec<(u64, Message)> = Vec::new();
+    let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
     let mut phase = inner.phase();
     let mut deadline = conn.poll_timeout();
+    // A failure is acted on after the events decoded before it were handled
+    // (complete messages that preceded the bad bytes are delivered, as libzmq).
+    let mut failure: Option<ConnEnd> = None;
     let sleep = tokio::time::sleep_until(to_tokio(deadline));
     tokio::pin!(sleep);
 
@@ -140,6 +146,9 @@ where
             }
         }
         inner.inbound.push_batch(&mut batch);
+        if let Some(f) = failure.take() {
+            break f;
+        }
 
         // Everything pending goes into one write buffer.
         conn.poll_transmit(&mut wbuf);
@@ -170,7 +179,8 @@ where
             _ => {}
         }
         // Keep reading while closing: a lingering handshake must complete.
-        let reading = inner.inbound.has_space();
+        let inbound_full = !inner.inbound.has_space();
+        let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
         }
@@ -187,12 +197,12 @@ where
                 Ok(0) => break ConnEnd::PeerClosed,
                 Ok(_) => {
                     if let Err(e) = conn.handle_input(&mut rbuf, now()) {
-                        break ConnEnd::Protocol(e);
+                        failure = Some(ConnEnd::Protocol(e));
                     }
                 }
                 Err(e) => break ConnEnd::Io(e),
             },
-            _ = inner.inbound.wait_space(), if !reading => {}
+            _ = inner.inbound.wait_space(), if inbound_full => {}
             _ = wake(link.as_ref()), if can_fill => {}
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {
@@ -277,5 +287,169 @@ fn fill(
         if let Err(e) = res {
             tracing::warn!(error = %e, "dropping an outgoing message");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use dafka_zmtp_proto::{Error as ProtoError, PeerError};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+    use crate::{Options, SocketType};
+
+    fn peer_handshake(socket_type: &str) -> Vec<u8> {
+        let mut g = vec![0xFFu8, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 1];
+        let mut mech = b"NULL".to_vec();
+        mech.resize(20, 0);
+        g.extend_from_slice(&mech);
+        g.resize(64, 0);
+        let mut body = vec![5u8];
+        body.extend_from_slice(b"READY");
+        body.push(11);
+        body.extend_from_slice(b"Socket-Type");
+        body.extend_from_slice(&(socket_type.len() as u32).to_be_bytes());
+        body.extend_from_slice(socket_type.as_bytes());
+        g.push(0x04);
+        g.push(body.len() as u8);
+        g.extend_from_slice(&body);
+        g
+    }
+
+    /// Counts `poll_write` calls that wrote something.
+    struct CountingWriter {
+        inner: tokio::io::WriteHalf<DuplexStream>,
+        writes: Arc<AtomicUsize>,
+    }
+
+    impl AsyncWrite for CountingWriter {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+            if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            r
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn handshake_timeout_closes_a_silent_peer() {
+        let inner = Arc::new(Inner::new(
+            SocketType::Pull,
+            Options {
+                handshake_timeout: Some(Duration::from_secs(5)),
+                ..Default::default()
+            },
+        ));
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let (rd, wr) = tokio::io::split(ours);
+        let start = tokio::time::Instant::now();
+        let outcome = run(inner, rd, wr, None, "test").await;
+        assert!(
+            matches!(
+                outcome.end,
+                ConnEnd::Protocol(ProtoError::Peer(PeerError::HandshakeTimeout(_)))
+            ),
+            "{:?}",
+            outcome.end
+        );
+        assert!(!outcome.was_ready);
+        let elapsed = start.elapsed();
+        assert!(elapsed >= Duration::from_secs(5) && elapsed < Duration::from_millis(5100));
+        // Our greeting went out at once.
+        let mut g = [0u8; 64];
+        theirs.read_exact(&mut g).await.unwrap();
+        assert_eq!(g[0], 0xFF);
+        assert_eq!(g[9], 0x7F);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn heartbeat_timeout_after_handshake() {
+        let inner = Arc::new(Inner::new(
+            SocketType::Pull,
+            Options {
+                heartbeat_ivl: Some(Duration::from_secs(1)),
+                heartbeat_timeout: Some(Duration::from_secs(3)),
+                ..Default::default()
+            },
+        ));
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
+        let (rd, wr) = tokio::io::split(ours);
+        let start = tokio::time::Instant::now();
+        let outcome = run(inner, rd, wr, None, "test").await;
+        assert!(
+            matches!(
+                outcome.end,
+                ConnEnd::Protocol(ProtoError::Peer(PeerError::HeartbeatTimeout(_)))
+            ),
+            "{:?}",
+            outcome.end
+        );
+        assert!(outcome.was_ready);
+        let elapsed = start.elapsed();
+        assert!(elapsed >= Duration::from_secs(4) && elapsed < Duration::from_millis(4100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queued_messages_are_batched_into_few_writes() {
+        let inner = Arc::new(Inner::new(SocketType::Push, Options::default()));
+        let pipe = inner.add_connect_pipe().unwrap();
+        for i in 0..1000u32 {
+            pipe.try_push(crate::Message::from(Bytes::copy_from_slice(
+                &i.to_be_bytes(),
+            )))
+            .unwrap();
+        }
+        let (ours, mut theirs) = tokio::io::duplex(1 << 20);
+        theirs.write_all(&peer_handshake("PULL")).await.unwrap();
+        let (rd, wr) = tokio::io::split(ours);
+        let writes = Arc::new(AtomicUsize::new(0));
+        let wr = CountingWriter {
+            inner: wr,
+            writes: writes.clone(),
+        };
+        let task_inner = inner.clone();
+        let conn = tokio::spawn(async move { run(task_inner, rd, wr, Some(pipe), "test").await });
+        // Greeting, READY (28 bytes: Socket-Type PUSH), then 1000 frames of
+        // 2 + 4 bytes.
+        let total = 64 + 28 + 6000;
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while got.len() < total {
+            let n = theirs.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got.len(), total);
+        let frames = &got[64 + 28..];
+        for (i, f) in frames.chunks(6).enumerate() {
+            assert_eq!(f[..2], [0x00, 4]);
+            assert_eq!(f[2..], (i as u32).to_be_bytes());
+        }
+        // Greeting, READY and all 1000 messages in at most a few writes.
+        assert!(writes.load(Ordering::Relaxed) <= 4, "{writes:?}");
+        drop(theirs);
+        let outcome = conn.await.unwrap();
+        assert!(matches!(outcome.end, ConnEnd::PeerClosed | ConnEnd::Io(_)));
     }
 }

@@ -142,9 +142,10 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
     };
     let mut pa = a.phase();
     let mut pb = b.phase();
+    let mut scratch = Scratch::default();
     loop {
-        let blocked_a = transfer(a, &a_link, b, &b_link);
-        let blocked_b = transfer(b, &b_link, a, &a_link);
+        let blocked_a = transfer(a, &a_link, b, &b_link, &mut scratch);
+        let blocked_b = transfer(b, &b_link, a, &a_link, &mut scratch);
         let pha = *pa.borrow_and_update();
         let phb = *pb.borrow_and_update();
         if pha == Phase::Terminated || phb == Phase::Terminated {
@@ -173,23 +174,35 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
     true
 }
 
+/// Buffers reused across transfers (no allocation per batch).
+#[derive(Default)]
+struct Scratch {
+    items: VecDeque<Out>,
+    batch: VecDeque<(u64, Message)>,
+}
+
 /// Move what fits from `src`'s pipe into `dst`'s receive queue. Returns
 /// `true` if messages are waiting for room in `dst`.
-fn transfer(src: &Inner, src_link: &Link, dst: &Inner, dst_link: &Link) -> bool {
+fn transfer(
+    src: &Inner,
+    src_link: &Link,
+    dst: &Inner,
+    dst_link: &Link,
+    scratch: &mut Scratch,
+) -> bool {
     let room = dst.inbound.room();
-    let mut items = VecDeque::new();
-    if src_link.pipe.take_up_to(room, &mut items) {
+    let Scratch { items, batch } = scratch;
+    if src_link.pipe.take_up_to(room, items) {
         src.send_space.notify_waiters();
     }
-    let mut batch: Vec<(u64, Message)> = Vec::new();
-    for item in items {
+    for item in items.drain(..) {
         match item {
-            Out::Msg(m) => dst.on_message(dst_link, m, &mut batch),
+            Out::Msg(m) => dst.on_message(dst_link, m, batch),
             Out::Sub(p) => dst.on_subscription(dst_link, p, true),
             Out::Cancel(p) => dst.on_subscription(dst_link, p, false),
         }
     }
-    dst.inbound.push_batch(&mut batch);
+    dst.inbound.push_batch(batch);
     // Anything left is waiting for room (or arrived just now: the caller
     // then finds room at once and comes back).
     !src_link.pipe.is_empty()

@@ -53,6 +53,7 @@ mod transport;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use bytes::Bytes;
 pub use dafka_zmtp_proto::{Limits, Message, SocketType};
 
 pub use crate::error::Error;
@@ -201,6 +202,17 @@ impl Socket {
         let inner = self.inner();
         if inner.is_closed() {
             return Err(Error::Closed);
+        }
+        if inner
+            .options
+            .routing_id
+            .as_ref()
+            .is_some_and(|id| id.first() == Some(&0x00))
+        {
+            // libzmq reserves ids starting with 0x00 for generated ones.
+            return Err(Error::InvalidOption(
+                "routing_id must not start with 0x00".to_owned(),
+            ));
         }
         conn::config(inner)
             .validate()

@@ -59,6 +59,9 @@ pub struct Options {
     /// XPUB: deliver every subscription message to the application, not only
     /// the first one for each prefix (`ZMQ_XPUB_VERBOSE`). Default false.
     pub xpub_verbose: bool,
+    /// XPUB: send this message to every new subscriber as soon as it
+    /// connects (`ZMQ_XPUB_WELCOME_MSG`; the Dafka tower uses `"W"`).
+    pub xpub_welcome_msg: Option<Bytes>,
     /// Frame and message size limits applied to peers (and checked on send).
     /// The default is bounded (unlike libzmq's unlimited `ZMQ_MAXMSGSIZE`).
     pub limits: Limits,
@@ -86,6 +89,7 @@ impl Default for Options {
             routing_id: None,
             router_mandatory: false,
             xpub_verbose: false,
+            xpub_welcome_msg: None,
             limits: Limits::default(),
             connect_timeout: None,
             handshake_timeout: Some(Duration::from_secs(30)),

@@ -17,6 +17,19 @@ use tokio::sync::Notify;
 use crate::Message;
 use crate::lock;
 
+/// Keeps a value on its own cache line(s), so that locks and counters used by
+/// different threads do not slow each other down (false sharing).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// One item queued towards a peer.
 #[derive(Debug)]
 pub(crate) enum Out {
@@ -34,7 +47,7 @@ pub(crate) enum Out {
 pub(crate) struct Pipe {
     /// Unique within its socket; inbound messages are tagged with it.
     pub(crate) id: u64,
-    queue: Mutex<VecDeque<Out>>,
+    queue: Padded<Mutex<VecDeque<Out>>>,
     /// Wakes the connection task that drains this pipe (single consumer, so
     /// `notify_one` semantics: a notification is never lost).
     pub(crate) wake: Notify,
@@ -45,7 +58,7 @@ impl Pipe {
     pub(crate) fn new(id: u64, hwm: usize) -> Self {
         Pipe {
             id,
-            queue: Mutex::new(VecDeque::new()),
+            queue: Padded(Mutex::new(VecDeque::new())),
             wake: Notify::new(),
             hwm,
         }
@@ -101,6 +114,11 @@ impl Pipe {
     pub(crate) fn take_up_to(&self, max_msgs: usize, into: &mut VecDeque<Out>) -> bool {
         let mut q = lock(&self.queue);
         let was_full = q.len() >= self.hwm;
+        if q.len() <= max_msgs && into.is_empty() {
+            // Everything fits: O(1).
+            std::mem::swap(&mut *q, into);
+            return was_full;
+        }
         let mut n = 0;
         while let Some(front) = q.front() {
             if matches!(front, Out::Msg(_)) {
@@ -141,9 +159,9 @@ impl Pipe {
 /// once per message. `total` counts both.
 #[derive(Debug)]
 pub(crate) struct Inbound {
-    shared: Mutex<VecDeque<(u64, Message)>>,
-    cache: Mutex<VecDeque<(u64, Message)>>,
-    total: AtomicUsize,
+    shared: Padded<Mutex<VecDeque<(u64, Message)>>>,
+    cache: Padded<Mutex<VecDeque<(u64, Message)>>>,
+    total: Padded<AtomicUsize>,
     /// Wakes `recv` callers when the queue becomes non-empty.
     pub(crate) data: Notify,
     /// Wakes connection tasks when the queue drains to its low-water mark.
@@ -154,9 +172,9 @@ pub(crate) struct Inbound {
 impl Inbound {
     pub(crate) fn new(hwm: usize) -> Self {
         Inbound {
-            shared: Mutex::new(VecDeque::new()),
-            cache: Mutex::new(VecDeque::new()),
-            total: AtomicUsize::new(0),
+            shared: Padded(Mutex::new(VecDeque::new())),
+            cache: Padded(Mutex::new(VecDeque::new())),
+            total: Padded(AtomicUsize::new(0)),
             data: Notify::new(),
             space: Notify::new(),
             hwm,
@@ -175,12 +193,20 @@ impl Inbound {
 
     /// Append a batch (already decoded from one read; may overshoot the HWM
     /// by that batch, after which the producer stops reading).
-    pub(crate) fn push_batch(&self, batch: &mut Vec<(u64, Message)>) {
+    pub(crate) fn push_batch(&self, batch: &mut VecDeque<(u64, Message)>) {
         if batch.is_empty() {
             return;
         }
         let n = batch.len();
-        lock(&self.shared).extend(batch.drain(..));
+        let mut shared = lock(&self.shared);
+        if shared.is_empty() {
+            // The usual case (the consumer keeps swapping `shared` out):
+            // hand the whole batch over in O(1).
+            std::mem::swap(&mut *shared, batch);
+        } else {
+            shared.append(batch);
+        }
+        drop(shared);
         if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
             self.data.notify_waiters();
         }
@@ -259,7 +285,7 @@ mod tests {
     fn inbound_room_and_order() {
         let q = Inbound::new(3);
         assert_eq!(q.room(), 3);
-        let mut batch = vec![(1, msg(b"x")), (2, msg(b"y"))];
+        let mut batch: VecDeque<_> = [(1, msg(b"x")), (2, msg(b"y"))].into_iter().collect();
         q.push_batch(&mut batch);
         assert!(batch.is_empty());
         assert_eq!(q.room(), 1);

@@ -11,7 +11,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::error::Error;
 use crate::options::Options;
-use crate::pipe::{Inbound, Out, Pipe};
+use crate::pipe::{Inbound, Out, Padded, Pipe};
 use crate::subs::SubSet;
 use crate::{Message, SocketType, lock};
 
@@ -94,7 +94,7 @@ pub(crate) enum SendError {
 pub(crate) struct Inner {
     pub(crate) socket_type: SocketType,
     pub(crate) options: Options,
-    state: Mutex<State>,
+    state: Padded<Mutex<State>>,
     /// Mirror of `State::closed` for lock-free checks on hot paths.
     closed: AtomicBool,
     pub(crate) inbound: Inbound,
@@ -126,7 +126,7 @@ impl Inner {
             socket_type,
             inbound: Inbound::new(options.effective_rcvhwm()),
             options,
-            state: Mutex::new(State::default()),
+            state: Padded(Mutex::new(State::default())),
             closed: AtomicBool::new(false),
             send_space: Notify::new(),
             phase_tx,
@@ -263,6 +263,11 @@ impl Inner {
                 peer_subs: SubSet::default(),
             }),
         }
+        if self.socket_type == SocketType::Xpub
+            && let Some(welcome) = &self.options.xpub_welcome_msg
+        {
+            pipe.push_force(Out::Msg(Message::from(welcome.clone())));
+        }
         if matches!(self.socket_type, SocketType::Sub | SocketType::Xsub) {
             // Send our subscriptions first on every (re)connection; drop
             // subscription traffic queued for a previous connection.
@@ -333,7 +338,7 @@ impl Inner {
         &self,
         link: &Link,
         mut msg: Message,
-        batch: &mut Vec<(u64, Message)>,
+        batch: &mut VecDeque<(u64, Message)>,
     ) {
         match self.socket_type {
             SocketType::Pub | SocketType::Xpub => {
@@ -347,7 +352,9 @@ impl Inner {
                     Some(&0x00) if msg.len() == 1 => {
                         self.on_subscription(link, first.slice(1..), false)
                     }
-                    _ if self.socket_type == SocketType::Xpub => batch.push((link.pipe.id, msg)),
+                    _ if self.socket_type == SocketType::Xpub => {
+                        batch.push_back((link.pipe.id, msg))
+                    }
                     _ => {}
                 }
             }
@@ -355,11 +362,11 @@ impl Inner {
                 if let Some(rid) = &link.route_prefix {
                     msg.push_front(rid.clone());
                 }
-                batch.push((link.pipe.id, msg));
+                batch.push_back((link.pipe.id, msg));
             }
             // PUSH never receives: a peer sending to it is ignored.
             SocketType::Push => {}
-            _ => batch.push((link.pipe.id, msg)),
+            _ => batch.push_back((link.pipe.id, msg)),
         }
     }
 

@@ -140,4 +140,68 @@ mod tests {
         assert!(s.matches(b"bbq"));
         assert!(!s.matches(b"aaq"));
     }
+
+    mod model {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Add(Vec<u8>),
+            Remove(Vec<u8>),
+            Match(Vec<u8>),
+        }
+
+        fn bytes() -> impl Strategy<Value = Vec<u8>> {
+            // A tiny alphabet so prefixes collide often.
+            proptest::collection::vec(0u8..3, 0..5)
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                bytes().prop_map(Op::Add),
+                bytes().prop_map(Op::Remove),
+                bytes().prop_map(Op::Match),
+            ]
+        }
+
+        proptest! {
+            /// SubSet behaves like a naive multiset of prefixes.
+            #[test]
+            fn agrees_with_a_naive_multiset(ops in proptest::collection::vec(op(), 0..64)) {
+                let mut set = SubSet::default();
+                let mut naive: Vec<Vec<u8>> = Vec::new();
+                for op in ops {
+                    match op {
+                        Op::Add(p) => {
+                            let new = !naive.contains(&p);
+                            prop_assert_eq!(set.add(Bytes::from(p.clone())), new);
+                            naive.push(p);
+                        }
+                        Op::Remove(p) => {
+                            let gone = match naive.iter().position(|q| *q == p) {
+                                Some(i) => {
+                                    naive.remove(i);
+                                    !naive.contains(&p)
+                                }
+                                None => false,
+                            };
+                            prop_assert_eq!(set.remove(&p), gone);
+                        }
+                        Op::Match(t) => {
+                            let expected = naive.iter().any(|p| t.starts_with(p));
+                            prop_assert_eq!(set.matches(&t), expected);
+                        }
+                    }
+                    prop_assert_eq!(set.prefixes().count(), {
+                        let mut d = naive.clone();
+                        d.sort();
+                        d.dedup();
+                        d.len()
+                    });
+                }
+            }
+        }
+    }
 }

@@ -556,3 +556,167 @@ async fn incompatible_socket_types_do_not_talk() {
     ));
     assert_silent(&pull, 50).await;
 }
+
+#[tokio::test]
+async fn xpub_welcome_message_reaches_each_new_subscriber() {
+    for t in ["tcp", "inproc"] {
+        let (xpub, sub, _) = pair_with(
+            SocketType::Xpub,
+            Options {
+                xpub_welcome_msg: Some(Bytes::from_static(b"W")),
+                ..Default::default()
+            },
+            SocketType::Sub,
+            Options::default(),
+            t,
+        )
+        .await;
+        sub.subscribe(b"W").unwrap();
+        assert_eq!(frames(&recv(&sub).await), vec![b"W".to_vec()]);
+        assert_eq!(frames(&recv(&xpub).await), vec![b"\x01W".to_vec()]);
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_closes_the_socket() {
+    let name = bind_endpoint("inproc");
+    let tcp = {
+        let pull = Socket::new(SocketType::Pull, Options::default());
+        pull.bind(&name).await.unwrap();
+        let clone = pull.clone();
+        drop(pull);
+        // A clone keeps it open.
+        let other = Socket::new(SocketType::Pull, Options::default());
+        assert!(matches!(other.bind(&name).await, Err(Error::AddrInUse(_))));
+        clone.bind("tcp://127.0.0.1:0").await.unwrap()
+    };
+    // Closed in the background: the names become free.
+    let other = Socket::new(SocketType::Pull, Options::default());
+    let mut ok = false;
+    for _ in 0..100 {
+        if other.bind(&name).await.is_ok() && other.bind(&tcp).await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(ok);
+}
+
+#[tokio::test]
+async fn second_pair_peer_is_refused() {
+    let a = Socket::new(SocketType::Pair, Options::default());
+    let ep = a.bind("tcp://127.0.0.1:0").await.unwrap();
+    let b = Socket::new(SocketType::Pair, linger0());
+    b.connect(&ep).await.unwrap();
+    send(&b, msg(&[b"first"])).await;
+    assert_eq!(frames(&recv(&a).await), vec![b"first".to_vec()]);
+    let c = Socket::new(SocketType::Pair, linger0());
+    c.connect(&ep).await.unwrap();
+    c.try_send(msg(&[b"intruder"])).unwrap();
+    assert_silent(&a, 100).await;
+    send(&a, msg(&[b"reply"])).await;
+    assert_eq!(frames(&recv(&b).await), vec![b"reply".to_vec()]);
+}
+
+#[tokio::test]
+async fn routing_id_starting_with_zero_is_rejected() {
+    let d = Socket::new(
+        SocketType::Dealer,
+        Options {
+            routing_id: Some(Bytes::from_static(b"\x00x")),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(
+        d.connect("tcp://127.0.0.1:1").await,
+        Err(Error::InvalidOption(_))
+    ));
+}
+
+#[tokio::test]
+async fn reconnect_backs_off_exponentially_up_to_the_cap() {
+    // A listener that hangs up on every connection at once.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            reconnect_ivl: Duration::from_millis(10),
+            reconnect_ivl_max: Some(Duration::from_millis(80)),
+            linger: Some(Duration::ZERO),
+            ..Default::default()
+        },
+    );
+    push.connect(&format!("tcp://{addr}")).await.unwrap();
+    let mut stamps = Vec::new();
+    for _ in 0..8 {
+        let (s, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("no reconnect")
+            .unwrap();
+        stamps.push(std::time::Instant::now());
+        drop(s);
+    }
+    let gaps: Vec<Duration> = stamps.windows(2).map(|w| w[1] - w[0]).collect();
+    // Delay = interval + jitter in [0, interval]; the interval doubles from
+    // 10 ms and is capped at 80 ms.
+    assert!(gaps[0] >= Duration::from_millis(10), "{gaps:?}");
+    for g in &gaps[3..] {
+        assert!(*g >= Duration::from_millis(80), "{gaps:?}");
+    }
+    for g in &gaps {
+        assert!(*g < Duration::from_secs(2), "{gaps:?}");
+    }
+    push.close().await;
+}
+
+/// Greeting announcing ZMTP 3.0 (libzmq <= 4.3.2) plus READY.
+fn handshake_v30(socket_type: &str) -> Vec<u8> {
+    let mut v = handshake_bytes(socket_type);
+    v[11] = 0;
+    v
+}
+
+async fn read_exactly(s: &mut tokio::net::TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+        .await
+        .expect("peer sent too little")
+        .unwrap();
+    buf
+}
+
+#[tokio::test]
+async fn sub_sends_subscriptions_as_commands_to_31_and_messages_to_30() {
+    for (minor, expected) in [
+        // SUBSCRIBE command: flags 04, size 11, name-length 9, "SUBSCRIBE", "x".
+        (1u8, [&[0x04u8, 11, 9][..], b"SUBSCRIBE", b"x"].concat()),
+        // 3.0: a message 01 'x'.
+        (0u8, vec![0x00, 2, 0x01, b'x']),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sub = Socket::new(SocketType::Sub, linger0());
+        sub.subscribe(b"x").unwrap();
+        sub.connect(&format!("tcp://{addr}")).await.unwrap();
+        let (mut s, _) = listener.accept().await.unwrap();
+        let hs = if minor == 0 {
+            handshake_v30("PUB")
+        } else {
+            handshake_bytes("PUB")
+        };
+        s.write_all(&hs).await.unwrap();
+        // Our greeting (64) and READY (Socket-Type SUB: 2 + 25 = 27 bytes).
+        let head = read_exactly(&mut s, 64 + 27).await;
+        assert_eq!(head[0], 0xFF);
+        assert_eq!(
+            read_exactly(&mut s, expected.len()).await,
+            expected,
+            "minor {minor}"
+        );
+        // Messages from the publisher arrive.
+        s.write_all(&[0x00, 2, b'x', b'1']).await.unwrap();
+        assert_eq!(frames(&recv(&sub).await), vec![b"x1".to_vec()]);
+    }
+}

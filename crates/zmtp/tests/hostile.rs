@@ -251,3 +251,19 @@ async fn hostile_server_does_not_hurt_the_connecting_socket() {
         assert_eq!(frames(&recv(&good).await), vec![vec![i]]);
     }
 }
+
+#[tokio::test]
+async fn complete_messages_before_bad_bytes_are_delivered_nothing_after() {
+    let pull = Socket::new(SocketType::Pull, linger0());
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let mut bytes = handshake("PUSH");
+    bytes.extend_from_slice(&[0x01, 1, b'a', 0x00, 1, b'b']); // ["a", "b"]
+    bytes.extend_from_slice(&[0xFF, 7]);
+    bytes.extend_from_slice(b"HOSTILE");
+    expect_closed(addr_of(&ep), bytes, Duration::from_secs(3)).await;
+    assert_eq!(
+        frames(&recv(&pull).await),
+        vec![b"a".to_vec(), b"b".to_vec()]
+    );
+    assert_silent(&pull, 50).await;
+}

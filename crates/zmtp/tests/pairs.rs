@@ -240,52 +240,55 @@ async fn large_and_empty_frames(t: &str) {
 
 macro_rules! suite {
     ($name:ident, $t:expr) => {
+        suite!($name, $t, tokio::test);
+    };
+    ($name:ident, $t:expr, $($attr:tt)+) => {
         mod $name {
-            #[tokio::test]
+            #[$($attr)+]
             async fn req_rep() {
                 super::req_rep($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn req_router() {
                 super::req_router($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn dealer_rep() {
                 super::dealer_rep($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn dealer_router() {
                 super::dealer_router($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn router_router() {
                 super::router_router($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn pub_sub() {
                 super::pub_sub($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn xpub_xsub() {
                 super::xpub_xsub($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn pub_xsub() {
                 super::pub_xsub($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn xpub_sub() {
                 super::xpub_sub($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn push_pull() {
                 super::push_pull($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn pair_pair() {
                 super::pair_pair($t).await
             }
-            #[tokio::test]
+            #[$($attr)+]
             async fn large_and_empty_frames() {
                 super::large_and_empty_frames($t).await
             }
@@ -296,6 +299,16 @@ macro_rules! suite {
 suite!(tcp, "tcp");
 suite!(ipc, "ipc");
 suite!(inproc, "inproc");
+suite!(
+    tcp_multi_thread,
+    "tcp",
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
+suite!(
+    inproc_multi_thread,
+    "inproc",
+    tokio::test(flavor = "multi_thread", worker_threads = 2)
+);
 
 #[tokio::test]
 async fn tcp_ipv6_loopback() {

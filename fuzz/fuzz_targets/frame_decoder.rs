@@ -1,0 +1,61 @@
+//! Frame decoding from arbitrary bytes, split into arbitrary chunks, with arbitrary small limits.
+//!
+//! Input: byte 0 sets `max_frame_size` (x8), byte 1 `max_message_size` (x64), byte 2 the chunk
+//! size; the rest is the stream. Invariants: no panic; every frame and every message stays
+//! within the limits; the buffer never holds more than the input; the decoded frames re-encode
+//! to a stream that decodes to the same frames.
+#![no_main]
+
+use bytes::BytesMut;
+use dafka_zmtp_proto::{FRAME_OVERHEAD, Frame, FrameDecoder, Limits};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let [a, b, c, stream @ ..] = data else {
+        return;
+    };
+    let limits = Limits {
+        max_frame_size: u64::from(*a) * 8,
+        max_message_size: u64::from(*b) * 64,
+    };
+    let chunk = usize::from(*c) + 1;
+    let mut dec = FrameDecoder::new(limits);
+    let mut buf = BytesMut::new();
+    let mut frames = Vec::new();
+    let mut cost = 0u64;
+    'feed: for piece in stream.chunks(chunk) {
+        buf.extend_from_slice(piece);
+        loop {
+            match dec.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    match &frame {
+                        Frame::Message { more, body } => {
+                            assert!(body.len() as u64 <= limits.max_frame_size);
+                            cost += body.len() as u64 + FRAME_OVERHEAD;
+                            assert!(cost <= limits.max_message_size);
+                            if !more {
+                                cost = 0;
+                            }
+                        }
+                        Frame::Command(body) => {
+                            assert!(body.len() as u64 <= limits.max_command_size());
+                        }
+                    }
+                    frames.push(frame);
+                }
+                Ok(None) => break,
+                Err(_) => break 'feed,
+            }
+        }
+        assert!(buf.len() <= stream.len());
+    }
+    let mut wire = BytesMut::new();
+    for f in &frames {
+        f.encode(&mut wire);
+    }
+    let mut again = FrameDecoder::new(limits);
+    for f in &frames {
+        assert_eq!(again.decode(&mut wire).as_ref(), Ok(&Some(f.clone())));
+    }
+    assert!(wire.is_empty());
+});
