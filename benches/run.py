@@ -180,7 +180,8 @@ def count_for(test: str, pair: Pair, target_s: float) -> int:
     # From the median round trip: one stall in a short calibration run would skew the mean.
     p50 = pair.measured.get("p50_us") or 0
     rate = 1e6 / p50 if p50 > 0 else 0
-    return int(min(300_000, max(1000, rate * target_s)))
+    # At least 20k samples so p99 rests on 200 of them even if calibration hit a noisy moment.
+    return int(min(300_000, max(20_000, rate * target_s)))
 
 
 def warmup_for(count: int) -> int:

@@ -34,6 +34,7 @@ def test_counts_follow_the_calibrated_rate_within_bounds():
     assert run.count_for("pushpull", Pair(True, measured={"msgs_per_s": 10}), 1.5) == 1000
     assert run.count_for("pushpull", Pair(True, measured={"msgs_per_s": 1e12}), 1.5) == 50_000_000
     assert run.count_for("reqrep", Pair(True, measured={"p50_us": 10.0}), 1.0) == 100_000
+    assert run.count_for("reqrep", Pair(True, measured={"p50_us": 500.0}), 1.0) == 20_000
     assert run.warmup_for(100_000) == 5000
     assert run.warmup_for(10) == 100
 
