@@ -95,8 +95,16 @@ def parse_json_line(text: str) -> dict:
     return {}
 
 
-def run_pair(binary: str, backend: str, test: str, size: int, count: int, warmup: int,
-             timeout: float, workers: int = 0) -> Pair:
+def run_pair(
+    binary: str,
+    backend: str,
+    test: str,
+    size: int,
+    count: int,
+    warmup: int,
+    timeout: float,
+    workers: int = 0,
+) -> Pair:
     """Starts the binding side, then the connecting side. The side that does not measure
     gets --hold: it keeps its socket open until this script closes its stdin, which happens
     once the measuring side has exited."""
@@ -107,17 +115,36 @@ def run_pair(binary: str, backend: str, test: str, size: int, count: int, warmup
     other_role = connector if measuring_role == binder else binder
 
     def cmd(role: str) -> list[str]:
-        args = [binary, role, "--impl", backend, "--endpoint", endpoint, "--size", str(size),
-                "--count", str(count), "--warmup", str(warmup), "--timeout", f"{timeout:g}",
-                "--workers", str(workers)]
+        args = [
+            binary,
+            role,
+            "--impl",
+            backend,
+            "--endpoint",
+            endpoint,
+            "--size",
+            str(size),
+            "--count",
+            str(count),
+            "--warmup",
+            str(warmup),
+            "--timeout",
+            f"{timeout:g}",
+            "--workers",
+            str(workers),
+        ]
         return args + (["--hold"] if role == other_role else [])
 
     procs = {}
     try:
         for role in (binder, connector):
             procs[role] = subprocess.Popen(
-                cmd(role), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True)
+                cmd(role),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         m_out, m_err = communicate(procs[measuring_role], timeout + 5)
         # The measuring side is done: release the other side's --hold.
         o_out, o_err = communicate(procs[other_role], 15)
@@ -209,8 +236,9 @@ def machine_info(binary_info: dict) -> dict:
         if line.startswith("MemTotal:"):
             mem_kib = int(line.split()[1])
     try:
-        rustc = subprocess.run(["rustc", "-V"], capture_output=True, text=True,
-                               timeout=30).stdout.strip()
+        rustc = subprocess.run(
+            ["rustc", "-V"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         rustc = "unknown"
     lock = read(str(REPO / "Cargo.lock"))
@@ -263,17 +291,25 @@ def summarize(results: dict[Case, list[Pair]]) -> dict[Case, dict]:
     out = {}
     for case, pairs in results.items():
         good = [p for p in pairs if p.ok]
-        s: dict = {"runs": len(pairs), "ok_runs": len(good),
-                   "errors": [p.error for p in pairs if not p.ok]}
+        s: dict = {
+            "runs": len(pairs),
+            "ok_runs": len(good),
+            "errors": [p.error for p in pairs if not p.ok],
+        }
         if case.test == "pushpull":
-            rates = [p.measured["msgs_per_s"] for p in good
-                     if p.measured.get("msgs_per_s") is not None]
+            rates = [
+                p.measured["msgs_per_s"] for p in good if p.measured.get("msgs_per_s") is not None
+            ]
             s["msgs_per_s"] = median(rates)
             # Half the min-max range over the repetitions, relative to the median.
-            s["spread"] = ((max(rates) - min(rates)) / 2 / s["msgs_per_s"]
-                           if len(rates) > 1 and s["msgs_per_s"] else None)
-            s["mb_per_s"] = median([p.measured["mb_per_s"] for p in good
-                                    if p.measured.get("mb_per_s") is not None])
+            s["spread"] = (
+                (max(rates) - min(rates)) / 2 / s["msgs_per_s"]
+                if len(rates) > 1 and s["msgs_per_s"]
+                else None
+            )
+            s["mb_per_s"] = median(
+                [p.measured["mb_per_s"] for p in good if p.measured.get("mb_per_s") is not None]
+            )
             s["rss_recv_kib"] = max([p.measured.get("peak_rss_kib", 0) for p in good], default=None)
             s["rss_send_kib"] = max([p.other.get("peak_rss_kib", 0) for p in good], default=None)
             s["count"] = max([p.measured.get("count", 0) for p in good], default=None)
@@ -287,8 +323,9 @@ def summarize(results: dict[Case, list[Pair]]) -> dict[Case, dict]:
     return out
 
 
-def evaluate_targets(summary: dict[Case, dict], backends: list[str], sizes: list[int],
-                     do_latency: bool) -> list[tuple[str, str, str]]:
+def evaluate_targets(
+    summary: dict[Case, dict], backends: list[str], sizes: list[int], do_latency: bool
+) -> list[tuple[str, str, str]]:
     """(target, verdict, detail) rows. Nothing is judged without measurements of ours."""
     rows = []
     missing = "not evaluated: the dafka backend is not available in this build"
@@ -314,8 +351,13 @@ def evaluate_targets(summary: dict[Case, dict], backends: list[str], sizes: list
                     behind.append(f"{human_size(s)} vs {p}: no data")
                 elif a <= b:
                     behind.append(f"{human_size(s)} vs {LABELS[p]}: {a / b:.2f}×")
-        rows.append((name, "met" if not behind else "NOT met",
-                     "ahead everywhere" if not behind else "; ".join(behind)))
+        rows.append(
+            (
+                name,
+                "met" if not behind else "NOT met",
+                "ahead everywhere" if not behind else "; ".join(behind),
+            )
+        )
 
     name = ">= 2× libzmq at <= 128 B"
     small = [s for s in sizes if s <= 128]
@@ -354,13 +396,23 @@ def evaluate_targets(summary: dict[Case, dict], backends: list[str], sizes: list
             rows.append((name, "NOT met", "no data"))
         else:
             v, p = min(best)
-            rows.append((name, "met" if mine <= v else "NOT met",
-                         f"{mine:.1f} µs vs {LABELS[p]} {v:.1f} µs"))
+            rows.append(
+                (
+                    name,
+                    "met" if mine <= v else "NOT met",
+                    f"{mine:.1f} µs vs {LABELS[p]} {v:.1f} µs",
+                )
+            )
     return rows
 
 
-def plot(summary: dict[Case, dict], backends: list[str], sizes: list[int], do_latency: bool,
-         plot_dir: Path) -> tuple[list[str], str]:
+def plot(
+    summary: dict[Case, dict],
+    backends: list[str],
+    sizes: list[int],
+    do_latency: bool,
+    plot_dir: Path,
+) -> tuple[list[str], str]:
     """Writes the PNGs; returns their paths relative to the repo and a note if skipped."""
     try:
         import matplotlib
@@ -386,12 +438,19 @@ def plot(summary: dict[Case, dict], backends: list[str], sizes: list[int], do_la
                     ys.append(d["msgs_per_s"])
                     mbs.append(d["mb_per_s"])
             if xs:
-                style = dict(label=LABELS[b], color=colors[b], marker=markers[b],
-                             linestyle="--" if b == "raw" else "-", linewidth=2)
+                style = dict(
+                    label=LABELS[b],
+                    color=colors[b],
+                    marker=markers[b],
+                    linestyle="--" if b == "raw" else "-",
+                    linewidth=2,
+                )
                 ax1.plot(xs, ys, **style)
                 ax2.plot(xs, mbs, **style)
-        for ax, title, ylabel in ((ax1, "PUSH/PULL throughput (messages/s)", "messages / s"),
-                                  (ax2, "PUSH/PULL throughput (MB/s)", "MB / s (10^6 bytes)")):
+        for ax, title, ylabel in (
+            (ax1, "PUSH/PULL throughput (messages/s)", "messages / s"),
+            (ax2, "PUSH/PULL throughput (MB/s)", "MB / s (10^6 bytes)"),
+        ):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(sizes, [human_size(s) for s in sizes])
@@ -419,12 +478,24 @@ def plot(summary: dict[Case, dict], backends: list[str], sizes: list[int], do_la
                     xs.append(s)
                     ys.append(a / r)
             if xs:
-                ax.plot(xs, ys, label=LABELS[b], color=colors[b], marker=markers[b],
-                        linestyle="--" if b == "raw" else "-", linewidth=2)
+                ax.plot(
+                    xs,
+                    ys,
+                    label=LABELS[b],
+                    color=colors[b],
+                    marker=markers[b],
+                    linestyle="--" if b == "raw" else "-",
+                    linewidth=2,
+                )
         ax.axhline(1.0, color="black", linewidth=0.8)
         if "dafka" in backends:
-            ax.axhline(2.0, color="#d62728", linewidth=0.8, linestyle=":",
-                       label="target for dafka at <= 128 B (2×)")
+            ax.axhline(
+                2.0,
+                color="#d62728",
+                linewidth=0.8,
+                linestyle=":",
+                label="target for dafka at <= 128 B (2×)",
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xticks(sizes, [human_size(s) for s in sizes])
@@ -449,10 +520,17 @@ def plot(summary: dict[Case, dict], backends: list[str], sizes: list[int], do_la
             w = 0.38
             p50 = [d["p50_us"] for _, d in rows]
             p99 = [d["p99_us"] for _, d in rows]
-            bars1 = ax.bar([x - w / 2 for x in xs], p50, w, label="p50",
-                           color=[colors[b] for b, _ in rows])
-            bars2 = ax.bar([x + w / 2 for x in xs], p99, w, label="p99",
-                           color=[colors[b] for b, _ in rows], alpha=0.45)
+            bars1 = ax.bar(
+                [x - w / 2 for x in xs], p50, w, label="p50", color=[colors[b] for b, _ in rows]
+            )
+            bars2 = ax.bar(
+                [x + w / 2 for x in xs],
+                p99,
+                w,
+                label="p99",
+                color=[colors[b] for b, _ in rows],
+                alpha=0.45,
+            )
             ax.bar_label(bars1, fmt="%.1f", fontsize=8)
             ax.bar_label(bars2, fmt="%.1f", fontsize=8)
             ax.set_xticks(list(xs), [LABELS[b] for b, _ in rows])
@@ -467,48 +545,75 @@ def plot(summary: dict[Case, dict], backends: list[str], sizes: list[int], do_la
     return [str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in written], ""
 
 
-def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
-                   backends: list[str], skipped: dict[str, str], sizes: list[int],
-                   do_latency: bool, summary: dict[Case, dict], plots: list[str],
-                   plot_note: str, started: float, argv: list[str]) -> None:
+def write_markdown(
+    out: Path,
+    *,
+    machine: dict,
+    settings: Settings,
+    quick: bool,
+    backends: list[str],
+    skipped: dict[str, str],
+    sizes: list[int],
+    do_latency: bool,
+    summary: dict[Case, dict],
+    plots: list[str],
+    plot_note: str,
+    started: float,
+    argv: list[str],
+) -> None:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     L: list[str] = []
-    L += ["# Benchmarks", "",
-          "dafka's ZMTP sockets side by side with libzmq, zmq.rs and plain TCP. "
-          "This file is rewritten by `benches/run.py`; do not edit it by hand.", ""]
-    L += [f"- Date: {now} (run took {time.time() - started:.0f} s)",
-          f"- Mode: {'`--quick`' if quick else 'full'}: {settings.reps} repetition(s) per pairing, "
-          f"median reported; each run sized to ~{settings.target_s:g} s of measured traffic",
-          f"- Command: `{' '.join(['python3', 'benches/run.py', *argv])}`",
-          f"- Machine: {machine['cpu']}, {machine['cores']} cores, "
-          f"{machine['ram_gib']:.1f} GiB RAM, Linux {machine['kernel']}",
-          f"- Load average (1, 5, 15 min) at start: {' '.join(machine['load'])}, at end: "
-          f"{' '.join(read('/proc/loadavg').split()[:3])} (a shared machine with {machine['cores']} "
-          "cores: other work adds noise, which hits all backends alike because runs are "
-          "interleaved)",
-          f"- Toolchain: {machine['rustc']}; libzmq {machine['libzmq']} (Debian, via the `zmq` "
-          f"crate {machine['zmq_crate']}); zmq.rs = crate `zeromq` {machine['zeromq_crate']} "
-          "(tokio runtime)", ""]
-    L += ["## How to reproduce", "",
-          "```sh",
-          "sudo apt-get install -y libzmq3-dev pkg-config   # Debian/Ubuntu: libzmq for the peer",
-          "make bench                                      # = cargo build --release -p dafka-benches"
-          " && python3 benches/run.py",
-          "python3 benches/run.py --quick                  # ~20 s smoke run",
-          "python3 benches/run.py --only libzmq,raw,128    # filter backends / tests / sizes",
-          "```", "",
-          "Each measurement is two `dafka-bench` processes on TCP loopback (`127.0.0.1`): the "
-          "receiving (PULL) or replying (REP) side binds, the other connects. The PULL side times "
-          "from the first to the last measured message after a warm-up of 5% of the count; message "
-          "counts are calibrated per backend and size from a short first run. REQ/REP records every "
-          "round trip of one outstanding request. Peak RSS is `VmHWM` of each process at exit. All "
-          "backends run with default socket options (libzmq HWM 1000). "
-          + ("The tokio backends (dafka, zmq.rs, raw) run on a current-thread runtime; libzmq "
-             "uses its own I/O thread. " if settings.workers == 0 else
-             f"The tokio backends (dafka, zmq.rs, raw) run on a multi-thread runtime with "
-             f"{settings.workers} workers; libzmq uses its own I/O thread. ")
-          + "All pairings are interleaved: every repetition runs every "
-          "backend at every size before the next repetition starts.", ""]
+    L += [
+        "# Benchmarks",
+        "",
+        "dafka's ZMTP sockets side by side with libzmq, zmq.rs and plain TCP. "
+        "This file is rewritten by `benches/run.py`; do not edit it by hand.",
+        "",
+    ]
+    L += [
+        f"- Date: {now} (run took {time.time() - started:.0f} s)",
+        f"- Mode: {'`--quick`' if quick else 'full'}: {settings.reps} repetition(s) per pairing, "
+        f"median reported; each run sized to ~{settings.target_s:g} s of measured traffic",
+        f"- Command: `{' '.join(['python3', 'benches/run.py', *argv])}`",
+        f"- Machine: {machine['cpu']}, {machine['cores']} cores, "
+        f"{machine['ram_gib']:.1f} GiB RAM, Linux {machine['kernel']}",
+        f"- Load average (1, 5, 15 min) at start: {' '.join(machine['load'])}, at end: "
+        f"{' '.join(read('/proc/loadavg').split()[:3])} (a shared machine with {machine['cores']} "
+        "cores: other work adds noise, which hits all backends alike because runs are "
+        "interleaved)",
+        f"- Toolchain: {machine['rustc']}; libzmq {machine['libzmq']} (Debian, via the `zmq` "
+        f"crate {machine['zmq_crate']}); zmq.rs = crate `zeromq` {machine['zeromq_crate']} "
+        "(tokio runtime)",
+        "",
+    ]
+    L += [
+        "## How to reproduce",
+        "",
+        "```sh",
+        "sudo apt-get install -y libzmq3-dev pkg-config   # Debian/Ubuntu: libzmq for the peer",
+        "make bench                                      # = cargo build --release -p dafka-benches"
+        " && python3 benches/run.py",
+        "python3 benches/run.py --quick                  # ~20 s smoke run",
+        "python3 benches/run.py --only libzmq,raw,128    # filter backends / tests / sizes",
+        "```",
+        "",
+        "Each measurement is two `dafka-bench` processes on TCP loopback (`127.0.0.1`): the "
+        "receiving (PULL) or replying (REP) side binds, the other connects. The PULL side times "
+        "from the first to the last measured message after a warm-up of 5% of the count; message "
+        "counts are calibrated per backend and size from a short first run. REQ/REP records every "
+        "round trip of one outstanding request. Peak RSS is `VmHWM` of each process at exit. All "
+        "backends run with default socket options (libzmq HWM 1000). "
+        + (
+            "The tokio backends (dafka, zmq.rs, raw) run on a current-thread runtime; libzmq "
+            "uses its own I/O thread. "
+            if settings.workers == 0
+            else f"The tokio backends (dafka, zmq.rs, raw) run on a multi-thread runtime with "
+            f"{settings.workers} workers; libzmq uses its own I/O thread. "
+        )
+        + "All pairings are interleaved: every repetition runs every "
+        "backend at every size before the next repetition starts.",
+        "",
+    ]
 
     L += ["## Backends", ""]
     for b in ALL_BACKENDS:
@@ -519,9 +624,11 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
     for note in NOT_PACKAGED:
         L.append(f"- {note}")
     if "raw" in backends:
-        L.append("- raw TCP moves the same bodies behind a 1-byte (or 0xFF + 8-byte) length prefix "
-                 "with batched writes and zero-copy reads: the ceiling for a message protocol on "
-                 "this machine.")
+        L.append(
+            "- raw TCP moves the same bodies behind a 1-byte (or 0xFF + 8-byte) length prefix "
+            "with batched writes and zero-copy reads: the ceiling for a message protocol on "
+            "this machine."
+        )
     L.append("")
 
     if plots:
@@ -534,9 +641,12 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
         L += ["## Plots", "", plot_note, ""]
 
     if sizes:
-        L += ["## PUSH/PULL throughput", "",
-              "Messages per second (median; ± is half the min-max range of the repetitions):",
-              ""]
+        L += [
+            "## PUSH/PULL throughput",
+            "",
+            "Messages per second (median; ± is half the min-max range of the repetitions):",
+            "",
+        ]
         L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
         L.append("|---|" + "---:|" * len(backends))
         for s in sizes:
@@ -552,24 +662,30 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
         L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
         L.append("|---|" + "---:|" * len(backends))
         for s in sizes:
-            cells = [fmt_num(summary.get(Case(b, "pushpull", s), {}).get("mb_per_s"))
-                     for b in backends]
+            cells = [
+                fmt_num(summary.get(Case(b, "pushpull", s), {}).get("mb_per_s")) for b in backends
+            ]
             L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
         L.append("")
 
         ratio_cols = []
         if "dafka" in backends:
-            ratio_cols += [("dafka", p) for p in PEERS + ["raw"] if p in backends]
+            ratio_cols += [("dafka", p) for p in [*PEERS, "raw"] if p in backends]
         ratio_cols += [(p, "raw") for p in PEERS if p in backends and "raw" in backends]
         if ratio_cols:
             L += ["Ratios of messages per second (above 1× means the first is faster):", ""]
-            L.append("| size | " + " | ".join(f"{LABELS[a]} / {LABELS[b]}" for a, b in ratio_cols)
-                     + " |")
+            L.append(
+                "| size | " + " | ".join(f"{LABELS[a]} / {LABELS[b]}" for a, b in ratio_cols) + " |"
+            )
             L.append("|---|" + "---:|" * len(ratio_cols))
             for s in sizes:
-                cells = [fmt_ratio(summary.get(Case(a, "pushpull", s), {}).get("msgs_per_s"),
-                                   summary.get(Case(b, "pushpull", s), {}).get("msgs_per_s"))
-                         for a, b in ratio_cols]
+                cells = [
+                    fmt_ratio(
+                        summary.get(Case(a, "pushpull", s), {}).get("msgs_per_s"),
+                        summary.get(Case(b, "pushpull", s), {}).get("msgs_per_s"),
+                    )
+                    for a, b in ratio_cols
+                ]
                 L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
             L.append("")
 
@@ -589,20 +705,30 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
 
     if do_latency:
         L += [f"## REQ/REP round trip ({LATENCY_SIZE} B)", ""]
-        L.append("| backend | p50 (µs) | p99 (µs) | mean (µs) | p50 vs best peer | "
-                 "round trips | peak RSS req / rep (MiB) |")
+        L.append(
+            "| backend | p50 (µs) | p99 (µs) | mean (µs) | p50 vs best peer | "
+            "round trips | peak RSS req / rep (MiB) |"
+        )
         L.append("|---|---:|---:|---:|---:|---:|---:|")
-        peer_p50 = [summary.get(Case(p, "reqrep", LATENCY_SIZE), {}).get("p50_us")
-                    for p in PEERS if p in backends]
+        peer_p50 = [
+            summary.get(Case(p, "reqrep", LATENCY_SIZE), {}).get("p50_us")
+            for p in PEERS
+            if p in backends
+        ]
         peer_p50 = [v for v in peer_p50 if v is not None]
         best = min(peer_p50) if peer_p50 else None
         for b in backends:
             d = summary.get(Case(b, "reqrep", LATENCY_SIZE), {})
-            rss = ("—" if d.get("rss_req_kib") is None else
-                   f"{d['rss_req_kib'] / 1024:.1f} / {d['rss_rep_kib'] / 1024:.1f}")
-            L.append(f"| {LABELS[b]} | {fmt_num(d.get('p50_us'))} | {fmt_num(d.get('p99_us'))} | "
-                     f"{fmt_num(d.get('mean_us'))} | {fmt_ratio(d.get('p50_us'), best)} | "
-                     f"{d.get('count') or '—'} | {rss} |")
+            rss = (
+                "—"
+                if d.get("rss_req_kib") is None
+                else f"{d['rss_req_kib'] / 1024:.1f} / {d['rss_rep_kib'] / 1024:.1f}"
+            )
+            L.append(
+                f"| {LABELS[b]} | {fmt_num(d.get('p50_us'))} | {fmt_num(d.get('p99_us'))} | "
+                f"{fmt_num(d.get('mean_us'))} | {fmt_ratio(d.get('p50_us'), best)} | "
+                f"{d.get('count') or '—'} | {rss} |"
+            )
         L += ["", "(p50 vs best peer: below 1× is faster than the best of libzmq and zmq.rs.)", ""]
 
     L += ["## Targets", ""]
@@ -614,8 +740,12 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
 
     failures = [(c, e) for c, d in summary.items() for e in d["errors"]]
     if failures:
-        L += ["## Failed runs", "",
-              "These runs produced no numbers; they are left out of the medians above.", ""]
+        L += [
+            "## Failed runs",
+            "",
+            "These runs produced no numbers; they are left out of the medians above.",
+            "",
+        ]
         for c, e in failures:
             L.append(f"- {LABELS[c.backend]} {c.test} {human_size(c.size)}: {e}")
         L.append("")
@@ -627,8 +757,14 @@ def write_markdown(out: Path, *, machine: dict, settings: Settings, quick: bool,
 
 def parse_only(tokens: list[str]) -> tuple[set[str], set[str], set[int]]:
     backends, tests, sizes = set(), set(), set()
-    aliases = {"throughput": "pushpull", "latency": "reqrep", "push": "pushpull",
-               "pull": "pushpull", "req": "reqrep", "rep": "reqrep"}
+    aliases = {
+        "throughput": "pushpull",
+        "latency": "reqrep",
+        "push": "pushpull",
+        "pull": "pushpull",
+        "req": "reqrep",
+        "rep": "reqrep",
+    }
     for raw in tokens:
         for tok in filter(None, (t.strip().lower() for t in raw.split(","))):
             if tok in ALL_BACKENDS:
@@ -638,44 +774,72 @@ def parse_only(tokens: list[str]) -> tuple[set[str], set[str], set[int]]:
             elif (n := parse_size(tok)) is not None and n in SIZES:
                 sizes.add(n)
             else:
-                raise SystemExit(f"--only: unknown token {tok!r} (backends {ALL_BACKENDS}, "
-                                 f"tests {TESTS}, sizes {[human_size(s) for s in SIZES]})")
+                raise SystemExit(
+                    f"--only: unknown token {tok!r} (backends {ALL_BACKENDS}, "
+                    f"tests {TESTS}, sizes {[human_size(s) for s in SIZES]})"
+                )
     return backends, tests, sizes
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", default=str(REPO / "target" / "release" / "dafka-bench"),
-                    help="the dafka-bench binary (default: target/release/dafka-bench)")
-    ap.add_argument("--quick", action="store_true",
-                    help="one repetition of ~0.4 s runs (a smoke run, about 20 seconds)")
-    ap.add_argument("--only", action="append", default=[], metavar="TOKENS",
-                    help="comma-separated filters: backends (dafka,libzmq,zmqrs,raw), tests "
-                         "(pushpull,reqrep), sizes (16,128,1k,8k,256k); repeatable")
+    ap.add_argument(
+        "--bin",
+        default=str(REPO / "target" / "release" / "dafka-bench"),
+        help="the dafka-bench binary (default: target/release/dafka-bench)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="one repetition of ~0.4 s runs (a smoke run, about 20 seconds)",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TOKENS",
+        help="comma-separated filters: backends (dafka,libzmq,zmqrs,raw), tests "
+        "(pushpull,reqrep), sizes (16,128,1k,8k,256k); repeatable",
+    )
     ap.add_argument("--reps", type=int, help="repetitions per pairing (default 5, quick 1)")
-    ap.add_argument("--workers", type=int, default=0,
-                    help="tokio worker threads for dafka, zmq.rs and raw (default 0: a "
-                         "current-thread runtime)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="tokio worker threads for dafka, zmq.rs and raw (default 0: a current-thread runtime)",
+    )
     ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"), help="markdown to rewrite")
     ap.add_argument("--plots", default=str(REPO / "docs" / "bench"), help="directory for PNGs")
-    ap.add_argument("--raw-json", default=str(REPO / "bench-out" / "results.json"),
-                    help="every run's JSON lines, for inspection (not committed)")
+    ap.add_argument(
+        "--raw-json",
+        default=str(REPO / "bench-out" / "results.json"),
+        help="every run's JSON lines, for inspection (not committed)",
+    )
     args = ap.parse_args()
 
     binary = args.bin
     if not Path(binary).is_file():
-        print(f"error: {binary} not found; run `cargo build --release -p dafka-benches` "
-              "(or `make bench`) first", file=sys.stderr)
+        print(
+            f"error: {binary} not found; run `cargo build --release -p dafka-benches` "
+            "(or `make bench`) first",
+            file=sys.stderr,
+        )
         return 2
-    info = json.loads(subprocess.run([binary, "info"], capture_output=True, text=True,
-                                     timeout=30, check=True).stdout)
+    info = json.loads(
+        subprocess.run(
+            [binary, "info"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    )
     built = set(filter(None, info.get("backends", "").split(",")))
 
     only_b, only_t, only_s = parse_only(args.only)
     wanted = [b for b in ALL_BACKENDS if not only_b or b in only_b]
     backends = [b for b in wanted if b in built]
-    skipped = {b: UNAVAILABLE_NOTES.get(b, "not compiled into this dafka-bench")
-               for b in wanted if b not in built}
+    skipped = {
+        b: UNAVAILABLE_NOTES.get(b, "not compiled into this dafka-bench")
+        for b in wanted
+        if b not in built
+    }
     skipped.update({b: "excluded by --only" for b in ALL_BACKENDS if b not in wanted})
     tests = [t for t in TESTS if not only_t or t in only_t]
     sizes = [s for s in SIZES if not only_s or s in only_s] if "pushpull" in tests else []
@@ -684,9 +848,12 @@ def main() -> int:
         print("error: no selected backend is available in this build", file=sys.stderr)
         return 2
 
-    settings = Settings(target_s=0.4 if args.quick else 1.5,
-                        reps=args.reps or (1 if args.quick else 5),
-                        timeout_s=30.0, workers=args.workers)
+    settings = Settings(
+        target_s=0.4 if args.quick else 1.5,
+        reps=args.reps or (1 if args.quick else 5),
+        timeout_s=30.0,
+        workers=args.workers,
+    )
     cases = [Case(b, "pushpull", s) for s in sizes for b in backends]
     if do_latency:
         cases += [Case(b, "reqrep", LATENCY_SIZE) for b in backends]
@@ -696,18 +863,38 @@ def main() -> int:
     log = []
 
     def one(case: Case, count: int, label: str) -> Pair:
-        pair = run_pair(binary, case.backend, case.test, case.size, count, warmup_for(count),
-                        settings.timeout_s, settings.workers)
-        log.append({"case": case.__dict__, "label": label, "count": count, "ok": pair.ok,
-                    "measured": pair.measured, "other": pair.other, "error": pair.error})
+        pair = run_pair(
+            binary,
+            case.backend,
+            case.test,
+            case.size,
+            count,
+            warmup_for(count),
+            settings.timeout_s,
+            settings.workers,
+        )
+        log.append(
+            {
+                "case": case.__dict__,
+                "label": label,
+                "count": count,
+                "ok": pair.ok,
+                "measured": pair.measured,
+                "other": pair.other,
+                "error": pair.error,
+            }
+        )
         if pair.ok and case.test == "pushpull":
             shown = f"{fmt_rate(pair.measured.get('msgs_per_s'))} msg/s"
         elif pair.ok:
             shown = f"p50 {pair.measured.get('p50_us', 0):.1f} µs"
         else:
             shown = f"FAILED: {pair.error}"
-        print(f"[{time.time() - started:6.1f}s] {label:<9} {LABELS[case.backend]:<13} "
-              f"{case.test:<8} {human_size(case.size):>8} n={count:<9} {shown}", flush=True)
+        print(
+            f"[{time.time() - started:6.1f}s] {label:<9} {LABELS[case.backend]:<13} "
+            f"{case.test:<8} {human_size(case.size):>8} n={count:<9} {shown}",
+            flush=True,
+        )
         return pair
 
     # Calibration: one short run per case sizes the measured runs (and warms caches).
@@ -719,8 +906,14 @@ def main() -> int:
     results: dict[Case, list[Pair]] = {c: [] for c in cases}
     for rep in range(settings.reps):
         # Rotate the backend order each repetition so none always runs first.
-        order = sorted(cases, key=lambda c: (TESTS.index(c.test), c.size,
-                                             (backends.index(c.backend) + rep) % len(backends)))
+        order = sorted(
+            cases,
+            key=lambda c: (
+                TESTS.index(c.test),
+                c.size,
+                (backends.index(c.backend) + rep) % len(backends),
+            ),
+        )
         for case in order:
             if counts[case] is None:
                 results[case].append(Pair(False, error="calibration run failed"))
@@ -733,9 +926,21 @@ def main() -> int:
     raw_json.write_text(json.dumps({"machine": machine, "runs": log}, indent=1))
     plots, plot_note = plot(summary, backends, sizes, do_latency, Path(args.plots))
     out = Path(args.out)
-    write_markdown(out, machine=machine, settings=settings, quick=args.quick, backends=backends,
-                   skipped=skipped, sizes=sizes, do_latency=do_latency, summary=summary,
-                   plots=plots, plot_note=plot_note, started=started, argv=sys.argv[1:])
+    write_markdown(
+        out,
+        machine=machine,
+        settings=settings,
+        quick=args.quick,
+        backends=backends,
+        skipped=skipped,
+        sizes=sizes,
+        do_latency=do_latency,
+        summary=summary,
+        plots=plots,
+        plot_note=plot_note,
+        started=started,
+        argv=sys.argv[1:],
+    )
     print(f"wrote {out}" + "".join(f", {p}" for p in plots))
     return 0
 

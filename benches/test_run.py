@@ -58,13 +58,20 @@ def test_targets_are_not_judged_without_our_backend():
 def test_targets_met_and_missed():
     sizes = [16, 262144]
     rates = {
-        ("dafka", 16): 3e6, ("libzmq", 16): 1e6, ("zmqrs", 16): 0.5e6, ("raw", 16): 9e6,
-        ("dafka", 262144): 6e3, ("libzmq", 262144): 5e3, ("zmqrs", 262144): 5.5e3,
+        ("dafka", 16): 3e6,
+        ("libzmq", 16): 1e6,
+        ("zmqrs", 16): 0.5e6,
+        ("raw", 16): 9e6,
+        ("dafka", 262144): 6e3,
+        ("libzmq", 262144): 5e3,
+        ("zmqrs", 262144): 5.5e3,
         ("raw", 262144): 1e4,
     }
     s = summary_of(rates, {"dafka": 9.0, "libzmq": 20.0, "zmqrs": 8.0})
-    rows = {name: (v, d) for name, v, d in
-            run.evaluate_targets(s, ["dafka", "libzmq", "zmqrs", "raw"], sizes, True)}
+    rows = {
+        name: (v, d)
+        for name, v, d in run.evaluate_targets(s, ["dafka", "libzmq", "zmqrs", "raw"], sizes, True)
+    }
     verdicts = [v for v, _ in rows.values()]
     # ahead everywhere, 3x libzmq at 16 B, 60% of raw at 256 KiB, 9 us vs zmq.rs 8 us
     assert verdicts == ["met", "met", "NOT met", "NOT met"]
@@ -74,8 +81,10 @@ def test_targets_met_and_missed():
 
 def test_summary_takes_the_median_and_ignores_failed_runs():
     case = Case("raw", "pushpull", 16)
-    pairs = [Pair(True, {"msgs_per_s": v, "mb_per_s": v * 16 / 1e6, "peak_rss_kib": 1}, {})
-             for v in (1.0, 5.0, 3.0)]
+    pairs = [
+        Pair(True, {"msgs_per_s": v, "mb_per_s": v * 16 / 1e6, "peak_rss_kib": 1}, {})
+        for v in (1.0, 5.0, 3.0)
+    ]
     pairs.append(Pair(False, error="push: timed out"))
     s = run.summarize({case: pairs})[case]
     assert s["msgs_per_s"] == 3.0
