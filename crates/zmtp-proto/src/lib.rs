@@ -11,6 +11,29 @@
 //! * [`Error`]: typed by fault ([`MalformedError`], [`PeerError`], [`LimitError`],
 //!   [`CallerError`]).
 //!
+//! ```
+//! use std::time::Instant;
+//! use bytes::BytesMut;
+//! use dafka_zmtp_proto::{Config, Connection, Event, Message, SocketType};
+//!
+//! let now = Instant::now();
+//! let mut dealer = Connection::new(Config::new(SocketType::Dealer), now);
+//! let mut router = Connection::new(Config::new(SocketType::Router), now);
+//! // Wire the two together in memory until both handshakes are done.
+//! let (mut to_router, mut to_dealer) = (BytesMut::new(), BytesMut::new());
+//! while !(dealer.is_ready() && router.is_ready()) {
+//!     dealer.poll_transmit(&mut to_router);
+//!     router.poll_transmit(&mut to_dealer);
+//!     router.handle_input(&mut to_router, now)?;
+//!     dealer.handle_input(&mut to_dealer, now)?;
+//! }
+//! assert!(matches!(router.poll_event(), Some(Event::Ready { peer_socket_type: SocketType::Dealer, .. })));
+//! dealer.send_message(&Message::from(&b"hello"[..]), &mut to_router)?;
+//! router.handle_input(&mut to_router, now)?;
+//! assert_eq!(router.poll_event(), Some(Event::Message(Message::from(&b"hello"[..]))));
+//! # Ok::<(), dafka_zmtp_proto::Error>(())
+//! ```
+//!
 //! The wire format, and where this crate follows libzmq rather than the RFC text, is written up
 //! in `docs/zmtp.md`.
 //!

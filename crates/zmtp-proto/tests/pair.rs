@@ -646,3 +646,13 @@ fn try_new_rejects_invalid_configs() {
         Err(CallerError::InvalidPropertyName(_))
     ));
 }
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<Connection>();
+    check::<Message>();
+    check::<Event>();
+    check::<Error>();
+    check::<Config>();
+}

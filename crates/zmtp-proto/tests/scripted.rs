@@ -385,3 +385,72 @@ fn messages_before_a_failure_remain_available() {
     );
     assert_eq!(conn.poll_event(), None);
 }
+
+/// Streams captured on 127.0.0.1 from libzmq 4.3.4 (`tests/capture_libzmq.py`).
+mod captured_libzmq_4_3_4 {
+    use super::*;
+    use std::time::Duration;
+
+    /// A REQ with `ZMQ_ROUTING_ID = "peer1"` and `ZMQ_METADATA = "X-App:demo"`: libzmq puts
+    /// identity length + 1 (`06`) into padding byte 8, which must be ignored.
+    #[test]
+    fn req_with_identity_and_metadata() {
+        let mut wire = LIBZMQ_GREETING.to_vec();
+        wire[8] = 0x06;
+        wire.extend_from_slice(
+            b"\x04\x39\x05READY\x0bSocket-Type\x00\x00\x00\x03REQ\
+              \x08Identity\x00\x00\x00\x05peer1\x05X-App\x00\x00\x00\x04demo",
+        );
+        let mut conn = Connection::new(Config::new(SocketType::Rep), Instant::now());
+        let events = feed(&mut conn, &wire).unwrap();
+        let [
+            Event::Ready {
+                peer_socket_type: SocketType::Req,
+                peer_identity,
+                peer_metadata,
+            },
+        ] = &events[..]
+        else {
+            panic!("{events:?}")
+        };
+        assert_eq!(&peer_identity[..], b"peer1");
+        assert_eq!(
+            peer_metadata.get("x-app").map(|v| &v[..]),
+            Some(&b"demo"[..])
+        );
+    }
+
+    /// A SUB with one subscription sends READY and the SUBSCRIBE command back to back.
+    #[test]
+    fn sub_ready_then_subscribe() {
+        let mut wire = LIBZMQ_GREETING.to_vec();
+        wire.extend_from_slice(LIBZMQ_SUB_READY);
+        wire.extend_from_slice(b"\x04\x0e\x09SUBSCRIBEnews");
+        let mut conn = Connection::new(Config::new(SocketType::Xpub), Instant::now());
+        let events = feed(&mut conn, &wire).unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1], Event::Subscribe(Bytes::from_static(b"news")));
+    }
+
+    /// A DEALER with `ZMQ_HEARTBEAT_IVL = 100` and `ZMQ_HEARTBEAT_TTL = 3000` answers our PING
+    /// (context "ctx") and pings with TTL 30 deciseconds and no context.
+    #[test]
+    fn dealer_heartbeats() {
+        let start = Instant::now();
+        let mut conn = Connection::new(Config::new(SocketType::Router), start);
+        let mut wire = LIBZMQ_GREETING.to_vec();
+        wire.extend_from_slice(LIBZMQ_DEALER_READY);
+        wire.extend_from_slice(b"\x04\x08\x04PONGctx\x04\x07\x04PING\x00\x1e");
+        let mut buf = BytesMut::from(&wire[..]);
+        conn.handle_input(&mut buf, start).unwrap();
+        assert!(matches!(conn.poll_event(), Some(Event::Ready { .. })));
+        assert_eq!(conn.poll_event(), None, "heartbeats never surface");
+        let out = transmit(&mut conn);
+        assert!(out.ends_with(b"\x04\x05\x04PONG"));
+        assert_eq!(conn.poll_timeout(), Some(start + Duration::from_secs(3)));
+        assert_eq!(
+            conn.handle_timeout(start + Duration::from_secs(3)),
+            Err(PeerError::PingTtlExpired(Duration::from_secs(3)).into())
+        );
+    }
+}

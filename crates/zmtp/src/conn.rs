@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::Message;
 use crate::inproc::announced_identity;
 use crate::pipe::{Out, Pipe};
-use crate::socket::{AttachError, Inner, Link, Phase};
+use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
@@ -77,6 +77,7 @@ pub(crate) async fn run<R, W>(
     mut rd: R,
     mut wr: W,
     connect_pipe: Option<Arc<Pipe>>,
+    stop: &Stop,
     peer: &str,
 ) -> Outcome
 where
@@ -145,7 +146,7 @@ where
                 _ => {}
             }
         }
-        inner.inbound.push_batch(&mut batch);
+        inner.inbound.push_fair(&mut batch);
         if let Some(f) = failure.take() {
             break f;
         }
@@ -179,7 +180,8 @@ where
             _ => {}
         }
         // Keep reading while closing: a lingering handshake must complete.
-        let inbound_full = !inner.inbound.has_space();
+        // Messages not yet delivered (no room) hold further reading back.
+        let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
         let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
         if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
             rbuf.reserve(READ_CHUNK);
@@ -202,7 +204,7 @@ where
                 }
                 Err(e) => break ConnEnd::Io(e),
             },
-            _ = inner.inbound.wait_space(), if inbound_full => {}
+            _ = inner.inbound.wait_room(), if inbound_full => {}
             _ = wake(link.as_ref()), if can_fill => {}
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {
@@ -210,6 +212,7 @@ where
                 }
             }
             _ = phase.changed() => {}
+            _ = stop.wait() => break ConnEnd::Closed,
         }
     };
 
@@ -363,7 +366,7 @@ mod tests {
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, "test").await;
+        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
@@ -396,7 +399,7 @@ mod tests {
         theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, "test").await;
+        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
@@ -429,7 +432,9 @@ mod tests {
             writes: writes.clone(),
         };
         let task_inner = inner.clone();
-        let conn = tokio::spawn(async move { run(task_inner, rd, wr, Some(pipe), "test").await });
+        let conn = tokio::spawn(async move {
+            run(task_inner, rd, wr, Some(pipe), &Stop::default(), "test").await
+        });
         // Greeting, READY (28 bytes: Socket-Type PUSH), then 1000 frames of
         // 2 + 4 bytes.
         let total = 64 + 28 + 6000;

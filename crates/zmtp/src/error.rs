@@ -8,7 +8,7 @@ use std::io;
 ///
 /// | fault            | variants |
 /// |------------------|----------|
-/// | caller misuse    | [`InvalidEndpoint`](Error::InvalidEndpoint), [`InvalidState`](Error::InvalidState), [`InvalidOption`](Error::InvalidOption), [`NotSupported`](Error::NotSupported), [`MessageTooLarge`](Error::MessageTooLarge), [`EmptyMessage`](Error::EmptyMessage) |
+/// | caller misuse    | [`InvalidEndpoint`](Error::InvalidEndpoint), [`InvalidState`](Error::InvalidState), [`InvalidOption`](Error::InvalidOption), [`NotSupported`](Error::NotSupported), [`MessageTooLarge`](Error::MessageTooLarge), [`EmptyMessage`](Error::EmptyMessage), [`UnknownEndpoint`](Error::UnknownEndpoint) |
 /// | routing          | [`HostUnreachable`](Error::HostUnreachable) |
 /// | flow control     | [`WouldBlock`](Error::WouldBlock) |
 /// | lifecycle        | [`Closed`](Error::Closed) |
@@ -57,6 +57,9 @@ pub enum Error {
     /// frame (which may be empty).
     #[error("a message must have at least one frame")]
     EmptyMessage,
+    /// `unbind` / `disconnect` of an endpoint that is not bound / connected.
+    #[error("endpoint {0:?} is not bound or connected")]
+    UnknownEndpoint(String),
     /// ROUTER with `router_mandatory`: no connected peer has this routing id.
     #[error("no peer with routing id {0:02x?}")]
     HostUnreachable(bytes::Bytes),

@@ -15,10 +15,11 @@ use tokio::sync::Notify;
 
 use crate::error::Error;
 use crate::pipe::{Out, Pipe};
-use crate::socket::{Inner, Link, Phase};
+use crate::socket::{Inner, Link, Phase, Stop};
 use crate::{Message, SocketType, lock};
 
-type Registry = Mutex<HashMap<String, Weak<Inner>>>;
+/// name -> (bound socket, its `unbind` signal).
+type Registry = Mutex<HashMap<String, (Weak<Inner>, Arc<Stop>)>>;
 
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
@@ -32,7 +33,7 @@ pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
     let endpoint = format!("inproc://{name}");
     {
         let mut reg = lock(registry());
-        if let Some(existing) = reg.get(name).and_then(Weak::upgrade)
+        if let Some(existing) = reg.get(name).and_then(|(w, _)| w.upgrade())
             && !existing.is_closed()
         {
             return Err(Error::AddrInUse(endpoint));
@@ -40,7 +41,9 @@ pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
         if inner.is_closed() {
             return Err(Error::Closed);
         }
-        reg.insert(name.to_owned(), Arc::downgrade(inner));
+        let stop = Arc::new(Stop::default());
+        reg.insert(name.to_owned(), (Arc::downgrade(inner), stop.clone()));
+        inner.register_endpoint(vec![endpoint.clone()], None, stop);
     }
     inner.register_inproc_name(name.to_owned());
     BOUND.notify_waiters();
@@ -52,24 +55,37 @@ pub(crate) fn unregister(name: &str, inner: &Arc<Inner>) {
     let mut reg = lock(registry());
     if reg
         .get(name)
-        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(inner)))
+        .is_some_and(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(inner)))
     {
         reg.remove(name);
     }
 }
 
-fn lookup(name: &str) -> Option<Arc<Inner>> {
+/// `unbind`: forget the name and end its sessions.
+pub(crate) fn unbind(inner: &Arc<Inner>, name: &str) -> Result<(), Error> {
+    inner.stop_endpoint(&format!("inproc://{name}"), true)?;
+    unregister(name, inner);
+    Ok(())
+}
+
+fn lookup(name: &str) -> Option<(Arc<Inner>, Arc<Stop>)> {
     lock(registry())
         .get(name)
-        .and_then(Weak::upgrade)
-        .filter(|s| !s.is_closed())
+        .and_then(|(w, stop)| w.upgrade().map(|s| (s, stop.clone())))
+        .filter(|(s, stop)| !s.is_closed() && !stop.is_stopped())
 }
 
 pub(crate) fn connect(inner: &Arc<Inner>, name: &str) -> Result<(), Error> {
     let pipe = inner.add_connect_pipe()?;
+    let stop = Arc::new(Stop::default());
+    inner.register_endpoint(
+        vec![format!("inproc://{name}")],
+        Some(pipe.id),
+        stop.clone(),
+    );
     let task_inner = inner.clone();
     let name = name.to_owned();
-    inner.spawn(async move { connector(task_inner, pipe, name).await });
+    inner.spawn(async move { connector(task_inner, pipe, name, stop).await });
     Ok(())
 }
 
@@ -84,11 +100,12 @@ pub(crate) fn announced_identity(inner: &Inner) -> Bytes {
     }
 }
 
-async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String) {
+async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String, stop: Arc<Stop>) {
     let mut phase = inner.phase();
     loop {
         let ph = *phase.borrow_and_update();
-        if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) {
+        if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) || stop.is_stopped()
+        {
             break;
         }
         let bound = BOUND.notified();
@@ -99,10 +116,12 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String) {
                 tokio::select! {
                     _ = bound => {}
                     _ = phase.changed() => {}
+                    _ = stop.wait() => {}
                 }
             }
-            Some(peer) => {
-                if !session(&inner, &pipe, &peer).await {
+            Some((peer, peer_stop)) => {
+                let stops = [&*stop, &*peer_stop];
+                if !session(&inner, &pipe, &peer, stops).await {
                     break;
                 }
             }
@@ -113,7 +132,7 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String) {
 
 /// Run one inproc connection. Returns `false` if the connector should give
 /// up (incompatible peer).
-async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
+async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&Stop; 2]) -> bool {
     if !a.socket_type.is_compatible(b.socket_type) {
         tracing::warn!(
             ours = a.socket_type.as_str(),
@@ -126,9 +145,13 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "inproc: bound socket rejected the connection");
-            // Wait for the bound side to change before retrying.
+            // Retry once the bound side changes (or stop when we close).
             let mut pb = b.phase();
-            let _ = pb.changed().await;
+            let mut pa = a.phase();
+            tokio::select! {
+                _ = pb.changed() => {}
+                _ = pa.changed() => {}
+            }
             return true;
         }
     };
@@ -161,10 +184,13 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>) -> bool {
         tokio::select! {
             _ = a_link.pipe.wake.notified(), if !blocked_a => {}
             _ = b_link.pipe.wake.notified(), if !blocked_b => {}
-            _ = b.inbound.wait_space(), if blocked_a => {}
-            _ = a.inbound.wait_space(), if blocked_b => {}
+            _ = b.inbound.wait_room(), if blocked_a => {}
+            _ = a.inbound.wait_room(), if blocked_b => {}
             _ = pa.changed() => {}
             _ = pb.changed() => {}
+            // disconnect (ours) or unbind (theirs)
+            _ = stops[0].wait() => break,
+            _ = stops[1].wait() => break,
         }
     }
     // Our undelivered messages stay queued for the next connection; the bound
@@ -190,7 +216,7 @@ fn transfer(
     dst_link: &Link,
     scratch: &mut Scratch,
 ) -> bool {
-    let room = dst.inbound.room();
+    let room = dst.inbound.fair_room();
     let Scratch { items, batch } = scratch;
     if src_link.pipe.take_up_to(room, items) {
         src.send_space.notify_waiters();

@@ -154,6 +154,11 @@ impl Socket {
         self.inner().socket_type
     }
 
+    /// Has [`close`](Socket::close) been called (or the last handle dropped)?
+    pub fn is_closed(&self) -> bool {
+        self.inner().is_closed()
+    }
+
     /// The options the socket was created with.
     pub fn options(&self) -> &Options {
         &self.inner().options
@@ -191,9 +196,9 @@ impl Socket {
                         "connect needs an explicit host and port",
                     ));
                 }
-                transport::connect_tcp(inner, host, port)
+                transport::connect_tcp(inner, host, port, endpoint)
             }
-            Endpoint::Ipc(path) => transport::connect_ipc(inner, path),
+            Endpoint::Ipc(path) => transport::connect_ipc(inner, path, endpoint),
             Endpoint::Inproc(name) => inproc::connect(inner, &name),
         }
     }
@@ -219,10 +224,57 @@ impl Socket {
             .map_err(|e| Error::InvalidOption(e.to_string()))
     }
 
+    /// Stop listening on an endpoint given to (or returned by)
+    /// [`bind`](Socket::bind), and close the connections accepted from it.
+    /// [`Error::UnknownEndpoint`] if it is not bound.
+    pub async fn unbind(&self, endpoint: &str) -> Result<(), Error> {
+        let inner = self.inner();
+        match Endpoint::parse(endpoint)? {
+            Endpoint::Inproc(name) => inproc::unbind(inner, &name),
+            _ => inner.stop_endpoint(endpoint, true),
+        }
+    }
+
+    /// Stop connecting to an endpoint given to [`connect`](Socket::connect):
+    /// the connection is closed, reconnection stops and messages still queued
+    /// for it are dropped. [`Error::UnknownEndpoint`] if it is not connected.
+    pub async fn disconnect(&self, endpoint: &str) -> Result<(), Error> {
+        Endpoint::parse(endpoint)?;
+        self.inner().stop_endpoint(endpoint, false)
+    }
+
     /// Send a message, waiting while the socket's pattern says so (HWM
     /// reached on PUSH/DEALER/REQ/PAIR, or no peer yet). PUB/XPUB and ROUTER
     /// never wait (they drop, per ZeroMQ semantics), except ROUTER with
     /// `router_mandatory`.
+    ///
+    /// A ROUTER routes by the first frame (the peer's routing id, as it was
+    /// prepended on receive):
+    ///
+    /// ```
+    /// use dafka_zmtp::{Bytes, Message, Options, Socket, SocketType};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dafka_zmtp::Error> {
+    /// let router = Socket::new(SocketType::Router, Options::default());
+    /// let endpoint = router.bind("tcp://127.0.0.1:0").await?;
+    /// let dealer = Socket::new(
+    ///     SocketType::Dealer,
+    ///     Options { routing_id: Some(Bytes::from_static(b"worker-1")), ..Default::default() },
+    /// );
+    /// dealer.connect(&endpoint).await?;
+    ///
+    /// dealer.send(Message::from(&b"ready"[..])).await?;
+    /// let msg = router.recv().await?;
+    /// assert_eq!(msg.frames()[0], &b"worker-1"[..]);
+    /// assert_eq!(msg.frames()[1], &b"ready"[..]);
+    ///
+    /// let reply: Message = vec![msg.frames()[0].clone(), Bytes::from_static(b"job")].into();
+    /// router.send(reply).await?;
+    /// assert_eq!(dealer.recv().await?.frames()[0], &b"job"[..]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn send(&self, msg: Message) -> Result<(), Error> {
         let inner = self.inner();
         let mut msg = match inner.try_send(msg) {
@@ -281,6 +333,29 @@ impl Socket {
     /// prefix matches everything). XSUB: sends the `0x01 + prefix`
     /// subscription message upstream. Other types:
     /// [`Error::NotSupported`].
+    ///
+    /// Subscriptions reach the publisher asynchronously (and again after every
+    /// reconnect); messages published before that are not delivered.
+    ///
+    /// ```
+    /// use dafka_zmtp::{Message, Options, Socket, SocketType};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dafka_zmtp::Error> {
+    /// // XPUB reports subscriptions, which tells us when the SUB is ready.
+    /// let publisher = Socket::new(SocketType::Xpub, Options::default());
+    /// publisher.bind("inproc://doc-pubsub").await?;
+    /// let sub = Socket::new(SocketType::Sub, Options::default());
+    /// sub.connect("inproc://doc-pubsub").await?;
+    /// sub.subscribe(b"weather.")?;
+    /// assert_eq!(publisher.recv().await?.frames()[0], &b"\x01weather."[..]);
+    ///
+    /// publisher.send(Message::from(&b"sports.result"[..])).await?; // filtered out
+    /// publisher.send(Message::from(&b"weather.paris"[..])).await?;
+    /// assert_eq!(sub.recv().await?.frames()[0], &b"weather.paris"[..]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn subscribe(&self, prefix: &[u8]) -> Result<(), Error> {
         self.set_subscription(prefix, true)
     }

@@ -162,6 +162,8 @@ pub(crate) struct Inbound {
     shared: Padded<Mutex<VecDeque<(u64, Message)>>>,
     cache: Padded<Mutex<VecDeque<(u64, Message)>>>,
     total: Padded<AtomicUsize>,
+    /// Connection tasks waiting for room (to split free room fairly).
+    blocked: AtomicUsize,
     /// Wakes `recv` callers when the queue becomes non-empty.
     pub(crate) data: Notify,
     /// Wakes connection tasks when the queue drains to its low-water mark.
@@ -175,6 +177,7 @@ impl Inbound {
             shared: Padded(Mutex::new(VecDeque::new())),
             cache: Padded(Mutex::new(VecDeque::new())),
             total: Padded(AtomicUsize::new(0)),
+            blocked: AtomicUsize::new(0),
             data: Notify::new(),
             space: Notify::new(),
             hwm,
@@ -212,6 +215,63 @@ impl Inbound {
         }
     }
 
+    /// This producer's share of the free room: split between it and the
+    /// producers waiting for room (at least one message if there is room).
+    pub(crate) fn fair_room(&self) -> usize {
+        let room = self.room();
+        if room == 0 {
+            return 0;
+        }
+        let waiting = self.blocked.load(Ordering::Acquire);
+        (room / waiting.saturating_add(1)).max(1)
+    }
+
+    /// Append this producer's fair share of the free room from the front of
+    /// `batch`; the rest stays in `batch` (the producer stops reading until it
+    /// is delivered). The queue never exceeds the HWM this way.
+    pub(crate) fn push_fair(&self, batch: &mut VecDeque<(u64, Message)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let n = self.fair_room().min(batch.len());
+        if n == 0 {
+            return;
+        }
+        let mut shared = lock(&self.shared);
+        if n == batch.len() {
+            if shared.is_empty() {
+                // The usual case: hand the whole batch over in O(1).
+                std::mem::swap(&mut *shared, batch);
+            } else {
+                shared.append(batch);
+            }
+        } else {
+            shared.extend(batch.drain(..n));
+        }
+        drop(shared);
+        if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
+            self.data.notify_waiters();
+        }
+    }
+
+    /// Wait for room as a blocked producer (counted for fair shares). If
+    /// there is room already, yield once so other producers get a turn.
+    pub(crate) async fn wait_room(&self) {
+        if self.has_space() {
+            tokio::task::yield_now().await;
+            return;
+        }
+        struct Blocked<'a>(&'a AtomicUsize);
+        impl Drop for Blocked<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.blocked.fetch_add(1, Ordering::AcqRel);
+        let _blocked = Blocked(&self.blocked);
+        self.wait_space().await;
+    }
+
     /// Append one message regardless of the HWM (XPUB subscription
     /// notifications, which must not be lost).
     pub(crate) fn push_one(&self, pipe: u64, msg: Message) {
@@ -225,6 +285,7 @@ impl Inbound {
         let mut cache = lock(&self.cache);
         if cache.is_empty() {
             std::mem::swap(&mut *lock(&self.shared), &mut *cache);
+            interleave(&mut cache);
         }
         let item = cache.pop_front()?;
         drop(cache);
@@ -246,6 +307,41 @@ impl Inbound {
                 return;
             }
             notified.await;
+        }
+    }
+}
+
+/// Fair queuing: reorder a batch taken from the shared queue so that the
+/// peers present in it take turns, one message each, keeping each peer's own
+/// order. A batch from a single peer (the common case) is left alone.
+fn interleave(batch: &mut VecDeque<(u64, Message)>) {
+    let Some(&(first, _)) = batch.front() else {
+        return;
+    };
+    if batch.iter().all(|(p, _)| *p == first) {
+        return;
+    }
+    let mut index: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut buckets: Vec<(u64, VecDeque<Message>)> = Vec::new();
+    for (p, m) in batch.drain(..) {
+        let i = *index.entry(p).or_insert_with(|| {
+            buckets.push((p, VecDeque::new()));
+            buckets.len() - 1
+        });
+        if let Some(b) = buckets.get_mut(i) {
+            b.1.push_back(m);
+        }
+    }
+    loop {
+        let mut any = false;
+        for (p, q) in &mut buckets {
+            if let Some(m) = q.pop_front() {
+                batch.push_back((*p, m));
+                any = true;
+            }
+        }
+        if !any {
+            break;
         }
     }
 }
@@ -279,6 +375,41 @@ mod tests {
             })
             .collect();
         assert_eq!(order, vec![&b"a"[..], &b"b"[..], &b"c"[..]]);
+    }
+
+    #[test]
+    fn pop_interleaves_peers_and_keeps_each_peers_order() {
+        let q = Inbound::new(100);
+        let mut batch: VecDeque<_> = [
+            (1, msg(b"a1")),
+            (1, msg(b"a2")),
+            (1, msg(b"a3")),
+            (2, msg(b"b1")),
+            (2, msg(b"b2")),
+        ]
+        .into_iter()
+        .collect();
+        q.push_fair(&mut batch);
+        let got: Vec<_> = std::iter::from_fn(|| q.pop())
+            .map(|(_, m)| m.frames()[0].clone())
+            .collect();
+        assert_eq!(got, vec![&b"a1"[..], b"b1", b"a2", b"b2", b"a3"]);
+    }
+
+    #[test]
+    fn push_fair_never_exceeds_the_hwm() {
+        let q = Inbound::new(4);
+        let mut batch: VecDeque<_> = (0..10).map(|_| (1, msg(b"x"))).collect();
+        q.push_fair(&mut batch);
+        assert_eq!(batch.len(), 6);
+        assert!(!q.has_space());
+        q.push_fair(&mut batch);
+        assert_eq!(batch.len(), 6);
+        for _ in 0..2 {
+            q.pop();
+        }
+        q.push_fair(&mut batch);
+        assert_eq!(batch.len(), 4);
     }
 
     #[test]

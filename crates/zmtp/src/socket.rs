@@ -25,6 +25,48 @@ pub(crate) enum Phase {
     Terminated,
 }
 
+/// A stop signal for the tasks of one endpoint (`unbind` / `disconnect`).
+#[derive(Debug, Default)]
+pub(crate) struct Stop {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl Stop {
+    pub(crate) fn stop(&self) {
+        self.flag.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Resolves once [`stop`](Stop::stop) was called.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let n = self.notify.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.is_stopped() {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+/// An endpoint given to `bind` or `connect`, for `unbind` / `disconnect`.
+#[derive(Debug)]
+struct EndpointEntry {
+    /// The strings it can be named by (as given, and as resolved by bind).
+    names: Vec<String>,
+    bound: bool,
+    stop: Arc<Stop>,
+    /// A connected endpoint's pipe, removed at once by `disconnect`.
+    pipe: Option<u64>,
+}
+
 /// Why a connection could not be attached after its handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum AttachError {
@@ -74,6 +116,8 @@ struct State {
     rep_envelope: Option<(u64, Vec<Bytes>)>,
     /// Names registered in the inproc registry by `bind`.
     inproc_names: Vec<String>,
+    /// Bound and connected endpoints.
+    endpoints: Vec<EndpointEntry>,
 }
 
 impl State {
@@ -193,6 +237,43 @@ impl Inner {
 
     pub(crate) fn register_inproc_name(&self, name: String) {
         lock(&self.state).inproc_names.push(name);
+    }
+
+    /// Remember an endpoint so that `unbind`/`disconnect` can stop it.
+    pub(crate) fn register_endpoint(&self, names: Vec<String>, pipe: Option<u64>, stop: Arc<Stop>) {
+        lock(&self.state).endpoints.push(EndpointEntry {
+            names,
+            bound: pipe.is_none(),
+            stop,
+            pipe,
+        });
+    }
+
+    /// Stop the tasks of a bound (`bound`) or connected endpoint.
+    pub(crate) fn stop_endpoint(&self, name: &str, bound: bool) -> Result<(), Error> {
+        let mut st = lock(&self.state);
+        let idx = st
+            .endpoints
+            .iter()
+            .position(|e| e.bound == bound && e.names.iter().any(|n| n == name))
+            .ok_or_else(|| Error::UnknownEndpoint(name.to_owned()))?;
+        let entry = st.endpoints.remove(idx);
+        if bound {
+            for n in &entry.names {
+                if let Some(inproc) = n.strip_prefix("inproc://") {
+                    st.inproc_names.retain(|x| x != inproc);
+                }
+            }
+        }
+        if let Some(id) = entry.pipe
+            && let Some(idx) = st.pipes.iter().position(|e| e.pipe.id == id)
+        {
+            let removed = st.pipes.remove(idx);
+            self.forget_peer(&mut st, removed);
+        }
+        drop(st);
+        entry.stop.stop();
+        Ok(())
     }
 
     /// A connection finished its handshake: attach it (bind side: a new

@@ -13,7 +13,7 @@ use crate::conn::{self, ConnEnd};
 use crate::endpoint::tcp_string;
 use crate::error::Error;
 use crate::pipe::Pipe;
-use crate::socket::{Inner, Phase};
+use crate::socket::{Inner, Phase, Stop};
 
 async fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     if host == "*" {
@@ -64,10 +64,16 @@ pub(crate) async fn bind_tcp(
     for addr in addrs {
         match TcpListener::bind(addr).await {
             Ok(listener) => {
-                let local = listener.local_addr()?;
+                let local = tcp_string(listener.local_addr()?);
+                let stop = Arc::new(Stop::default());
+                inner.register_endpoint(
+                    vec![endpoint.to_owned(), local.clone()],
+                    None,
+                    stop.clone(),
+                );
                 let task_inner = inner.clone();
-                inner.spawn(accept_tcp(task_inner, listener));
-                return Ok(tcp_string(local));
+                inner.spawn(accept_tcp(task_inner, listener, stop));
+                return Ok(local);
             }
             Err(e) => last_err = Some(e),
         }
@@ -78,7 +84,7 @@ pub(crate) async fn bind_tcp(
     })
 }
 
-async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener) {
+async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener, stop: Arc<Stop>) {
     let mut phase = inner.phase();
     loop {
         tokio::select! {
@@ -86,9 +92,10 @@ async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener) {
                 Ok((stream, addr)) => {
                     let _ = stream.set_nodelay(true);
                     let conn_inner = inner.clone();
+                    let conn_stop = stop.clone();
                     inner.spawn(async move {
                         let (rd, wr) = stream.into_split();
-                        conn::run(conn_inner, rd, wr, None, &addr.to_string()).await;
+                        conn::run(conn_inner, rd, wr, None, &conn_stop, &addr.to_string()).await;
                     });
                 }
                 Err(e) => {
@@ -98,6 +105,7 @@ async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener) {
                 }
             },
             _ = until_not_running(&mut phase) => break,
+            _ = stop.wait() => break,
         }
     }
 }
@@ -120,23 +128,27 @@ pub(crate) async fn bind_ipc(
         }
         Err(e) => return Err(Error::from_bind(endpoint, e)),
     };
+    let local = format!("ipc://{}", path.display());
+    let stop = Arc::new(Stop::default());
+    inner.register_endpoint(vec![endpoint.to_owned(), local.clone()], None, stop.clone());
     let task_inner = inner.clone();
     let owned = path.to_path_buf();
-    inner.spawn(accept_ipc(task_inner, listener, owned));
-    Ok(format!("ipc://{}", path.display()))
+    inner.spawn(accept_ipc(task_inner, listener, owned, stop));
+    Ok(local)
 }
 
-async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf) {
+async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf, stop: Arc<Stop>) {
     let mut phase = inner.phase();
     loop {
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
                     let conn_inner = inner.clone();
+                    let conn_stop = stop.clone();
                     let peer = format!("ipc://{}", path.display());
                     inner.spawn(async move {
                         let (rd, wr) = stream.into_split();
-                        conn::run(conn_inner, rd, wr, None, &peer).await;
+                        conn::run(conn_inner, rd, wr, None, &conn_stop, &peer).await;
                     });
                 }
                 Err(e) => {
@@ -145,6 +157,7 @@ async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf) {
                 }
             },
             _ = until_not_running(&mut phase) => break,
+            _ = stop.wait() => break,
         }
     }
     drop(listener);
@@ -158,18 +171,25 @@ enum Target {
     Ipc(PathBuf),
 }
 
-pub(crate) fn connect_tcp(inner: &Arc<Inner>, host: String, port: u16) -> Result<(), Error> {
-    start_connector(inner, Target::Tcp { host, port })
+pub(crate) fn connect_tcp(
+    inner: &Arc<Inner>,
+    host: String,
+    port: u16,
+    endpoint: &str,
+) -> Result<(), Error> {
+    start_connector(inner, Target::Tcp { host, port }, endpoint)
 }
 
-pub(crate) fn connect_ipc(inner: &Arc<Inner>, path: PathBuf) -> Result<(), Error> {
-    start_connector(inner, Target::Ipc(path))
+pub(crate) fn connect_ipc(inner: &Arc<Inner>, path: PathBuf, endpoint: &str) -> Result<(), Error> {
+    start_connector(inner, Target::Ipc(path), endpoint)
 }
 
-fn start_connector(inner: &Arc<Inner>, target: Target) -> Result<(), Error> {
+fn start_connector(inner: &Arc<Inner>, target: Target, endpoint: &str) -> Result<(), Error> {
     let pipe = inner.add_connect_pipe()?;
+    let stop = Arc::new(Stop::default());
+    inner.register_endpoint(vec![endpoint.to_owned()], Some(pipe.id), stop.clone());
     let task_inner = inner.clone();
-    inner.spawn(connector(task_inner, pipe, target));
+    inner.spawn(connector(task_inner, pipe, target, stop));
     Ok(())
 }
 
@@ -228,22 +248,25 @@ async fn connect_once(
 
 /// Connect, run the connection, reconnect with backoff; the pipe (and the
 /// messages queued in it) survives across connections.
-async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target) {
+async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target, stop: Arc<Stop>) {
     let mut phase = inner.phase();
     let base = inner.options.reconnect_ivl;
     let mut ivl = base;
     loop {
         let ph = *phase.borrow_and_update();
-        if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) {
+        if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) || stop.is_stopped()
+        {
             break;
         }
         let res = tokio::select! {
             r = connect_once(&inner, &target) => r,
             _ = until_terminated(&mut phase) => break,
+            _ = stop.wait() => break,
         };
         match res {
             Ok((rd, wr, peer)) => {
-                let outcome = conn::run(inner.clone(), rd, wr, Some(pipe.clone()), &peer).await;
+                let outcome =
+                    conn::run(inner.clone(), rd, wr, Some(pipe.clone()), &stop, &peer).await;
                 if outcome.was_ready {
                     ivl = base;
                 }
@@ -266,6 +289,7 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target) {
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = until_terminated(&mut phase) => break,
+            _ = stop.wait() => break,
         }
     }
     inner.remove_pipe(pipe.id);

@@ -720,3 +720,107 @@ async fn sub_sends_subscriptions_as_commands_to_31_and_messages_to_30() {
         assert_eq!(frames(&recv(&sub).await), vec![b"x1".to_vec()]);
     }
 }
+
+#[tokio::test]
+async fn pull_fair_queues_between_busy_peers() {
+    for t in ["tcp", "inproc"] {
+        let pull = Socket::new(SocketType::Pull, hwm(10, 10));
+        let ep = pull.bind(&bind_endpoint(t)).await.unwrap();
+        let mut pushers = Vec::new();
+        for name in [b'a', b'b'] {
+            let push = Socket::new(SocketType::Push, hwm(1000, 1000));
+            push.connect(&ep).await.unwrap();
+            for i in 0..300u32 {
+                let mut m = Message::new();
+                m.push(Bytes::copy_from_slice(&[name]));
+                m.push(Bytes::copy_from_slice(&i.to_be_bytes()));
+                send(&push, m).await;
+            }
+            pushers.push(push);
+        }
+        // Both peers are now blocked on the PULL's HWM.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut first = Vec::new();
+        let mut next = [0u32; 2];
+        for _ in 0..600 {
+            let m = recv(&pull).await;
+            let who = usize::from(m.frames()[0][0] - b'a');
+            // Each peer's own order is kept.
+            assert_eq!(m.frames()[1], &next[who].to_be_bytes()[..]);
+            next[who] += 1;
+            if first.len() < 100 {
+                first.push(who);
+            }
+        }
+        let a = first.iter().filter(|w| **w == 0).count();
+        assert!(
+            (25..=75).contains(&a),
+            "{t}: {a} of the first 100 from one peer"
+        );
+    }
+}
+
+async fn disconnect_and_unbind(t: &str) {
+    let a = Socket::new(SocketType::Pull, linger0());
+    let b = Socket::new(SocketType::Pull, linger0());
+    let ea = a.bind(&bind_endpoint(t)).await.unwrap();
+    let eb = b.bind(&bind_endpoint(t)).await.unwrap();
+    let push = Socket::new(SocketType::Push, linger0());
+    push.connect(&ea).await.unwrap();
+    push.connect(&eb).await.unwrap();
+    for i in 0..4u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    recv(&a).await;
+    recv(&b).await;
+    recv(&a).await;
+    recv(&b).await;
+    // Disconnect from `a`: everything goes to `b` now.
+    push.disconnect(&ea).await.unwrap();
+    assert!(matches!(
+        push.disconnect(&ea).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
+    for i in 0..6u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    for i in 0..6u8 {
+        assert_eq!(frames(&recv(&b).await), vec![vec![i]]);
+    }
+    assert_silent(&a, 50).await;
+    // Unbind `b`: its connection goes away, the endpoint is free again.
+    b.unbind(&eb).await.unwrap();
+    assert!(matches!(
+        b.unbind(&eb).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
+    let c = Socket::new(SocketType::Pull, linger0());
+    let mut rebound = false;
+    for _ in 0..100 {
+        if c.bind(&eb).await.is_ok() {
+            rebound = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rebound, "{eb} not released by unbind");
+    // The pusher reconnects to the new socket.
+    send(&push, msg(&[b"new"])).await;
+    assert_eq!(frames(&recv(&c).await), vec![b"new".to_vec()]);
+    assert_silent(&b, 50).await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_tcp() {
+    disconnect_and_unbind("tcp").await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_ipc() {
+    disconnect_and_unbind("ipc").await;
+}
+
+#[tokio::test]
+async fn disconnect_and_unbind_inproc() {
+    disconnect_and_unbind("inproc").await;
+}
