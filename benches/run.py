@@ -281,10 +281,22 @@ def fmt_num(v: float | None, digits: int = 1) -> str:
     return "—" if v is None else f"{v:,.{digits}f}"
 
 
+def fmt_cpu_us(ns: float | None) -> str:
+    return "—" if ns is None else f"{ns / 1000:.1f}"
+
+
 def fmt_ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None or b == 0:
         return "—"
     return f"{a / b:.2f}×"
+
+
+def cpu_ns_per_msg(p: Pair) -> float | None:
+    a, b = p.measured.get("cpu_s"), p.other.get("cpu_s")
+    n = (p.measured.get("count") or 0) + (p.measured.get("warmup") or 0)
+    if a is None or b is None or n == 0:
+        return None
+    return (a + b) / n * 1e9
 
 
 def summarize(results: dict[Case, list[Pair]]) -> dict[Case, dict]:
@@ -296,6 +308,10 @@ def summarize(results: dict[Case, list[Pair]]) -> dict[Case, dict]:
             "ok_runs": len(good),
             "errors": [p.error for p in pairs if not p.ok],
         }
+        # CPU seconds of both processes per message (or round trip), warm-up included, since
+        # each process reports its whole CPU time. Far less sensitive to a busy machine than
+        # wall-clock rates.
+        s["cpu_ns_per_msg"] = median([ns for p in good if (ns := cpu_ns_per_msg(p)) is not None])
         if case.test == "pushpull":
             rates = [
                 p.measured["msgs_per_s"] for p in good if p.measured.get("msgs_per_s") is not None
@@ -706,13 +722,29 @@ def write_markdown(
             L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
         L.append("")
 
+        L += [
+            "CPU time per message in ns, sender + receiver (user + system time of both "
+            "processes, all threads, over all messages including warm-up; median). Less "
+            "sensitive to other load on the machine than the rates above:",
+            "",
+        ]
+        L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
+        L.append("|---|" + "---:|" * len(backends))
+        for s in sizes:
+            cells = [
+                fmt_num(summary.get(Case(b, "pushpull", s), {}).get("cpu_ns_per_msg"), 0)
+                for b in backends
+            ]
+            L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
+        L.append("")
+
     if do_latency:
         L += [f"## REQ/REP round trip ({LATENCY_SIZE} B)", ""]
         L.append(
             "| backend | p50 (µs) | p99 (µs) | mean (µs) | p50 vs best peer | "
-            "round trips | peak RSS req / rep (MiB) |"
+            "CPU µs per round trip (both) | round trips | peak RSS req / rep (MiB) |"
         )
-        L.append("|---|---:|---:|---:|---:|---:|---:|")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         peer_p50 = [
             summary.get(Case(p, "reqrep", LATENCY_SIZE), {}).get("p50_us")
             for p in PEERS
@@ -730,7 +762,7 @@ def write_markdown(
             L.append(
                 f"| {LABELS[b]} | {fmt_num(d.get('p50_us'))} | {fmt_num(d.get('p99_us'))} | "
                 f"{fmt_num(d.get('mean_us'))} | {fmt_ratio(d.get('p50_us'), best)} | "
-                f"{d.get('count') or '—'} | {rss} |"
+                f"{fmt_cpu_us(d.get('cpu_ns_per_msg'))} | {d.get('count') or '—'} | {rss} |"
             )
         L += ["", "(p50 vs best peer: below 1× is faster than the best of libzmq and zmq.rs.)", ""]
 

@@ -82,7 +82,18 @@ def test_targets_met_and_missed():
 def test_summary_takes_the_median_and_ignores_failed_runs():
     case = Case("raw", "pushpull", 16)
     pairs = [
-        Pair(True, {"msgs_per_s": v, "mb_per_s": v * 16 / 1e6, "peak_rss_kib": 1}, {})
+        Pair(
+            True,
+            {
+                "msgs_per_s": v,
+                "mb_per_s": v * 16 / 1e6,
+                "peak_rss_kib": 1,
+                "cpu_s": v,
+                "count": 900,
+                "warmup": 100,
+            },
+            {"cpu_s": 1.0},
+        )
         for v in (1.0, 5.0, 3.0)
     ]
     pairs.append(Pair(False, error="push: timed out"))
@@ -90,3 +101,5 @@ def test_summary_takes_the_median_and_ignores_failed_runs():
     assert s["msgs_per_s"] == 3.0
     assert s["ok_runs"] == 3 and s["errors"] == ["push: timed out"]
     assert s["spread"] == pytest.approx(2 / 3)
+    # (3 + 1) CPU seconds over 1000 messages, the median of 2, 4 and 6 ms per message
+    assert s["cpu_ns_per_msg"] == pytest.approx(4e6)
