@@ -247,7 +247,18 @@ def machine_info(binary_info: dict) -> dict:
         m = re.search(r'name = "' + re.escape(name) + r'"\nversion = "([^"]+)"', lock)
         return m.group(1) if m else "?"
 
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+
     return {
+        "commit": commit or "unknown",
         "cpu": cpu,
         "cores": os.cpu_count() or 0,
         "ram_gib": mem_kib / 1024 / 1024,
@@ -590,7 +601,8 @@ def write_markdown(
         f"- Date: {now} (run took {time.time() - started:.0f} s)",
         f"- Mode: {'`--quick`' if quick else 'full'}: {settings.reps} repetition(s) per pairing, "
         f"median reported; each run sized to ~{settings.target_s:g} s of measured traffic",
-        f"- Command: `{' '.join(['python3', 'benches/run.py', *argv])}`",
+        f"- Command: `{' '.join(['python3', 'benches/run.py', *argv])}` at commit "
+        f"`{machine['commit']}`",
         f"- Machine: {machine['cpu']}, {machine['cores']} cores, "
         f"{machine['ram_gib']:.1f} GiB RAM, Linux {machine['kernel']}",
         f"- Load average (1, 5, 15 min) at start: {' '.join(machine['load'])}, at end: "
