@@ -17,6 +17,9 @@ use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Read chunk before the handshake completes: a flood of connections that
+/// never finish their handshake costs little memory each.
+const HANDSHAKE_CHUNK: usize = 1024;
 /// Stop draining the outgoing queue into the write buffer beyond this size.
 const WRITE_BUDGET: usize = 256 * 1024;
 /// Stop reading while this much is waiting to be written: a peer that sends
@@ -53,10 +56,13 @@ pub(crate) struct Outcome {
 
 pub(crate) fn config(inner: &Inner) -> Config {
     let o = &inner.options;
+    // Deadlines are `Instant + Duration`, which panics on overflow: cap
+    // absurd values from the options (ten years is "never" here).
+    let cap = |d: std::time::Duration| d.min(std::time::Duration::from_secs(10 * 365 * 86_400));
     let heartbeat = o.heartbeat_ivl.map(|interval| Heartbeat {
-        interval,
-        ttl: o.heartbeat_ttl.unwrap_or_default(),
-        timeout: o.heartbeat_timeout.unwrap_or(interval),
+        interval: cap(interval),
+        ttl: cap(o.heartbeat_ttl.unwrap_or_default()),
+        timeout: cap(o.heartbeat_timeout.unwrap_or(interval)),
     });
     Config {
         socket_type: inner.socket_type,
@@ -66,7 +72,7 @@ pub(crate) fn config(inner: &Inner) -> Config {
         mechanism: MechanismConfig::Null,
         as_server: false,
         heartbeat,
-        handshake_timeout: o.handshake_timeout,
+        handshake_timeout: o.handshake_timeout.map(cap),
     }
 }
 
@@ -96,8 +102,8 @@ where
             };
         }
     };
-    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
-    let mut wbuf = BytesMut::with_capacity(READ_CHUNK);
+    let mut rbuf = BytesMut::new();
+    let mut wbuf = BytesMut::new();
     let mut local: VecDeque<Out> = VecDeque::new();
     let mut link: Option<Link> = None;
     let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
@@ -183,13 +189,18 @@ where
         // Messages not yet delivered (no room) hold further reading back.
         let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
         let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
-        if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
-            rbuf.reserve(READ_CHUNK);
+        let chunk = if link.is_some() {
+            READ_CHUNK
+        } else {
+            HANDSHAKE_CHUNK
+        };
+        if rbuf.capacity() - rbuf.len() < chunk / 4 {
+            rbuf.reserve(chunk);
         }
         let can_fill = link.is_some() && local.is_empty() && wbuf.len() < WRITE_BUDGET;
 
+        // Unbiased: under sustained load neither reading nor writing starves.
         tokio::select! {
-            biased;
             r = wr.write(&wbuf), if !wbuf.is_empty() => match r {
                 Ok(0) => break ConnEnd::Io(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => wbuf.advance(n),

@@ -167,6 +167,10 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
     let mut pb = b.phase();
     let mut scratch = Scratch::default();
     loop {
+        // disconnect (ours) or unbind (theirs): stop before moving anything.
+        if stops.iter().any(|s| s.is_stopped()) {
+            break;
+        }
         let blocked_a = transfer(a, &a_link, b, &b_link, &mut scratch);
         let blocked_b = transfer(b, &b_link, a, &a_link, &mut scratch);
         let pha = *pa.borrow_and_update();

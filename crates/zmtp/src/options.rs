@@ -49,6 +49,10 @@ pub struct Options {
     /// this cap (`ZMQ_RECONNECT_IVL_MAX`). Default `None` (no doubling, as in
     /// libzmq).
     pub reconnect_ivl_max: Option<Duration>,
+    /// Queue messages only to peers whose handshake is complete
+    /// (`ZMQ_IMMEDIATE`). By default a `connect`ed peer gets messages queued
+    /// (up to the HWM) before it is reachable, as in libzmq. Default false.
+    pub immediate: bool,
     /// Our routing id (`ZMQ_ROUTING_ID`), sent in READY by REQ, DEALER and
     /// ROUTER sockets. At most 255 bytes, must not start with 0x00.
     pub routing_id: Option<Bytes>,
@@ -86,6 +90,7 @@ impl Default for Options {
             heartbeat_timeout: None,
             reconnect_ivl: Duration::from_millis(100),
             reconnect_ivl_max: None,
+            immediate: false,
             routing_id: None,
             router_mandatory: false,
             xpub_verbose: false,

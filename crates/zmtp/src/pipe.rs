@@ -151,6 +151,18 @@ impl Pipe {
     }
 }
 
+/// The consumer's private side of the receive queue.
+#[derive(Debug, Default)]
+struct Cache {
+    q: VecDeque<(u64, Message)>,
+    /// Popped but not yet subtracted from `Inbound::total`.
+    popped: usize,
+}
+
+/// At most this many pops are batched into one update of `Inbound::total`
+/// (fewer for small HWMs: an eighth of it).
+const RELEASE_EVERY: usize = 32;
+
 /// The receive queue of a socket, shared by all its connections.
 ///
 /// Producers (connection tasks) append batches to `shared`; the consumer
@@ -160,10 +172,12 @@ impl Pipe {
 #[derive(Debug)]
 pub(crate) struct Inbound {
     shared: Padded<Mutex<VecDeque<(u64, Message)>>>,
-    cache: Padded<Mutex<VecDeque<(u64, Message)>>>,
+    cache: Padded<Mutex<Cache>>,
     total: Padded<AtomicUsize>,
     /// Connection tasks waiting for room (to split free room fairly).
     blocked: AtomicUsize,
+    /// Pops batched per update of `total`.
+    release_every: usize,
     /// Wakes `recv` callers when the queue becomes non-empty.
     pub(crate) data: Notify,
     /// Wakes connection tasks when the queue drains to its low-water mark.
@@ -175,9 +189,10 @@ impl Inbound {
     pub(crate) fn new(hwm: usize) -> Self {
         Inbound {
             shared: Padded(Mutex::new(VecDeque::new())),
-            cache: Padded(Mutex::new(VecDeque::new())),
+            cache: Padded(Mutex::new(Cache::default())),
             total: Padded(AtomicUsize::new(0)),
             blocked: AtomicUsize::new(0),
+            release_every: (hwm / 8).clamp(1, RELEASE_EVERY),
             data: Notify::new(),
             space: Notify::new(),
             hwm,
@@ -283,18 +298,32 @@ impl Inbound {
 
     pub(crate) fn pop(&self) -> Option<(u64, Message)> {
         let mut cache = lock(&self.cache);
-        if cache.is_empty() {
-            std::mem::swap(&mut *lock(&self.shared), &mut *cache);
-            interleave(&mut cache);
+        if cache.q.is_empty() {
+            self.release(&mut cache);
+            std::mem::swap(&mut *lock(&self.shared), &mut cache.q);
+            interleave(&mut cache.q);
         }
-        let item = cache.pop_front()?;
-        drop(cache);
-        let before = self.total.fetch_sub(1, Ordering::AcqRel);
-        let low = self.hwm / 2;
-        if before > low && before - 1 <= low {
-            self.space.notify_waiters();
+        let item = cache.q.pop_front()?;
+        cache.popped += 1;
+        if cache.popped >= self.release_every || cache.q.is_empty() {
+            self.release(&mut cache);
         }
         Some(item)
+    }
+
+    /// Subtract the messages popped since the last release from `total`
+    /// (batched: one contended atomic per up to [`RELEASE_EVERY`] messages) and
+    /// wake blocked producers when the count crosses the low-water mark.
+    fn release(&self, cache: &mut Cache) {
+        let n = std::mem::take(&mut cache.popped);
+        if n == 0 {
+            return;
+        }
+        let before = self.total.fetch_sub(n, Ordering::AcqRel);
+        let low = self.hwm / 2;
+        if before > low && before - n <= low {
+            self.space.notify_waiters();
+        }
     }
 
     /// Wait until the queue is below its HWM.

@@ -506,19 +506,29 @@ impl Inner {
         }
     }
 
-    /// Round-robin over all pipes, skipping full ones. Returns the pipe id.
-    fn load_balance(st: &mut State, mut msg: Message) -> Result<u64, Message> {
+    /// Round-robin over all pipes (only connected ones with `immediate`),
+    /// skipping full ones. Returns the pipe id.
+    fn load_balance(st: &mut State, mut msg: Message, immediate: bool) -> Result<u64, Message> {
         let n = st.pipes.len();
-        for i in 0..n {
-            let idx = (st.rr + i) % n;
-            let pipe = &st.pipes[idx].pipe;
+        let mut idx = st.rr;
+        for _ in 0..n {
+            if idx >= n {
+                idx = 0;
+            }
+            let entry = &st.pipes[idx];
+            if immediate && !entry.ready {
+                idx += 1;
+                continue;
+            }
+            let pipe = &entry.pipe;
             match pipe.try_push(msg) {
                 Ok(()) => {
-                    st.rr = (idx + 1) % n;
+                    st.rr = idx + 1;
                     return Ok(pipe.id);
                 }
                 Err(m) => msg = m,
             }
+            idx += 1;
         }
         Err(msg)
     }
@@ -533,9 +543,11 @@ impl Inner {
             return Err(SendError::Fail(Error::Closed));
         }
         match self.socket_type {
-            SocketType::Push | SocketType::Dealer => Self::load_balance(&mut st, msg)
-                .map(|_| ())
-                .map_err(SendError::Block),
+            SocketType::Push | SocketType::Dealer => {
+                Self::load_balance(&mut st, msg, self.options.immediate)
+                    .map(|_| ())
+                    .map_err(SendError::Block)
+            }
             SocketType::Req => {
                 if st.req_waiting.is_some() {
                     return Err(SendError::Fail(Error::InvalidState(
@@ -545,7 +557,7 @@ impl Inner {
                 // 28/REQREP: "The REQ socket MUST prefix the message with an
                 // empty delimiter frame."
                 msg.push_front(Bytes::new());
-                match Self::load_balance(&mut st, msg) {
+                match Self::load_balance(&mut st, msg, self.options.immediate) {
                     Ok(id) => {
                         st.req_waiting = Some(id);
                         Ok(())
@@ -635,8 +647,10 @@ impl Inner {
                 Ok(())
             }
             SocketType::Pair => match st.pipes.first() {
-                None => Err(SendError::Block(msg)),
-                Some(e) => e.pipe.try_push(msg).map_err(SendError::Block),
+                Some(e) if e.ready || !self.options.immediate => {
+                    e.pipe.try_push(msg).map_err(SendError::Block)
+                }
+                _ => Err(SendError::Block(msg)),
             },
             SocketType::Sub | SocketType::Pull => Err(SendError::Fail(self.not_supported("send"))),
         }

@@ -64,6 +64,10 @@ impl SubSet {
     /// Does `topic` start with any subscribed prefix?
     pub(crate) fn matches(&self, topic: &[u8]) -> bool {
         for &len in self.lengths.keys() {
+            // Only the empty prefix has length 0: it matches everything.
+            if len == 0 {
+                return true;
+            }
             if len > topic.len() {
                 break;
             }

@@ -164,6 +164,21 @@ async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf, st
     let _ = std::fs::remove_file(&path);
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_in_range_and_varies() {
+        let max = Duration::from_millis(100);
+        let samples: Vec<Duration> = (0..50).map(|_| jitter(max)).collect();
+        assert!(samples.iter().all(|d| *d <= max));
+        assert!(samples.iter().any(|d| *d != samples[0]));
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+        assert!(jitter(Duration::MAX) <= Duration::MAX);
+    }
+}
+
 /// Where a connector connects to.
 #[derive(Debug, Clone)]
 enum Target {
@@ -200,7 +215,7 @@ fn jitter(max: Duration) -> Duration {
     h.write_u64(u64::from(std::process::id()));
     let r = h.finish();
     let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(if nanos == 0 { 0 } else { r % (nanos + 1) })
+    Duration::from_nanos(r % nanos.saturating_add(1))
 }
 
 async fn connect_once(
@@ -282,9 +297,9 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target, stop: Arc
             }
             Err(e) => tracing::debug!(?target, error = %e, "connect failed"),
         }
-        let delay = ivl + jitter(ivl);
+        let delay = ivl.saturating_add(jitter(ivl));
         if let Some(max) = inner.options.reconnect_ivl_max {
-            ivl = (ivl * 2).min(max.max(base));
+            ivl = ivl.saturating_mul(2).min(max.max(base));
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}

@@ -824,3 +824,110 @@ async fn disconnect_and_unbind_ipc() {
 async fn disconnect_and_unbind_inproc() {
     disconnect_and_unbind("inproc").await;
 }
+
+#[tokio::test]
+async fn socket_and_its_futures_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let s = Socket::new(SocketType::Dealer, linger0());
+    send_sync(&s);
+    send(&s.recv());
+    send(&s.send(msg(&[b"x"])));
+    send(&s.bind("inproc://never-polled"));
+    send(&s.connect("inproc://never-polled"));
+    send(&s.close());
+    send(&s.unbind("inproc://never-polled"));
+    send(&s.disconnect("inproc://never-polled"));
+}
+
+#[tokio::test]
+async fn immediate_skips_peers_that_are_not_connected() {
+    let pull = Socket::new(SocketType::Pull, Options::default());
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            immediate: true,
+            ..linger0()
+        },
+    );
+    // A dead peer first: without `immediate` half the messages would queue there.
+    push.connect(&dead_endpoint().await).await.unwrap();
+    assert!(matches!(
+        push.try_send(msg(&[b"x"])),
+        Err(Error::WouldBlock)
+    ));
+    push.connect(&ep).await.unwrap();
+    for i in 0..10u8 {
+        send(&push, msg(&[&[i]])).await;
+    }
+    for i in 0..10u8 {
+        assert_eq!(frames(&recv(&pull).await), vec![vec![i]]);
+    }
+}
+
+#[tokio::test]
+async fn huge_durations_in_options_do_not_panic() {
+    let opts = Options {
+        heartbeat_ivl: Some(Duration::MAX),
+        heartbeat_ttl: Some(Duration::MAX),
+        heartbeat_timeout: Some(Duration::MAX),
+        handshake_timeout: Some(Duration::MAX),
+        reconnect_ivl: Duration::MAX,
+        reconnect_ivl_max: Some(Duration::MAX),
+        connect_timeout: Some(Duration::MAX),
+        linger: Some(Duration::ZERO),
+        ..Default::default()
+    };
+    let (pull, push, _) = pair_with(
+        SocketType::Pull,
+        opts.clone(),
+        SocketType::Push,
+        opts,
+        "tcp",
+    )
+    .await;
+    send(&push, msg(&[b"ok"])).await;
+    assert_eq!(frames(&recv(&pull).await), vec![b"ok".to_vec()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_serves_many_dealers_concurrently() {
+    let router = Socket::new(SocketType::Router, linger0());
+    let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+    const CLIENTS: usize = 50;
+    const REQUESTS: u32 = 100;
+    let server = {
+        let router = router.clone();
+        tokio::spawn(async move {
+            for _ in 0..CLIENTS * REQUESTS as usize {
+                let m = router.recv().await.unwrap();
+                // Echo back to whoever asked.
+                router.send(m).await.unwrap();
+            }
+        })
+    };
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let ep = ep.clone();
+        clients.push(tokio::spawn(async move {
+            let d = Socket::new(SocketType::Dealer, linger0());
+            d.connect(&ep).await.unwrap();
+            for i in 0..REQUESTS {
+                let mut m = Message::new();
+                m.push(Bytes::copy_from_slice(&(c as u32).to_be_bytes()));
+                m.push(Bytes::copy_from_slice(&i.to_be_bytes()));
+                d.send(m).await.unwrap();
+            }
+            for i in 0..REQUESTS {
+                let m = recv(&d).await;
+                assert_eq!(m.frames()[0], &(c as u32).to_be_bytes()[..]);
+                assert_eq!(m.frames()[1], &i.to_be_bytes()[..]);
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    server.await.unwrap();
+}
