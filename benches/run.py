@@ -105,14 +105,17 @@ def run_pair(
     timeout: float,
     workers: int = 0,
 ) -> Pair:
-    """Starts the binding side, then the connecting side; both use --hold so that the
-    non-measuring side keeps its socket open until the measuring side has finished."""
+    """Starts the binding side, then the connecting side. The side that does not measure
+    gets --hold: it keeps its socket open until this script closes its stdin, which happens
+    once the measuring side has exited."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     binder, connector = ("pull", "push") if test == "pushpull" else ("rep", "req")
     measuring_role = "pull" if test == "pushpull" else "req"
 
+    other_role = connector if measuring_role == binder else binder
+
     def cmd(role: str) -> list[str]:
-        return [
+        args = [
             binary,
             role,
             "--impl",
@@ -129,8 +132,8 @@ def run_pair(
             f"{timeout:g}",
             "--workers",
             str(workers),
-            "--hold",
         ]
+        return args + (["--hold"] if role == other_role else [])
 
     procs = {}
     try:
@@ -142,7 +145,6 @@ def run_pair(
                 stderr=subprocess.PIPE,
                 text=True,
             )
-        other_role = connector if measuring_role == binder else binder
         m_out, m_err = communicate(procs[measuring_role], timeout + 5)
         # The measuring side is done: release the other side's --hold.
         o_out, o_err = communicate(procs[other_role], 15)
@@ -205,7 +207,8 @@ def count_for(test: str, pair: Pair, target_s: float) -> int:
     # From the median round trip: one stall in a short calibration run would skew the mean.
     p50 = pair.measured.get("p50_us") or 0
     rate = 1e6 / p50 if p50 > 0 else 0
-    return int(min(300_000, max(1000, rate * target_s)))
+    # At least 20k samples so p99 rests on 200 of them even if calibration hit a noisy moment.
+    return int(min(300_000, max(20_000, rate * target_s)))
 
 
 def warmup_for(count: int) -> int:
@@ -244,7 +247,18 @@ def machine_info(binary_info: dict) -> dict:
         m = re.search(r'name = "' + re.escape(name) + r'"\nversion = "([^"]+)"', lock)
         return m.group(1) if m else "?"
 
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+
     return {
+        "commit": commit or "unknown",
         "cpu": cpu,
         "cores": os.cpu_count() or 0,
         "ram_gib": mem_kib / 1024 / 1024,
@@ -278,10 +292,22 @@ def fmt_num(v: float | None, digits: int = 1) -> str:
     return "—" if v is None else f"{v:,.{digits}f}"
 
 
+def fmt_cpu_us(ns: float | None) -> str:
+    return "—" if ns is None else f"{ns / 1000:.1f}"
+
+
 def fmt_ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None or b == 0:
         return "—"
     return f"{a / b:.2f}×"
+
+
+def cpu_ns_per_msg(p: Pair) -> float | None:
+    a, b = p.measured.get("cpu_s"), p.other.get("cpu_s")
+    n = (p.measured.get("count") or 0) + (p.measured.get("warmup") or 0)
+    if a is None or b is None or n == 0:
+        return None
+    return (a + b) / n * 1e9
 
 
 def summarize(results: dict[Case, list[Pair]]) -> dict[Case, dict]:
@@ -293,6 +319,10 @@ def summarize(results: dict[Case, list[Pair]]) -> dict[Case, dict]:
             "ok_runs": len(good),
             "errors": [p.error for p in pairs if not p.ok],
         }
+        # CPU seconds of both processes per message (or round trip), warm-up included, since
+        # each process reports its whole CPU time. Far less sensitive to a busy machine than
+        # wall-clock rates.
+        s["cpu_ns_per_msg"] = median([ns for p in good if (ns := cpu_ns_per_msg(p)) is not None])
         if case.test == "pushpull":
             rates = [
                 p.measured["msgs_per_s"] for p in good if p.measured.get("msgs_per_s") is not None
@@ -571,7 +601,8 @@ def write_markdown(
         f"- Date: {now} (run took {time.time() - started:.0f} s)",
         f"- Mode: {'`--quick`' if quick else 'full'}: {settings.reps} repetition(s) per pairing, "
         f"median reported; each run sized to ~{settings.target_s:g} s of measured traffic",
-        f"- Command: `{' '.join(['python3', 'benches/run.py', *argv])}`",
+        f"- Command: `{' '.join(['python3', 'benches/run.py', *argv])}` at commit "
+        f"`{machine['commit']}`",
         f"- Machine: {machine['cpu']}, {machine['cores']} cores, "
         f"{machine['ram_gib']:.1f} GiB RAM, Linux {machine['kernel']}",
         f"- Load average (1, 5, 15 min) at start: {' '.join(machine['load'])}, at end: "
@@ -587,11 +618,14 @@ def write_markdown(
         "## How to reproduce",
         "",
         "```sh",
-        "sudo apt-get install -y libzmq3-dev pkg-config   # Debian/Ubuntu: libzmq for the peer",
-        "make bench                                      # = cargo build --release -p dafka-benches"
-        " && python3 benches/run.py",
-        "python3 benches/run.py --quick                  # ~20 s smoke run",
-        "python3 benches/run.py --only libzmq,raw,128    # filter backends / tests / sizes",
+        "make bench   # installs libzmq3-dev + pkg-config if absent, builds dafka-bench",
+        "             # in release, runs benches/run.py in .venv (about 5 minutes)",
+        "",
+        "# by hand (Debian: apt-get install -y libzmq3-dev pkg-config; python3 with matplotlib):",
+        "cargo build --release -p dafka-benches",
+        "python3 benches/run.py                        # this report",
+        "python3 benches/run.py --quick                # ~20 s smoke run, 1 short repetition",
+        "python3 benches/run.py --only dafka,libzmq --only 16,128   # filter backends/tests/sizes",
         "```",
         "",
         "Each measurement is two `dafka-bench` processes on TCP loopback (`127.0.0.1`): the "
@@ -700,13 +734,29 @@ def write_markdown(
             L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
         L.append("")
 
+        L += [
+            "CPU time per message in ns, sender + receiver (user + system time of both "
+            "processes, all threads, over all messages including warm-up; median). Less "
+            "sensitive to other load on the machine than the rates above:",
+            "",
+        ]
+        L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
+        L.append("|---|" + "---:|" * len(backends))
+        for s in sizes:
+            cells = [
+                fmt_num(summary.get(Case(b, "pushpull", s), {}).get("cpu_ns_per_msg"), 0)
+                for b in backends
+            ]
+            L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
+        L.append("")
+
     if do_latency:
         L += [f"## REQ/REP round trip ({LATENCY_SIZE} B)", ""]
         L.append(
             "| backend | p50 (µs) | p99 (µs) | mean (µs) | p50 vs best peer | "
-            "round trips | peak RSS req / rep (MiB) |"
+            "CPU µs per round trip (both) | round trips | peak RSS req / rep (MiB) |"
         )
-        L.append("|---|---:|---:|---:|---:|---:|---:|")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         peer_p50 = [
             summary.get(Case(p, "reqrep", LATENCY_SIZE), {}).get("p50_us")
             for p in PEERS
@@ -724,7 +774,7 @@ def write_markdown(
             L.append(
                 f"| {LABELS[b]} | {fmt_num(d.get('p50_us'))} | {fmt_num(d.get('p99_us'))} | "
                 f"{fmt_num(d.get('mean_us'))} | {fmt_ratio(d.get('p50_us'), best)} | "
-                f"{d.get('count') or '—'} | {rss} |"
+                f"{fmt_cpu_us(d.get('cpu_ns_per_msg'))} | {d.get('count') or '—'} | {rss} |"
             )
         L += ["", "(p50 vs best peer: below 1× is faster than the best of libzmq and zmq.rs.)", ""]
 
@@ -798,7 +848,7 @@ def main() -> int:
         help="comma-separated filters: backends (dafka,libzmq,zmqrs,raw), tests "
         "(pushpull,reqrep), sizes (16,128,1k,8k,256k); repeatable",
     )
-    ap.add_argument("--reps", type=int, help="repetitions per pairing (default 3, quick 1)")
+    ap.add_argument("--reps", type=int, help="repetitions per pairing (default 5, quick 1)")
     ap.add_argument(
         "--workers",
         type=int,
@@ -847,7 +897,7 @@ def main() -> int:
 
     settings = Settings(
         target_s=0.4 if args.quick else 1.5,
-        reps=args.reps or (1 if args.quick else 3),
+        reps=args.reps or (1 if args.quick else 5),
         timeout_s=30.0,
         workers=args.workers,
     )

@@ -71,6 +71,9 @@ fn execute(run: &RunArgs) -> i32 {
     if let Some(kib) = report::peak_rss_kib() {
         line.int("peak_rss_kib", kib);
     }
+    if let Some(cpu) = report::cpu_seconds() {
+        line.float("cpu_s", cpu);
+    }
     println!("{}", line.to_json());
     code
 }

@@ -122,7 +122,8 @@ async fn req<B: Backend>(
         sock.flush(deadline).await?;
         sock.recv(deadline).await?;
     }
-    let capacity = usize::try_from(args.count).unwrap_or(usize::MAX);
+    // Reserve up front for typical runs (so the loop does not reallocate), not for huge counts.
+    let capacity = usize::try_from(args.count).map_or(1 << 20, |c| c.min(1 << 20));
     let mut samples = Vec::with_capacity(capacity);
     let t_all = Instant::now();
     for _ in 0..args.count {

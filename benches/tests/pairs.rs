@@ -109,22 +109,46 @@ fn a_lone_receiver_times_out_and_reports_it() {
 
 #[test]
 fn a_sender_whose_peer_dies_exits_by_itself() {
-    let port = free_port();
-    let mut pull = spawn("pull", "libzmq", port, 1024, 1_000_000);
-    let mut push = Command::new(BIN)
-        .args(["push", "--impl", "libzmq", "--endpoint"])
-        .arg(format!("tcp://127.0.0.1:{port}"))
-        .args(["--size", "1024", "--count", "100000000", "--timeout", "2"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    pull.kill().unwrap();
-    let _ = pull.wait();
-    let started = Instant::now();
-    let status = push.wait().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(!status.success());
+    for backend in backends() {
+        let port = free_port();
+        let mut pull = spawn("pull", &backend, port, 1024, 10_000_000);
+        let mut push = Command::new(BIN)
+            .args(["push", "--impl", &backend, "--endpoint"])
+            .arg(format!("tcp://127.0.0.1:{port}"))
+            .args(["--size", "1024", "--count", "100000000", "--timeout", "2"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        pull.kill().unwrap();
+        let _ = pull.wait();
+        let started = Instant::now();
+        let status = push.wait().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10), "{backend}");
+        assert!(!status.success(), "{backend}");
+    }
+}
+
+#[test]
+fn a_requester_whose_replier_dies_exits_by_itself() {
+    for backend in backends() {
+        let port = free_port();
+        let mut rep = spawn("rep", &backend, port, 64, 100_000_000);
+        let mut req = Command::new(BIN)
+            .args(["req", "--impl", &backend, "--endpoint"])
+            .arg(format!("tcp://127.0.0.1:{port}"))
+            .args(["--size", "64", "--count", "100000000", "--timeout", "2"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        rep.kill().unwrap();
+        let _ = rep.wait();
+        let started = Instant::now();
+        let status = req.wait().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10), "{backend}");
+        assert!(!status.success(), "{backend}");
+    }
 }
 
 #[test]
