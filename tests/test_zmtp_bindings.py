@@ -187,7 +187,34 @@ def test_cancelled_recv_async_loses_no_message(pair: tuple[Socket, Socket]) -> N
         return received
 
     got = asyncio.run(main())
-    assert sorted(int(x) for x in got) == list(range(n))
+    assert [int(x) for x in got] == list(range(n)), "lost or reordered"
+
+
+def test_concurrent_recv_async_keep_arrival_order(pair: tuple[Socket, Socket]) -> None:
+    push, pull = pair
+    n = 200
+
+    async def main() -> list[int]:
+        waiters = [asyncio.ensure_future(pull.recv_async()) for _ in range(n)]
+        await asyncio.sleep(0)
+        for i in range(n):
+            push.send(str(i).encode())
+        # Cancel every third waiter; its message must reach a later receive.
+        for w in waiters[::3]:
+            w.cancel()
+        got = []
+        for w in waiters:
+            try:
+                got.append(int((await w)[0]))
+            except asyncio.CancelledError:
+                pass
+        while len(got) < n:
+            got.append(int((await asyncio.wait_for(pull.recv_async(), 5))[0]))
+        return got
+
+    got = asyncio.run(main())
+    assert sorted(got) == list(range(n)), "a message was lost"
+    assert got == sorted(got), "messages came out of arrival order"
 
 
 def test_sockets_work_in_a_forked_child() -> None:
@@ -211,6 +238,26 @@ def test_sockets_work_in_a_forked_child() -> None:
         assert os.waitstatus_to_exitcode(status) == 0
         push.send(b"parent again")  # and the parent's runtime is untouched
         assert pull.recv(timeout=5) == [b"parent again"]
+
+
+def test_a_socket_inherited_across_fork_refuses_to_work() -> None:
+    """The parent's socket lives on the parent's runtime threads, which do not
+    exist in the child: using it there fails at once instead of hanging."""
+    with Socket("PUSH", linger=0) as inherited:
+        inherited.bind("tcp://127.0.0.1:0")
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    inherited.send(b"x", timeout=5)
+                except dafka.StateError as e:
+                    code = 0 if "fork" in str(e) else 2
+                inherited.close()  # a no-op in the child, never a hang
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_ctrl_c_interrupts_a_blocking_recv(tmp_path: Path) -> None:

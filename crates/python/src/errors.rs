@@ -44,6 +44,11 @@ pub(crate) fn invalid(msg: impl Into<String>) -> PyErr {
     InvalidArgumentError::new_err(msg.into())
 }
 
+/// The call is not allowed in the object's current state.
+pub(crate) fn state(msg: impl Into<String>) -> PyErr {
+    StateError::new_err(msg.into())
+}
+
 /// A blocking call ran out of time.
 pub(crate) fn timeout(msg: impl Into<String>) -> PyErr {
     TimeoutError::new_err(msg.into())

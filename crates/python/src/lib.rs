@@ -8,6 +8,7 @@
 use pyo3::prelude::*;
 
 mod arrow_batch;
+mod asyncio;
 mod errors;
 mod runtime;
 mod zmtp;

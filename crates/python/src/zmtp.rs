@@ -5,8 +5,7 @@
 //! interruptible (see [`runtime::wait_for`]); the `*_async` methods return
 //! asyncio futures completed from the runtime's threads.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_pyarrow::ToPyArrow;
@@ -15,14 +14,9 @@ use dafka_zmtp::{Message, Options, Socket, SocketType};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
-use tokio::task::AbortHandle;
 
+use crate::asyncio::{self, Receivers, Stash, lock};
 use crate::{arrow_batch, errors, runtime};
-
-/// Messages taken off the socket by a `recv_async` whose future was
-/// cancelled in the meantime. The next receive hands them out first, so a
-/// cancelled await never loses a message.
-type Stash = Arc<Mutex<VecDeque<Message>>>;
 
 /// A ZeroMQ socket speaking ZMTP 3.1: `Socket(socket_type, **options)`.
 ///
@@ -31,7 +25,12 @@ type Stash = Arc<Mutex<VecDeque<Message>>>;
 pub(crate) struct PySocket {
     socket: Arc<Socket>,
     socket_type: SocketType,
+    /// Messages received for a caller that stopped waiting (see `asyncio`).
     stash: Stash,
+    receivers: Arc<Receivers>,
+    /// The process that created the socket: after `fork()` its runtime's
+    /// threads exist only in the parent.
+    pid: u32,
 }
 
 #[pymethods]
@@ -52,6 +51,8 @@ impl PySocket {
             socket,
             socket_type,
             stash: Arc::default(),
+            receivers: Arc::default(),
+            pid: std::process::id(),
         })
     }
 
@@ -64,23 +65,27 @@ impl PySocket {
     /// Bind to `endpoint` and return the endpoint actually bound (a port of 0
     /// or `*` resolved).
     fn bind(&self, py: Python<'_>, endpoint: &str) -> PyResult<String> {
+        self.check_process()?;
         runtime::wait_for(py, self.socket.bind(endpoint))?.map_err(errors::zmtp)
     }
 
     /// Connect to `endpoint`; the connection (and every reconnection) is made
     /// in the background.
     fn connect(&self, py: Python<'_>, endpoint: &str) -> PyResult<()> {
+        self.check_process()?;
         runtime::wait_for(py, self.socket.connect(endpoint))?.map_err(errors::zmtp)
     }
 
     /// Stop listening on an endpoint returned by `bind`.
     fn unbind(&self, py: Python<'_>, endpoint: &str) -> PyResult<()> {
+        self.check_process()?;
         runtime::wait_for(py, self.socket.unbind(endpoint))?.map_err(errors::zmtp)
     }
 
     /// Drop the connection to an endpoint given to `connect` (and stop
     /// reconnecting to it).
     fn disconnect(&self, py: Python<'_>, endpoint: &str) -> PyResult<()> {
+        self.check_process()?;
         runtime::wait_for(py, self.socket.disconnect(endpoint))?.map_err(errors::zmtp)
     }
 
@@ -94,6 +99,7 @@ impl PySocket {
         frames: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
+        self.check_process()?;
         let msg = to_message(frames)?;
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
         // Fast path: queue without leaving the calling thread. `try_send`
@@ -112,6 +118,7 @@ impl PySocket {
     /// when `timeout` seconds pass with nothing to receive.
     #[pyo3(signature = (timeout = None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyList>> {
+        self.check_process()?;
         if let Some(msg) = self.take_stashed() {
             return frames_to_list(py, msg);
         }
@@ -139,30 +146,37 @@ impl PySocket {
         max_messages: usize,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.check_process()?;
         if max_messages == 0 {
             return Err(errors::invalid("max_messages must be at least 1"));
         }
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
-        let mut messages = Vec::new();
-        while messages.len() < max_messages {
-            match self.take_stashed() {
-                Some(msg) => messages.push(msg),
-                None => break,
-            }
-        }
-        if messages.is_empty()
+        let mut batch = arrow_batch::Pending::new(max_messages);
+        // Stashed messages first (they are the oldest), then the socket.
+        let mut next = self.take_stashed();
+        if next.is_none()
             && let Some(first) = runtime::wait_for_at_most(py, timeout, self.socket.recv())?
         {
-            messages.push(first.map_err(errors::zmtp)?);
+            next = Some(first.map_err(errors::zmtp)?);
         }
-        while !messages.is_empty() && messages.len() < max_messages {
-            match self.socket.try_recv() {
-                Ok(msg) => messages.push(msg),
-                // Nothing more queued, or an error the next call will report:
-                // what was received is returned first, so nothing is lost.
-                Err(_) => break,
+        while let Some(msg) = next {
+            if let Err(msg) = batch.push(msg) {
+                // Full (count or Arrow's 2 GiB of offsets): it opens the next batch.
+                let size = msg.byte_len();
+                lock(&self.stash).push_front(msg);
+                if batch.is_empty() {
+                    return Err(errors::invalid(format!(
+                        "a message of {size} bytes does not fit in an Arrow batch \
+                         (2 GiB at most); receive it with recv()"
+                    )));
+                }
+                break;
             }
+            // Nothing more queued, or an error the next call will report:
+            // what was received is returned first, so nothing is lost.
+            next = self.take_stashed().or_else(|| self.socket.try_recv().ok());
         }
+        let messages = batch.into_messages();
         let batch = py
             .detach(|| arrow_batch::frames_batch(&messages))
             .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))?;
@@ -171,16 +185,22 @@ impl PySocket {
 
     /// Subscribe a SUB socket to messages starting with `prefix` (`b""`: all).
     fn subscribe(&self, prefix: &[u8]) -> PyResult<()> {
+        self.check_process()?;
         self.socket.subscribe(prefix).map_err(errors::zmtp)
     }
 
     /// Cancel one earlier `subscribe(prefix)`.
     fn unsubscribe(&self, prefix: &[u8]) -> PyResult<()> {
+        self.check_process()?;
         self.socket.unsubscribe(prefix).map_err(errors::zmtp)
     }
 
     /// Close the socket, flushing queued messages for at most `linger`.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            // Inherited across fork(): nothing of it runs in this process.
+            return Ok(());
+        }
         runtime::wait_for(py, self.socket.close())
     }
 
@@ -190,28 +210,20 @@ impl PySocket {
         py: Python<'py>,
         frames: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.check_process()?;
         let msg = to_message(frames)?;
-        let socket = Arc::clone(&self.socket);
-        spawn_for_asyncio(
-            py,
-            None,
-            async move { socket.send(msg).await.map(|()| None) },
-        )
+        asyncio::send(py, Arc::clone(&self.socket), msg)
     }
 
-    /// Awaitable `recv`, for asyncio. Cancelling the await loses no message.
+    /// Awaitable `recv`, for asyncio. Cancelling the await loses no message,
+    /// and messages keep their order.
     fn recv_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        if let Some(msg) = self.take_stashed() {
-            let (_, fut) = new_future(py)?;
-            fut.call_method1("set_result", (frames_to_list(py, msg)?,))?;
-            return Ok(fut);
-        }
-        let socket = Arc::clone(&self.socket);
-        let stash = Arc::clone(&self.stash);
-        spawn_for_asyncio(
+        self.check_process()?;
+        asyncio::recv(
             py,
-            Some(stash),
-            async move { socket.recv().await.map(Some) },
+            Arc::clone(&self.socket),
+            Arc::clone(&self.receivers),
+            Arc::clone(&self.stash),
         )
     }
 
@@ -237,11 +249,22 @@ impl PySocket {
 }
 
 impl PySocket {
+    /// Refuse use from a forked child: the socket's tasks live on the
+    /// parent's runtime, whose threads were not copied by `fork()`.
+    fn check_process(&self) -> PyResult<()> {
+        let pid = std::process::id();
+        if pid == self.pid {
+            return Ok(());
+        }
+        Err(errors::state(format!(
+            "this socket was created in process {} and cannot be used after fork() \
+             (in process {pid}); create sockets in the process that uses them",
+            self.pid
+        )))
+    }
+
     fn take_stashed(&self) -> Option<Message> {
-        self.stash
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop_front()
+        lock(&self.stash).pop_front()
     }
 }
 
@@ -373,107 +396,4 @@ fn to_message(frames: &Bound<'_, PyAny>) -> PyResult<Message> {
 
 fn frames_to_list(py: Python<'_>, msg: Message) -> PyResult<Bound<'_, PyList>> {
     PyList::new(py, msg.frames().iter().map(|f| PyBytes::new(py, f)))
-}
-
-/// `(loop, future)` for the running asyncio loop.
-fn new_future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyAny>)> {
-    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
-    let fut = event_loop.call_method0("create_future")?;
-    Ok((event_loop, fut))
-}
-
-/// Run `work` on the runtime and complete an asyncio future with its result
-/// on the loop's thread. Cancelling the future aborts the task (every socket
-/// operation is cancel-safe); a message received after the future was
-/// cancelled goes to `stash` rather than being lost.
-fn spawn_for_asyncio<'py, F>(
-    py: Python<'py>,
-    stash: Option<Stash>,
-    work: F,
-) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = Result<Option<Message>, dafka_zmtp::Error>> + Send + 'static,
-{
-    let (event_loop, fut) = new_future(py)?;
-    let loop_ref = event_loop.unbind();
-    let fut_ref = fut.clone().unbind();
-    let task = runtime::handle().spawn(async move {
-        let outcome = work.await;
-        Python::attach(|py| {
-            let complete = Complete {
-                fut: fut_ref.clone_ref(py),
-                outcome: Mutex::new(Some(outcome)),
-                stash,
-            };
-            let scheduled = loop_ref
-                .bind(py)
-                .call_method1("call_soon_threadsafe", (complete,));
-            if let Err(e) = scheduled {
-                // The loop is closed: nobody is waiting any more.
-                log::debug!("dafka: asyncio loop gone before completion: {e}");
-            }
-        });
-    });
-    fut.call_method1(
-        "add_done_callback",
-        (AbortOnCancel {
-            task: task.abort_handle(),
-        },),
-    )?;
-    Ok(fut)
-}
-
-/// Runs on the event loop's thread and completes the future.
-#[pyclass(frozen)]
-struct Complete {
-    fut: Py<PyAny>,
-    outcome: Mutex<Option<Result<Option<Message>, dafka_zmtp::Error>>>,
-    stash: Option<Stash>,
-}
-
-#[pymethods]
-impl Complete {
-    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(outcome) = self
-            .outcome
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        else {
-            return Ok(());
-        };
-        let fut = self.fut.bind(py);
-        if fut.call_method0("done")?.is_truthy()? {
-            // Cancelled while the result was on its way: keep the message.
-            if let (Ok(Some(msg)), Some(stash)) = (outcome, &self.stash) {
-                stash
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push_back(msg);
-            }
-            return Ok(());
-        }
-        match outcome {
-            Ok(Some(msg)) => fut.call_method1("set_result", (frames_to_list(py, msg)?,))?,
-            Ok(None) => fut.call_method1("set_result", (py.None(),))?,
-            Err(e) => fut.call_method1("set_exception", (errors::zmtp(e).into_value(py),))?,
-        };
-        Ok(())
-    }
-}
-
-/// Done-callback: a cancelled future aborts its task.
-#[pyclass(frozen)]
-struct AbortOnCancel {
-    task: AbortHandle,
-}
-
-#[pymethods]
-impl AbortOnCancel {
-    fn __call__(&self, fut: &Bound<'_, PyAny>) -> PyResult<()> {
-        if fut.call_method0("cancelled")?.is_truthy()? {
-            self.task.abort();
-        }
-        Ok(())
-    }
 }
