@@ -267,3 +267,37 @@ async fn complete_messages_before_bad_bytes_are_delivered_nothing_after() {
     );
     assert_silent(&pull, 50).await;
 }
+
+/// A request of a quarter million frames without a delimiter is dropped in
+/// linear time: stripping the envelope used to shift the rest of the message
+/// once per frame (quadratic: minutes of CPU for this one message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rep_drops_a_huge_envelope_without_delimiter_quickly() {
+    let (rep, dealer, _) = pair_with(
+        SocketType::Rep,
+        linger0(),
+        SocketType::Dealer,
+        linger0(),
+        "tcp",
+    )
+    .await;
+    let huge: Message = (0..250_000u32)
+        .map(|i| Bytes::from(vec![(i % 251) as u8 + 1]))
+        .collect();
+    // `recv` strips the envelope inside one poll, so a timeout around it
+    // cannot fire: measure the wall clock instead.
+    let start = std::time::Instant::now();
+    send(&dealer, huge).await;
+    send(&dealer, msg(&[b"", b"req"])).await;
+    assert_eq!(frames(&recv(&rep).await), vec![b"req".to_vec()]);
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "REP spent {took:?} on one message"
+    );
+    send(&rep, msg(&[b"rep"])).await;
+    assert_eq!(
+        frames(&recv(&dealer).await),
+        vec![b"".to_vec(), b"rep".to_vec()]
+    );
+}
