@@ -186,8 +186,10 @@ where
             _ => {}
         }
         // Keep reading while closing: a lingering handshake must complete.
-        // Messages not yet delivered (no room) hold further reading back.
-        let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
+        // Messages not yet delivered (no room) hold further reading back, but
+        // only once attached: a handshake (a new peer, a reconnect) must
+        // complete while the receive queue is full.
+        let inbound_full = link.is_some() && (!batch.is_empty() || !inner.inbound.has_space());
         let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
         let chunk = if link.is_some() {
             READ_CHUNK

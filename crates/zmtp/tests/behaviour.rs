@@ -114,6 +114,49 @@ async fn tcp_receiver_back_pressure_blocks_sender_without_loss() {
     assert!(matches!(pull.try_recv(), Err(Error::WouldBlock)));
 }
 
+/// A peer connecting while the receive queue is full completes its
+/// handshake at once: only attached connections stop reading.
+#[tokio::test]
+async fn handshake_completes_while_receive_queue_is_full() {
+    let pull = Socket::new(SocketType::Pull, hwm(10, 4));
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let first = Socket::new(SocketType::Push, hwm(10, 10));
+    first.connect(&ep).await.unwrap();
+    for i in 0..8u8 {
+        send(&first, msg(&[b"a", &[i]])).await;
+    }
+    // The receive queue fills (4) and the rest waits in the connection.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = Socket::new(
+        SocketType::Push,
+        Options {
+            immediate: true,
+            ..hwm(10, 10)
+        },
+    );
+    second.connect(&ep).await.unwrap();
+    // With `immediate`, `send` waits for a completed handshake.
+    tokio::time::timeout(Duration::from_secs(5), second.send(msg(&[b"b", &[0]])))
+        .await
+        .expect("handshake did not complete while the receive queue was full")
+        .unwrap();
+    for i in 1..5u8 {
+        send(&second, msg(&[b"b", &[i]])).await;
+    }
+    let mut got: Vec<Vec<Vec<u8>>> = Vec::new();
+    for _ in 0..13 {
+        got.push(frames(&recv(&pull).await));
+    }
+    for (peer, n) in [(b"a", 8u8), (b"b", 5)] {
+        let mine: Vec<u8> = got
+            .iter()
+            .filter(|f| f[0] == peer)
+            .map(|f| f[1][0])
+            .collect();
+        assert_eq!(mine, (0..n).collect::<Vec<u8>>());
+    }
+}
+
 #[tokio::test]
 async fn pub_drops_for_slow_subscriber_and_never_blocks() {
     let (publisher, sub, _) = pair_with(
