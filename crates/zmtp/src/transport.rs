@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dafka_zmtp_proto::PeerError;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 
@@ -287,7 +288,14 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target, stop: Arc
                 }
                 match outcome.end {
                     ConnEnd::Closed => continue,
-                    // libzmq stops reconnecting after a handshake failure.
+                    // libzmq reconnects after a timeout (the peer may just be
+                    // slow or busy) but stops after a protocol error or a
+                    // rejected handshake.
+                    ConnEnd::Protocol(dafka_zmtp_proto::Error::Peer(
+                        PeerError::HandshakeTimeout(_)
+                        | PeerError::HeartbeatTimeout(_)
+                        | PeerError::PingTtlExpired(_),
+                    )) => {}
                     ConnEnd::Protocol(_) | ConnEnd::Rejected(_) if !outcome.was_ready => {
                         tracing::warn!(peer, "handshake failed: not reconnecting");
                         break;

@@ -157,6 +157,34 @@ async fn handshake_completes_while_receive_queue_is_full() {
     }
 }
 
+/// A handshake timeout is not a protocol error: the connector reconnects
+/// (as libzmq does) and the queued message is delivered.
+#[tokio::test]
+async fn connector_reconnects_after_handshake_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ep = format!("tcp://{}", listener.local_addr().unwrap());
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            handshake_timeout: Some(Duration::from_millis(200)),
+            ..linger0()
+        },
+    );
+    push.connect(&ep).await.unwrap();
+    send(&push, msg(&[b"queued"])).await;
+    // A peer that accepts but never answers the greeting.
+    let (_silent, _) = listener.accept().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(3), listener.accept())
+        .await
+        .expect("no reconnect after a handshake timeout");
+    drop(second);
+    drop(listener);
+    // Once a real peer is there, the message queued all along arrives.
+    let pull = Socket::new(SocketType::Pull, linger0());
+    pull.bind(&ep).await.unwrap();
+    assert_eq!(frames(&recv(&pull).await), vec![b"queued".to_vec()]);
+}
+
 #[tokio::test]
 async fn pub_drops_for_slow_subscriber_and_never_blocks() {
     let (publisher, sub, _) = pair_with(
