@@ -1039,3 +1039,67 @@ async fn router_duplicate_identity_refused_or_handed_over() {
         }
     }
 }
+
+/// Many producers (connection and inproc session tasks) race a consumer that
+/// spins on `try_recv`: the receive queue's count must stay exact (it used to
+/// be raised after the messages were published, so the consumer could
+/// release them first and wrap it, losing the wake-up of blocked producers:
+/// a permanent stall). A race, so it is run for many rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_queue_count_survives_racing_producers_and_a_spinning_consumer() {
+    const PEERS: usize = 6;
+    const N: u32 = 2_000;
+    const ROUNDS: usize = 12;
+    for round in 0..ROUNDS {
+        for transport in ["inproc", "tcp"] {
+            let pull = Socket::new(SocketType::Pull, hwm(4, 2));
+            let ep = pull.bind(&bind_endpoint(transport)).await.unwrap();
+            let mut pushes = Vec::new();
+            for _ in 0..PEERS {
+                let push = Socket::new(SocketType::Push, hwm(4, 4));
+                push.connect(&ep).await.unwrap();
+                pushes.push(push);
+            }
+            let consumer = {
+                let pull = pull.clone();
+                tokio::task::spawn_blocking(move || {
+                    // Give up after 5 s without progress: a stall.
+                    let mut last = std::time::Instant::now();
+                    let mut got = 0usize;
+                    while got < PEERS * N as usize && last.elapsed() < Duration::from_secs(5) {
+                        match pull.try_recv() {
+                            Ok(_) => {
+                                got += 1;
+                                last = std::time::Instant::now();
+                            }
+                            Err(Error::WouldBlock) => std::hint::spin_loop(),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    got
+                })
+            };
+            let mut senders = Vec::new();
+            for push in pushes {
+                senders.push(tokio::spawn(async move {
+                    for i in 0..N {
+                        push.send(Message::from(Bytes::copy_from_slice(&i.to_be_bytes())))
+                            .await
+                            .unwrap();
+                    }
+                    push
+                }));
+            }
+            let got = consumer.await.unwrap();
+            assert_eq!(
+                got,
+                PEERS * N as usize,
+                "{transport}, round {round}: receive stalled"
+            );
+            for s in senders {
+                s.await.unwrap().close().await;
+            }
+            pull.close().await;
+        }
+    }
+}
