@@ -80,6 +80,15 @@ pub(crate) enum AttachError {
     Closed,
 }
 
+/// A peer's subscriptions broke [`Options`] limits: its connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SubscriptionError {
+    #[error("subscription prefix of {len} bytes exceeds the limit of {max}")]
+    PrefixTooLong { len: usize, max: usize },
+    #[error("peer exceeded the limit of {0} subscriptions")]
+    TooMany(usize),
+}
+
 /// A connection's handle on its attached pipe.
 #[derive(Debug, Clone)]
 pub(crate) struct Link {
@@ -422,13 +431,14 @@ impl Inner {
     }
 
     /// A message arrived from a peer. Decoded messages are appended to
-    /// `batch` (pushed to the receive queue once per read).
+    /// `batch` (pushed to the receive queue once per read). An error means
+    /// the peer broke a subscription limit: close its connection.
     pub(crate) fn on_message(
         &self,
         link: &Link,
         mut msg: Message,
         batch: &mut VecDeque<(u64, Message)>,
-    ) {
+    ) -> Result<(), SubscriptionError> {
         match self.socket_type {
             SocketType::Pub | SocketType::Xpub => {
                 // 29/PUBSUB: subscriptions may arrive as messages whose first
@@ -436,10 +446,10 @@ impl Inner {
                 let first = msg.frames().first().cloned().unwrap_or_default();
                 match first.first() {
                     Some(&0x01) if msg.len() == 1 => {
-                        self.on_subscription(link, first.slice(1..), true)
+                        return self.on_subscription(link, first.slice(1..), true);
                     }
                     Some(&0x00) if msg.len() == 1 => {
-                        self.on_subscription(link, first.slice(1..), false)
+                        return self.on_subscription(link, first.slice(1..), false);
                     }
                     _ if self.socket_type == SocketType::Xpub => {
                         batch.push_back((link.pipe.id, msg))
@@ -457,35 +467,55 @@ impl Inner {
             SocketType::Push => {}
             _ => batch.push_back((link.pipe.id, msg)),
         }
+        Ok(())
     }
 
     /// SUBSCRIBE / CANCEL from a peer (command or 0x01/0x00 message form).
-    pub(crate) fn on_subscription(&self, link: &Link, prefix: Bytes, subscribe: bool) {
+    /// Fails when the prefix is longer than `max_subscription_size` or the
+    /// peer would exceed `max_subscriptions`: close its connection then.
+    pub(crate) fn on_subscription(
+        &self,
+        link: &Link,
+        prefix: Bytes,
+        subscribe: bool,
+    ) -> Result<(), SubscriptionError> {
         if !matches!(self.socket_type, SocketType::Pub | SocketType::Xpub) {
-            return;
+            return Ok(());
+        }
+        let max = self.options.max_subscription_size;
+        if max != 0 && prefix.len() > max {
+            return Err(SubscriptionError::PrefixTooLong {
+                len: prefix.len(),
+                max,
+            });
         }
         let xpub = self.socket_type == SocketType::Xpub;
         let verbose = self.options.xpub_verbose;
         let mut st = lock(&self.state);
         let Some(entry) = st.entry_mut(link.pipe.id) else {
-            return;
+            return Ok(());
         };
         if subscribe {
-            let new_for_pipe = !entry.peer_subs.contains(&prefix);
-            if new_for_pipe {
-                entry.peer_subs.add(prefix.clone());
-            }
-            if xpub {
-                let new_overall = new_for_pipe && st.subs.add(prefix.clone());
-                if new_overall || verbose {
-                    self.inbound
-                        .push_one(link.pipe.id, subscription_message(0x01, &prefix));
+            let mut new_overall = false;
+            if !entry.peer_subs.contains(&prefix) {
+                let max = self.options.max_subscriptions;
+                if max != 0 && entry.peer_subs.len() >= max {
+                    return Err(SubscriptionError::TooMany(max));
                 }
+                // A copy: a slice would pin the whole read chunk it came in.
+                let owned = Bytes::copy_from_slice(&prefix);
+                entry.peer_subs.add(owned.clone());
+                new_overall = xpub && st.subs.add(owned);
+            }
+            if xpub && (new_overall || verbose) {
+                self.inbound
+                    .push_one(link.pipe.id, subscription_message(0x01, &prefix));
             }
         } else if entry.peer_subs.remove(&prefix) && xpub && st.subs.remove(&prefix) {
             self.inbound
                 .push_one(link.pipe.id, subscription_message(0x00, &prefix));
         }
+        Ok(())
     }
 
     fn check_message(&self, msg: &Message) -> Result<(), Error> {
