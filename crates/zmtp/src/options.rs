@@ -89,6 +89,11 @@ pub struct Options {
     /// peer, in bytes; a peer sending a longer one is disconnected (logged).
     /// `0` means unlimited (libzmq has no limit). Default 4096.
     pub max_subscription_size: usize,
+    /// Most connections accepted at once on each bound TCP or IPC endpoint;
+    /// at the limit the endpoint stops accepting (further peers wait in the
+    /// kernel's backlog) until one of its connections ends. `0` means
+    /// unlimited (libzmq has no limit). Default 4096.
+    pub max_connections: usize,
 }
 
 impl Default for Options {
@@ -114,6 +119,7 @@ impl Default for Options {
             properties: Vec::new(),
             max_subscriptions: 10_000,
             max_subscription_size: 4096,
+            max_connections: 4096,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use dafka_zmtp_proto::PeerError;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::conn::{self, ConnEnd};
 use crate::endpoint::tcp_string;
@@ -85,9 +85,47 @@ pub(crate) async fn bind_tcp(
     })
 }
 
+/// The `max_connections` semaphore of one bound endpoint (`None`: unlimited).
+fn connection_limit(inner: &Inner) -> Option<Arc<Semaphore>> {
+    match inner.options.max_connections {
+        0 => None,
+        n => Some(Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)))),
+    }
+}
+
+/// Waits until `limit` allows one more accepted connection (not accepting
+/// meanwhile: further peers wait in the kernel's backlog). `None`: the
+/// listener is stopping.
+async fn admit(
+    inner: &Inner,
+    limit: Option<&Arc<Semaphore>>,
+    phase: &mut watch::Receiver<Phase>,
+    stop: &Stop,
+) -> Option<Option<OwnedSemaphorePermit>> {
+    let Some(sem) = limit else {
+        return Some(None);
+    };
+    if let Ok(permit) = sem.clone().try_acquire_owned() {
+        return Some(Some(permit));
+    }
+    tracing::warn!(
+        max_connections = inner.options.max_connections,
+        "connection limit reached: not accepting until a connection ends"
+    );
+    tokio::select! {
+        p = sem.clone().acquire_owned() => p.ok().map(Some),
+        _ = until_not_running(phase) => None,
+        _ = stop.wait() => None,
+    }
+}
+
 async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener, stop: Arc<Stop>) {
     let mut phase = inner.phase();
+    let limit = connection_limit(&inner);
     loop {
+        let Some(permit) = admit(&inner, limit.as_ref(), &mut phase, &stop).await else {
+            break;
+        };
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, addr)) => {
@@ -95,6 +133,7 @@ async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener, stop: Arc<Stop>) {
                     let conn_inner = inner.clone();
                     let conn_stop = stop.clone();
                     inner.spawn(async move {
+                        let _permit = permit;
                         let (rd, wr) = stream.into_split();
                         conn::run(conn_inner, rd, wr, None, &conn_stop, &addr.to_string()).await;
                     });
@@ -140,7 +179,11 @@ pub(crate) async fn bind_ipc(
 
 async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf, stop: Arc<Stop>) {
     let mut phase = inner.phase();
+    let limit = connection_limit(&inner);
     loop {
+        let Some(permit) = admit(&inner, limit.as_ref(), &mut phase, &stop).await else {
+            break;
+        };
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
@@ -148,6 +191,7 @@ async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf, st
                     let conn_stop = stop.clone();
                     let peer = format!("ipc://{}", path.display());
                     inner.spawn(async move {
+                        let _permit = permit;
                         let (rd, wr) = stream.into_split();
                         conn::run(conn_inner, rd, wr, None, &conn_stop, &peer).await;
                     });

@@ -377,3 +377,38 @@ async fn pub_closes_peers_that_break_subscription_limits() {
     long_default.extend(command(b"SUBSCRIBE", &[b'y'; 4097]));
     expect_closed(addr, long_default, within).await;
 }
+
+/// At `max_connections` a bound endpoint stops accepting: the next peer is
+/// not served (no greeting) until one of the connections ends.
+#[tokio::test]
+async fn bound_endpoint_accepts_at_most_max_connections() {
+    let pull = Socket::new(
+        SocketType::Pull,
+        Options {
+            max_connections: 2,
+            ..Options::default()
+        },
+    );
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let addr = addr_of(&ep);
+    let mut g = [0u8; 64];
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first.read_exact(&mut g).await.unwrap();
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    second.read_exact(&mut g).await.unwrap();
+    // The third connects (kernel backlog) but is not accepted.
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), third.read_exact(&mut g))
+            .await
+            .is_err(),
+        "a connection beyond max_connections was accepted"
+    );
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(5), third.read_exact(&mut g))
+        .await
+        .expect("not accepted after a connection ended")
+        .unwrap();
+    assert_eq!(g[0], 0xFF);
+    drop(second);
+}
