@@ -701,7 +701,9 @@ impl Inner {
             _ => {}
         }
         loop {
-            {
+            // REP keeps the state locked from the check below to recording
+            // the envelope, so concurrent receivers cannot both take a request.
+            let rep_state = {
                 let st = lock(&self.state);
                 if st.closed {
                     return Err(Error::Closed);
@@ -716,7 +718,8 @@ impl Inner {
                         "REP must send the reply before receiving",
                     ));
                 }
-            }
+                (self.socket_type == SocketType::Rep).then_some(st)
+            };
             let Some((pipe_id, mut msg)) = self.inbound.pop() else {
                 return Err(Error::WouldBlock);
             };
@@ -749,7 +752,8 @@ impl Inner {
                     if msg.is_empty() {
                         continue;
                     }
-                    lock(&self.state).rep_envelope = Some((pipe_id, envelope));
+                    let mut st = rep_state.unwrap_or_else(|| lock(&self.state));
+                    st.rep_envelope = Some((pipe_id, envelope));
                     return Ok(msg);
                 }
                 SocketType::Sub | SocketType::Xsub => {
@@ -884,4 +888,56 @@ fn is_subscription_message(m: &Message) -> bool {
             m.frames().first().and_then(|f| f.first()),
             Some(0x00 | 0x01)
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two threads receiving on one REP at the same instant: exactly one gets
+    /// the request, the other is told to reply first (their envelopes used to
+    /// overwrite each other: a reply went to the wrong requester).
+    #[test]
+    fn concurrent_rep_receivers_cannot_both_take_a_request() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let inner = {
+            let _guard = rt.enter();
+            Arc::new(Inner::new(SocketType::Rep, Options::default()))
+        };
+        let request = |peer: &'static [u8]| -> Message {
+            [
+                Bytes::from_static(peer),
+                Bytes::new(),
+                Bytes::from_static(b"req"),
+            ]
+            .into_iter()
+            .collect()
+        };
+        for round in 0..3000 {
+            inner.inbound.push_one(1, request(b"p1"));
+            inner.inbound.push_one(2, request(b"p2"));
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let receivers: Vec<_> = (0..2)
+                .map(|_| {
+                    let inner = inner.clone();
+                    let barrier = barrier.clone();
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        inner.try_recv().is_ok()
+                    })
+                })
+                .collect();
+            let ok = receivers
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|&got| got)
+                .count();
+            assert_eq!(ok, 1, "round {round}: both receivers took a request");
+            // Answer (drop) it and discard the other request.
+            lock(&inner.state).rep_envelope = None;
+            while inner.inbound.pop().is_some() {}
+        }
+    }
 }
