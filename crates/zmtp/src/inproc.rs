@@ -8,7 +8,8 @@
 //! after that it waits for the name to be bound again.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -19,11 +20,20 @@ use crate::socket::{Inner, Link, Phase, Stop};
 use crate::{Message, SocketType, lock};
 
 /// name -> (bound socket, its `unbind` signal).
-type Registry = Mutex<HashMap<String, (Weak<Inner>, Arc<Stop>)>>;
+type Names = HashMap<String, (Weak<Inner>, Arc<Stop>)>;
 
-fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+/// The locked registry. A forked child inherits the parent's entries, whose
+/// sockets have no tasks in the child: the registry remembers the process it
+/// belongs to and starts empty in any other.
+fn registry() -> MutexGuard<'static, Names> {
+    static REGISTRY: OnceLock<Mutex<Names>> = OnceLock::new();
+    static OWNER: AtomicU32 = AtomicU32::new(0);
+    let mut names = lock(REGISTRY.get_or_init(|| Mutex::new(HashMap::new())));
+    let pid = std::process::id();
+    if OWNER.swap(pid, Ordering::Relaxed) != pid {
+        names.clear();
+    }
+    names
 }
 
 /// Woken whenever a name is bound.
@@ -32,7 +42,7 @@ static BOUND: Notify = Notify::const_new();
 pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
     let endpoint = format!("inproc://{name}");
     let stop = {
-        let mut reg = lock(registry());
+        let mut reg = registry();
         if let Some(existing) = reg.get(name).and_then(|(w, _)| w.upgrade())
             && !existing.is_closed()
         {
@@ -54,7 +64,7 @@ pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
 
 /// Remove `name` if it still points at `inner`.
 pub(crate) fn unregister(name: &str, inner: &Arc<Inner>) {
-    let mut reg = lock(registry());
+    let mut reg = registry();
     if reg
         .get(name)
         .is_some_and(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(inner)))
@@ -71,7 +81,7 @@ pub(crate) fn unbind(inner: &Arc<Inner>, name: &str) -> Result<(), Error> {
 }
 
 fn lookup(name: &str) -> Option<(Arc<Inner>, Arc<Stop>)> {
-    lock(registry())
+    registry()
         .get(name)
         .and_then(|(w, stop)| w.upgrade().map(|s| (s, stop.clone())))
         .filter(|(s, stop)| !s.is_closed() && !stop.is_stopped())
