@@ -237,6 +237,7 @@ where
             }
             _ = phase.changed() => {}
             _ = stop.wait() => break ConnEnd::Closed,
+            _ = evicted(link.as_ref()) => break ConnEnd::Rejected(AttachError::HandedOver),
         }
     };
 
@@ -271,6 +272,14 @@ where
 async fn wake(link: Option<&Link>) {
     match link {
         Some(l) => l.pipe.wake.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the attached connection must end (ROUTER handover).
+async fn evicted(link: Option<&Link>) {
+    match link {
+        Some(l) => l.evicted.wait().await,
         None => std::future::pending().await,
     }
 }

@@ -143,7 +143,7 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String, stop: Arc<S
 }
 
 /// Run one inproc connection. Returns `false` if the connector should give
-/// up (incompatible peer).
+/// up (incompatible peer, or its routing id was taken over).
 async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&Stop; 2]) -> bool {
     if !a.socket_type.is_compatible(b.socket_type) {
         tracing::warn!(
@@ -178,6 +178,7 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
     let mut pa = a.phase();
     let mut pb = b.phase();
     let mut scratch = Scratch::default();
+    let mut reconnect = true;
     loop {
         // disconnect (ours) or unbind (theirs): stop before moving anything.
         if stops.iter().any(|s| s.is_stopped()) {
@@ -207,13 +208,23 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
             // disconnect (ours) or unbind (theirs)
             _ = stops[0].wait() => break,
             _ = stops[1].wait() => break,
+            // ROUTER handover on either side: an inproc connection is not
+            // re-established (as in libzmq, which has no inproc reconnect).
+            _ = a_link.evicted.wait() => {
+                reconnect = false;
+                break;
+            }
+            _ = b_link.evicted.wait() => {
+                reconnect = false;
+                break;
+            }
         }
     }
     // Our undelivered messages stay queued for the next connection; the bound
     // side's pipe goes away with the connection, as for TCP.
     a.detach(&a_link, true, VecDeque::new());
     b.detach(&b_link, false, VecDeque::new());
-    true
+    reconnect
 }
 
 /// Buffers reused across transfers (no allocation per batch).

@@ -78,6 +78,8 @@ pub(crate) enum AttachError {
     PairBusy,
     #[error("socket is closing")]
     Closed,
+    #[error("routing id taken over by a new peer (router_handover)")]
+    HandedOver,
 }
 
 /// A peer's subscriptions broke [`Options`] limits: its connection is closed.
@@ -95,6 +97,8 @@ pub(crate) struct Link {
     pub(crate) pipe: Arc<Pipe>,
     /// ROUTER: routing id prepended to every received message.
     pub(crate) route_prefix: Option<Bytes>,
+    /// Stopped when this connection must end (ROUTER handover).
+    pub(crate) evicted: Arc<Stop>,
 }
 
 #[derive(Debug)]
@@ -105,6 +109,8 @@ struct PipeEntry {
     routing_id: Option<Bytes>,
     /// PUB/XPUB: what the peer on this pipe subscribed to (set semantics).
     peer_subs: SubSet,
+    /// The attached connection's [`Link::evicted`].
+    evict: Arc<Stop>,
 }
 
 #[derive(Debug, Default)]
@@ -229,6 +235,7 @@ impl Inner {
             ready: false,
             routing_id: None,
             peer_subs: SubSet::default(),
+            evict: Arc::default(),
         });
         drop(st);
         self.send_space.notify_waiters();
@@ -329,10 +336,11 @@ impl Inner {
                 if !self.options.router_handover {
                     return Err(AttachError::DuplicateRoutingId);
                 }
-                // Handover: the old connection stays but is no longer
-                // routable; replies go to the new one.
+                // Handover: the old connection is closed (as libzmq
+                // terminates its pipe); replies go to the new one.
                 if let Some(e) = st.entry_mut(old) {
                     e.routing_id = None;
+                    e.evict.stop();
                 }
                 Some(peer_identity.clone())
             } else {
@@ -348,17 +356,20 @@ impl Inner {
         if let Some(rid) = &routing_id {
             st.routes.insert(rid.clone(), pipe.id);
         }
+        let evicted = Arc::new(Stop::default());
         match st.entry_mut(pipe.id) {
             Some(e) => {
                 e.ready = true;
                 e.routing_id = routing_id.clone();
                 e.peer_subs.clear();
+                e.evict = evicted.clone();
             }
             None => st.pipes.push(PipeEntry {
                 pipe: pipe.clone(),
                 ready: true,
                 routing_id: routing_id.clone(),
                 peer_subs: SubSet::default(),
+                evict: evicted.clone(),
             }),
         }
         if self.socket_type == SocketType::Xpub
@@ -386,6 +397,7 @@ impl Inner {
         Ok(Link {
             pipe,
             route_prefix: routing_id,
+            evicted,
         })
     }
 
@@ -404,6 +416,7 @@ impl Inner {
                 ready: false,
                 routing_id: entry.routing_id.take(),
                 peer_subs: std::mem::take(&mut entry.peer_subs),
+                evict: entry.evict.clone(),
             };
             link.pipe.put_back(unsent);
             self.forget_peer(&mut st, old);

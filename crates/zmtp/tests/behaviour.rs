@@ -1103,3 +1103,63 @@ async fn receive_queue_count_survives_racing_producers_and_a_spinning_consumer()
         }
     }
 }
+
+/// With `router_handover` the connection whose routing id is taken over is
+/// closed (libzmq terminates its pipe): its messages can no longer arrive
+/// under the id that now belongs to the new peer.
+#[tokio::test]
+async fn router_handover_closes_the_old_connection() {
+    let router = Socket::new(
+        SocketType::Router,
+        Options {
+            router_handover: true,
+            ..linger0()
+        },
+    );
+    let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+    // The old peer: a raw DEALER announcing Identity "same".
+    let mut old = tokio::net::TcpStream::connect(ep.trim_start_matches("tcp://"))
+        .await
+        .unwrap();
+    // Our greeting, then a READY with an Identity, then one message.
+    let mut wire = handshake_bytes("DEALER");
+    wire.truncate(64);
+    let mut body = vec![5u8];
+    body.extend_from_slice(b"READY");
+    body.push(11);
+    body.extend_from_slice(b"Socket-Type");
+    body.extend_from_slice(&6u32.to_be_bytes());
+    body.extend_from_slice(b"DEALER");
+    body.push(8);
+    body.extend_from_slice(b"Identity");
+    body.extend_from_slice(&4u32.to_be_bytes());
+    body.extend_from_slice(b"same");
+    wire.extend([0x04, body.len() as u8]);
+    wire.extend_from_slice(&body);
+    wire.extend([0x00, 3]);
+    wire.extend_from_slice(b"old");
+    old.write_all(&wire).await.unwrap();
+    assert_eq!(
+        frames(&recv(&router).await),
+        vec![b"same".to_vec(), b"old".to_vec()]
+    );
+    let new = Socket::new(SocketType::Dealer, opts_with_id(b"same"));
+    new.connect(&ep).await.unwrap();
+    send(&new, msg(&[b"new"])).await;
+    assert_eq!(
+        frames(&recv(&router).await),
+        vec![b"same".to_vec(), b"new".to_vec()]
+    );
+    // The old connection is closed by the router.
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match old.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the handed-over connection stayed open");
+}
