@@ -769,7 +769,8 @@ impl Inner {
                     st.rep_envelope = Some((pipe_id, envelope));
                     return Ok(msg);
                 }
-                SocketType::Sub | SocketType::Xsub => {
+                // SUB only: libzmq's XSUB passes every message through.
+                SocketType::Sub => {
                     let topic = msg.frames().first().cloned().unwrap_or_default();
                     if lock(&self.state).subs.matches(&topic) {
                         return Ok(msg);

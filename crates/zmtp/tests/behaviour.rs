@@ -1163,3 +1163,25 @@ async fn router_handover_closes_the_old_connection() {
     .await;
     assert!(closed.is_ok(), "the handed-over connection stayed open");
 }
+
+/// XSUB does not filter what its publishers send (libzmq filters in SUB
+/// only): a message no subscription matches is still delivered.
+#[tokio::test]
+async fn xsub_delivers_unfiltered_messages_sub_does_not() {
+    for (socket_type, delivered) in [(SocketType::Xsub, true), (SocketType::Sub, false)] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ep = format!("tcp://{}", listener.local_addr().unwrap());
+        let s = Socket::new(socket_type, linger0());
+        s.connect(&ep).await.unwrap();
+        let (mut publisher, _) = listener.accept().await.unwrap();
+        let mut wire = handshake_bytes("PUB");
+        wire.extend([0x00, 3]);
+        wire.extend_from_slice(b"zzz");
+        publisher.write_all(&wire).await.unwrap();
+        if delivered {
+            assert_eq!(frames(&recv(&s).await), vec![b"zzz".to_vec()]);
+        } else {
+            assert_silent(&s, 300).await;
+        }
+    }
+}
