@@ -242,9 +242,11 @@ impl Inner {
         Ok(pipe)
     }
 
-    /// Remove a pipe for good (connector gave up, socket terminating).
+    /// Remove a pipe for good (connector gave up, socket terminating), and
+    /// the endpoint entry of its connector.
     pub(crate) fn remove_pipe(&self, id: u64) {
         let mut st = lock(&self.state);
+        st.endpoints.retain(|e| e.pipe != Some(id));
         if let Some(idx) = st.pipes.iter().position(|e| e.pipe.id == id) {
             let entry = st.pipes.remove(idx);
             self.forget_peer(&mut st, entry);

@@ -163,6 +163,12 @@ pub(crate) async fn bind_ipc(
             if UnixStream::connect(path).await.is_ok() {
                 return Err(Error::AddrInUse(endpoint.to_owned()));
             }
+            // Only a socket file is ours to replace, never a regular file.
+            let is_socket = std::fs::symlink_metadata(path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if !is_socket {
+                return Err(Error::AddrInUse(endpoint.to_owned()));
+            }
             std::fs::remove_file(path)?;
             UnixListener::bind(path).map_err(|e| Error::from_bind(endpoint, e))?
         }

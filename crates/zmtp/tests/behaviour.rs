@@ -415,6 +415,60 @@ async fn ipc_bind_replaces_stale_socket_file() {
     );
 }
 
+/// A regular file where the IPC socket should go is left alone.
+#[tokio::test]
+async fn ipc_bind_never_deletes_a_regular_file() {
+    let ep = bind_endpoint("ipc");
+    let path = ep.strip_prefix("ipc://").unwrap().to_owned();
+    std::fs::write(&path, b"precious").unwrap();
+    let pull = Socket::new(SocketType::Pull, linger0());
+    assert!(matches!(pull.bind(&ep).await, Err(Error::AddrInUse(_))));
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// A connector that gave up (incompatible peer) leaves no endpoint behind:
+/// `disconnect` reports it unknown.
+#[tokio::test]
+async fn disconnect_of_an_abandoned_endpoint_is_unknown() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ep = format!("tcp://{}", listener.local_addr().unwrap());
+    let push = Socket::new(SocketType::Push, linger0());
+    push.connect(&ep).await.unwrap();
+    let (mut peer, _) = listener.accept().await.unwrap();
+    // A PUB peer: incompatible with PUSH, so the connector stops for good.
+    peer.write_all(&handshake_bytes("PUB")).await.unwrap();
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match peer.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the incompatible connection was not closed");
+    // The connector's exit follows the close.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // `disconnect` of a still-registered endpoint would succeed: only
+        // call it once the connector is gone (it has no pipe to send to).
+        if matches!(push.try_send(msg(&[b"x"])), Err(Error::WouldBlock)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "connector never gave up"
+        );
+    }
+    assert!(matches!(
+        push.disconnect(&ep).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
+}
+
 #[tokio::test]
 async fn inproc_connect_before_bind() {
     let ep = bind_endpoint("inproc");
