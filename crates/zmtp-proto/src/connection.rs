@@ -7,7 +7,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::command::{Command, Metadata, PROPERTY_IDENTITY, PROPERTY_SOCKET_TYPE};
 use crate::error::{CallerError, Error, PeerError};
-use crate::frame::{Frame, FrameDecoder, Limits, encode_message, put_header};
+use crate::frame::{FRAME_OVERHEAD, Frame, FrameDecoder, Limits, encode_message, put_header};
 use crate::greeting::{GREETING_LEN, Greeting};
 use crate::mechanism::{Mechanism, MechanismConfig};
 use crate::message::Message;
@@ -18,6 +18,23 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Longest identity libzmq accepts (its routing ids are at most 255 bytes).
 const MAX_IDENTITY: usize = 255;
+
+/// Largest frame accepted before the handshake is complete: 64 KiB, whatever
+/// [`Limits`] say. A READY from libzmq is tens of bytes; this leaves room for
+/// many `X-` properties, while a peer that never completes its handshake
+/// cannot make us buffer a 64 MiB "READY".
+pub const HANDSHAKE_FRAME_MAX: u64 = 64 << 10;
+
+/// The limits in force during the handshake: commands up to
+/// [`HANDSHAKE_FRAME_MAX`], message frames (refused then anyway) no larger.
+fn handshake_limits(limits: Limits) -> Limits {
+    Limits {
+        max_frame_size: limits.max_frame_size.min(HANDSHAKE_FRAME_MAX),
+        max_message_size: limits
+            .max_message_size
+            .min(HANDSHAKE_FRAME_MAX + FRAME_OVERHEAD),
+    }
+}
 
 /// Heartbeat settings (ZMTP 3.1 PING/PONG).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -239,7 +256,7 @@ impl Connection {
             local_metadata,
             mechanism,
             state: State::Greeting,
-            decoder: FrameDecoder::new(config.limits),
+            decoder: FrameDecoder::new(handshake_limits(config.limits)),
             partial: Message::new(),
             events: VecDeque::new(),
             pending,
@@ -395,6 +412,9 @@ impl Connection {
         };
         let peer_identity = peer.get(PROPERTY_IDENTITY).cloned().unwrap_or_default();
         self.state = State::Ready;
+        // The full limits apply from now on (no message is in progress: the
+        // handshake consists of single command frames).
+        self.decoder = FrameDecoder::new(self.limits);
         self.peer_socket_type = Some(peer_type);
         self.handshake_deadline = None;
         self.next_ping = self.heartbeat.map(|h| now + h.interval);

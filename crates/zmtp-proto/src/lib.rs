@@ -46,7 +46,8 @@
 //! * [`Limits`]: a message's cost is its body bytes **plus [`FRAME_OVERHEAD`] (32) bytes per
 //!   frame**, so a flood of empty frames is bounded too; the same rule applies when sending.
 //!   Command frames are limited by `max_frame_size` but never below [`COMMAND_SIZE_FLOOR`]
-//!   (64 KiB), so a tight limit cannot break the handshake.
+//!   (64 KiB), so a tight limit cannot break the handshake. Until the handshake is complete
+//!   every frame is limited to [`HANDSHAKE_FRAME_MAX`] (64 KiB) whatever the limits say.
 //! * [`Metadata::insert`] and [`Command::encode`] return `Result<(), CallerError>`.
 //! * [`Connection::send_command`] sends SUBSCRIBE/CANCEL to a ZMTP 3.0 peer as the
 //!   `0x01`/`0x00` + prefix message, so the driver may always send commands.
@@ -72,7 +73,9 @@ mod socket_type;
 pub use command::{
     Command, MAX_PING_CONTEXT, Metadata, PROPERTY_IDENTITY, PROPERTY_RESOURCE, PROPERTY_SOCKET_TYPE,
 };
-pub use connection::{Config, Connection, DEFAULT_HANDSHAKE_TIMEOUT, Event, Heartbeat};
+pub use connection::{
+    Config, Connection, DEFAULT_HANDSHAKE_TIMEOUT, Event, HANDSHAKE_FRAME_MAX, Heartbeat,
+};
 pub use error::{CallerError, Error, LimitError, MalformedError, PeerError};
 pub use frame::{
     COMMAND_SIZE_FLOOR, FLAG_COMMAND, FLAG_LONG, FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder,

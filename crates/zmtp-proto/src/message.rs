@@ -97,6 +97,24 @@ impl Message {
         }
     }
 
+    /// Removes the first `n` frames (all of them if there are fewer) and returns them as a
+    /// message of their own, keeping the rest in `self`, in O(frames) (an envelope is split off
+    /// at once rather than with repeated [`pop_front`](Self::pop_front)).
+    pub fn split_front(&mut self, n: usize) -> Message {
+        let n = n.min(self.len());
+        if let Repr::Heap(v) = &mut self.repr {
+            let rest = v.split_off(n);
+            return Message::from(std::mem::replace(v, rest));
+        }
+        let mut front = Message::new();
+        for _ in 0..n {
+            if let Some(frame) = self.pop_front() {
+                front.push(frame);
+            }
+        }
+        front
+    }
+
     /// The frames, in order.
     pub fn frames(&self) -> &[Bytes] {
         match &self.repr {
@@ -250,6 +268,20 @@ mod tests {
             }
             assert_eq!(m.pop_front(), None);
             assert!(m.is_empty());
+        }
+    }
+
+    #[test]
+    fn split_front_keeps_both_halves_in_order() {
+        for total in 0..7usize {
+            for n in 0..=total + 1 {
+                let all: Vec<Bytes> = (0..total).map(|i| Bytes::from(vec![i as u8])).collect();
+                let mut m = Message::from(all.clone());
+                let front = m.split_front(n);
+                let k = n.min(total);
+                assert_eq!(front.frames(), &all[..k]);
+                assert_eq!(m.frames(), &all[k..]);
+            }
         }
     }
 

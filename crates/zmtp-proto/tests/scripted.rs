@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use dafka_zmtp_proto::{
-    CallerError, Command, Config, Connection, Error, Event, MalformedError, Message, PeerError,
-    SocketType,
+    CallerError, Command, Config, Connection, Error, Event, HANDSHAKE_FRAME_MAX, LimitError,
+    MalformedError, Message, PeerError, SocketType,
 };
 
 /// The greeting every libzmq 4.3.5 socket sends with the NULL mechanism.
@@ -453,4 +453,41 @@ mod captured_libzmq_4_3_4 {
             Err(PeerError::PingTtlExpired(Duration::from_secs(3)).into())
         );
     }
+}
+
+#[test]
+fn handshake_frames_are_capped_at_64_kib_whatever_the_limits() {
+    // A READY announcing 1 MiB fails at its header: nothing of the body is waited for.
+    let mut wire = LIBZMQ_GREETING.to_vec();
+    wire.push(0x06);
+    wire.extend_from_slice(&(1u64 << 20).to_be_bytes());
+    wire.extend_from_slice(b"\x05READY");
+    assert_eq!(
+        expect_failure(Config::new(SocketType::Dealer), &wire),
+        LimitError::FrameTooLarge {
+            size: 1 << 20,
+            max: HANDSHAKE_FRAME_MAX
+        }
+        .into()
+    );
+    // Exactly 64 KiB is accepted (a READY with a large X- property) and the
+    // full limits apply after the handshake.
+    let mut ready = b"\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER".to_vec();
+    let value_len = HANDSHAKE_FRAME_MAX as usize - ready.len() - 1 - 7 - 4;
+    ready.push(7);
+    ready.extend_from_slice(b"X-Large");
+    ready.extend_from_slice(&(value_len as u32).to_be_bytes());
+    ready.resize(HANDSHAKE_FRAME_MAX as usize, b'v');
+    let mut wire = LIBZMQ_GREETING.to_vec();
+    wire.push(0x06);
+    wire.extend_from_slice(&(ready.len() as u64).to_be_bytes());
+    wire.extend_from_slice(&ready);
+    let big = vec![b'm'; 1 << 20];
+    wire.push(0x02);
+    wire.extend_from_slice(&(big.len() as u64).to_be_bytes());
+    wire.extend_from_slice(&big);
+    let mut conn = Connection::new(Config::new(SocketType::Dealer), Instant::now());
+    let events = feed(&mut conn, &wire).unwrap();
+    assert!(matches!(events[0], Event::Ready { .. }), "{events:?}");
+    assert_eq!(events[1], Event::Message(Message::from(Bytes::from(big))));
 }

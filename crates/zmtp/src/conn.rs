@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::Message;
 use crate::inproc::announced_identity;
 use crate::pipe::{Out, Pipe};
-use crate::socket::{AttachError, Inner, Link, Phase, Stop};
+use crate::socket::{AttachError, Inner, Link, Phase, Stop, SubscriptionError};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
@@ -42,6 +42,8 @@ pub(crate) enum ConnEnd {
     Protocol(#[from] dafka_zmtp_proto::Error),
     #[error("rejected after handshake: {0}")]
     Rejected(#[from] AttachError),
+    #[error("subscription limit: {0}")]
+    Subscription(#[from] SubscriptionError),
     #[error("socket closed")]
     Closed,
 }
@@ -135,18 +137,27 @@ where
                     Err(e) => break 'conn ConnEnd::Rejected(e),
                 },
                 Event::Message(m) => {
-                    if let Some(l) = &link {
-                        inner.on_message(l, m, &mut batch);
+                    if let Some(l) = &link
+                        && let Err(e) = inner.on_message(l, m, &mut batch)
+                    {
+                        failure = Some(ConnEnd::Subscription(e));
+                        break;
                     }
                 }
                 Event::Subscribe(p) => {
-                    if let Some(l) = &link {
-                        inner.on_subscription(l, p, true);
+                    if let Some(l) = &link
+                        && let Err(e) = inner.on_subscription(l, p, true)
+                    {
+                        failure = Some(ConnEnd::Subscription(e));
+                        break;
                     }
                 }
                 Event::Cancel(p) => {
-                    if let Some(l) = &link {
-                        inner.on_subscription(l, p, false);
+                    if let Some(l) = &link
+                        && let Err(e) = inner.on_subscription(l, p, false)
+                    {
+                        failure = Some(ConnEnd::Subscription(e));
+                        break;
                     }
                 }
                 _ => {}
@@ -186,8 +197,10 @@ where
             _ => {}
         }
         // Keep reading while closing: a lingering handshake must complete.
-        // Messages not yet delivered (no room) hold further reading back.
-        let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
+        // Messages not yet delivered (no room) hold further reading back, but
+        // only once attached: a handshake (a new peer, a reconnect) must
+        // complete while the receive queue is full.
+        let inbound_full = link.is_some() && (!batch.is_empty() || !inner.inbound.has_space());
         let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
         let chunk = if link.is_some() {
             READ_CHUNK
@@ -224,6 +237,7 @@ where
             }
             _ = phase.changed() => {}
             _ = stop.wait() => break ConnEnd::Closed,
+            _ = evicted(link.as_ref()) => break ConnEnd::Rejected(AttachError::HandedOver),
         }
     };
 
@@ -245,6 +259,9 @@ where
             tracing::warn!(peer, error = %e, "closing connection: protocol error")
         }
         ConnEnd::Rejected(e) => tracing::warn!(peer, error = %e, "closing connection"),
+        ConnEnd::Subscription(e) => {
+            tracing::warn!(peer, error = %e, "closing connection: peer broke a limit")
+        }
         ConnEnd::Io(e) => tracing::debug!(peer, error = %e, "connection I/O error"),
         ConnEnd::PeerClosed => tracing::debug!(peer, "peer closed the connection"),
         ConnEnd::Closed => {}
@@ -255,6 +272,14 @@ where
 async fn wake(link: Option<&Link>) {
     match link {
         Some(l) => l.pipe.wake.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the attached connection must end (ROUTER handover).
+async fn evicted(link: Option<&Link>) {
+    match link {
+        Some(l) => l.evicted.wait().await,
         None => std::future::pending().await,
     }
 }

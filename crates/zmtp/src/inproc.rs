@@ -8,7 +8,8 @@
 //! after that it waits for the name to be bound again.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -19,11 +20,20 @@ use crate::socket::{Inner, Link, Phase, Stop};
 use crate::{Message, SocketType, lock};
 
 /// name -> (bound socket, its `unbind` signal).
-type Registry = Mutex<HashMap<String, (Weak<Inner>, Arc<Stop>)>>;
+type Names = HashMap<String, (Weak<Inner>, Arc<Stop>)>;
 
-fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+/// The locked registry. A forked child inherits the parent's entries, whose
+/// sockets have no tasks in the child: the registry remembers the process it
+/// belongs to and starts empty in any other.
+fn registry() -> MutexGuard<'static, Names> {
+    static REGISTRY: OnceLock<Mutex<Names>> = OnceLock::new();
+    static OWNER: AtomicU32 = AtomicU32::new(0);
+    let mut names = lock(REGISTRY.get_or_init(|| Mutex::new(HashMap::new())));
+    let pid = std::process::id();
+    if OWNER.swap(pid, Ordering::Relaxed) != pid {
+        names.clear();
+    }
+    names
 }
 
 /// Woken whenever a name is bound.
@@ -32,7 +42,7 @@ static BOUND: Notify = Notify::const_new();
 pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
     let endpoint = format!("inproc://{name}");
     let stop = {
-        let mut reg = lock(registry());
+        let mut reg = registry();
         if let Some(existing) = reg.get(name).and_then(|(w, _)| w.upgrade())
             && !existing.is_closed()
         {
@@ -54,7 +64,7 @@ pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
 
 /// Remove `name` if it still points at `inner`.
 pub(crate) fn unregister(name: &str, inner: &Arc<Inner>) {
-    let mut reg = lock(registry());
+    let mut reg = registry();
     if reg
         .get(name)
         .is_some_and(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(inner)))
@@ -71,7 +81,7 @@ pub(crate) fn unbind(inner: &Arc<Inner>, name: &str) -> Result<(), Error> {
 }
 
 fn lookup(name: &str) -> Option<(Arc<Inner>, Arc<Stop>)> {
-    lock(registry())
+    registry()
         .get(name)
         .and_then(|(w, stop)| w.upgrade().map(|s| (s, stop.clone())))
         .filter(|(s, stop)| !s.is_closed() && !stop.is_stopped())
@@ -133,7 +143,7 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String, stop: Arc<S
 }
 
 /// Run one inproc connection. Returns `false` if the connector should give
-/// up (incompatible peer).
+/// up (incompatible peer, or its routing id was taken over).
 async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&Stop; 2]) -> bool {
     if !a.socket_type.is_compatible(b.socket_type) {
         tracing::warn!(
@@ -168,6 +178,7 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
     let mut pa = a.phase();
     let mut pb = b.phase();
     let mut scratch = Scratch::default();
+    let mut reconnect = true;
     loop {
         // disconnect (ours) or unbind (theirs): stop before moving anything.
         if stops.iter().any(|s| s.is_stopped()) {
@@ -197,13 +208,23 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
             // disconnect (ours) or unbind (theirs)
             _ = stops[0].wait() => break,
             _ = stops[1].wait() => break,
+            // ROUTER handover on either side: an inproc connection is not
+            // re-established (as in libzmq, which has no inproc reconnect).
+            _ = a_link.evicted.wait() => {
+                reconnect = false;
+                break;
+            }
+            _ = b_link.evicted.wait() => {
+                reconnect = false;
+                break;
+            }
         }
     }
     // Our undelivered messages stay queued for the next connection; the bound
     // side's pipe goes away with the connection, as for TCP.
     a.detach(&a_link, true, VecDeque::new());
     b.detach(&b_link, false, VecDeque::new());
-    true
+    reconnect
 }
 
 /// Buffers reused across transfers (no allocation per batch).
@@ -228,10 +249,14 @@ fn transfer(
         src.send_space.notify_waiters();
     }
     for item in items.drain(..) {
-        match item {
+        let res = match item {
             Out::Msg(m) => dst.on_message(dst_link, m, batch),
             Out::Sub(p) => dst.on_subscription(dst_link, p, true),
             Out::Cancel(p) => dst.on_subscription(dst_link, p, false),
+        };
+        // An in-process peer is not hostile: the subscription is dropped.
+        if let Err(e) = res {
+            tracing::warn!(error = %e, "inproc: dropping a subscription");
         }
     }
     dst.inbound.push_batch(batch);

@@ -81,6 +81,19 @@ pub struct Options {
     pub handshake_timeout: Option<Duration>,
     /// Extra READY properties (names should start with `X-`).
     pub properties: Vec<(String, Bytes)>,
+    /// PUB/XPUB: most distinct prefixes one peer may subscribe to; a peer
+    /// subscribing to more is disconnected (logged). `0` means unlimited
+    /// (libzmq has no limit). Default 10 000.
+    pub max_subscriptions: usize,
+    /// PUB/XPUB: longest subscription (or cancel) prefix accepted from a
+    /// peer, in bytes; a peer sending a longer one is disconnected (logged).
+    /// `0` means unlimited (libzmq has no limit). Default 4096.
+    pub max_subscription_size: usize,
+    /// Most connections accepted at once on each bound TCP or IPC endpoint;
+    /// at the limit the endpoint stops accepting (further peers wait in the
+    /// kernel's backlog) until one of its connections ends. `0` means
+    /// unlimited (libzmq has no limit). Default 4096.
+    pub max_connections: usize,
 }
 
 impl Default for Options {
@@ -104,6 +117,9 @@ impl Default for Options {
             connect_timeout: None,
             handshake_timeout: Some(Duration::from_secs(30)),
             properties: Vec::new(),
+            max_subscriptions: 10_000,
+            max_subscription_size: 4096,
+            max_connections: 4096,
         }
     }
 }

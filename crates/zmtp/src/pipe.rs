@@ -217,6 +217,10 @@ impl Inbound {
         }
         let n = batch.len();
         let mut shared = lock(&self.shared);
+        // Counted before the consumer can see (and release) the messages, so
+        // the count never wraps; whether the queue was empty is decided under
+        // the lock too.
+        let was_empty = self.total.fetch_add(n, Ordering::AcqRel) == 0;
         if shared.is_empty() {
             // The usual case (the consumer keeps swapping `shared` out):
             // hand the whole batch over in O(1).
@@ -225,7 +229,7 @@ impl Inbound {
             shared.append(batch);
         }
         drop(shared);
-        if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
+        if was_empty {
             self.data.notify_waiters();
         }
     }
@@ -253,6 +257,8 @@ impl Inbound {
             return;
         }
         let mut shared = lock(&self.shared);
+        // Counted under the lock, before the consumer can release them.
+        let was_empty = self.total.fetch_add(n, Ordering::AcqRel) == 0;
         if n == batch.len() {
             if shared.is_empty() {
                 // The usual case: hand the whole batch over in O(1).
@@ -264,7 +270,7 @@ impl Inbound {
             shared.extend(batch.drain(..n));
         }
         drop(shared);
-        if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
+        if was_empty {
             self.data.notify_waiters();
         }
     }
@@ -290,8 +296,12 @@ impl Inbound {
     /// Append one message regardless of the HWM (XPUB subscription
     /// notifications, which must not be lost).
     pub(crate) fn push_one(&self, pipe: u64, msg: Message) {
-        lock(&self.shared).push_back((pipe, msg));
-        if self.total.fetch_add(1, Ordering::AcqRel) == 0 {
+        let mut shared = lock(&self.shared);
+        // Counted under the lock, before the consumer can release it.
+        let was_empty = self.total.fetch_add(1, Ordering::AcqRel) == 0;
+        shared.push_back((pipe, msg));
+        drop(shared);
+        if was_empty {
             self.data.notify_waiters();
         }
     }
@@ -439,6 +449,48 @@ mod tests {
         }
         q.push_fair(&mut batch);
         assert_eq!(batch.len(), 4);
+    }
+
+    /// Producers on their own threads race a consumer popping as fast as it
+    /// can: the count must never drop below what is queued (it used to be
+    /// raised only after the messages were visible, so the consumer could
+    /// release them first and wrap it to ~`usize::MAX`).
+    #[test]
+    fn total_never_wraps_with_racing_producers_and_consumer() {
+        const PRODUCERS: usize = 3;
+        const N: usize = 400_000;
+        let q = std::sync::Arc::new(Inbound::new(usize::MAX));
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    for i in 0..N {
+                        let mut b: VecDeque<_> = [(p as u64, msg(b"x"))].into_iter().collect();
+                        match i % 3 {
+                            0 => q.push_one(p as u64, msg(b"x")),
+                            1 => q.push_batch(&mut b),
+                            _ => q.push_fair(&mut b),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut got = 0;
+        while got < PRODUCERS * N {
+            if q.pop().is_some() {
+                got += 1;
+            }
+            let total = q.total.load(Ordering::Acquire);
+            assert!(
+                total <= PRODUCERS * N,
+                "receive queue count wrapped: {total}"
+            );
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+        assert!(q.pop().is_none());
+        assert_eq!(q.total.load(Ordering::Acquire), 0);
     }
 
     #[test]

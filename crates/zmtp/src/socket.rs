@@ -78,6 +78,17 @@ pub(crate) enum AttachError {
     PairBusy,
     #[error("socket is closing")]
     Closed,
+    #[error("routing id taken over by a new peer (router_handover)")]
+    HandedOver,
+}
+
+/// A peer's subscriptions broke [`Options`] limits: its connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SubscriptionError {
+    #[error("subscription prefix of {len} bytes exceeds the limit of {max}")]
+    PrefixTooLong { len: usize, max: usize },
+    #[error("peer exceeded the limit of {0} subscriptions")]
+    TooMany(usize),
 }
 
 /// A connection's handle on its attached pipe.
@@ -86,6 +97,8 @@ pub(crate) struct Link {
     pub(crate) pipe: Arc<Pipe>,
     /// ROUTER: routing id prepended to every received message.
     pub(crate) route_prefix: Option<Bytes>,
+    /// Stopped when this connection must end (ROUTER handover).
+    pub(crate) evicted: Arc<Stop>,
 }
 
 #[derive(Debug)]
@@ -96,6 +109,8 @@ struct PipeEntry {
     routing_id: Option<Bytes>,
     /// PUB/XPUB: what the peer on this pipe subscribed to (set semantics).
     peer_subs: SubSet,
+    /// The attached connection's [`Link::evicted`].
+    evict: Arc<Stop>,
 }
 
 #[derive(Debug, Default)]
@@ -220,15 +235,18 @@ impl Inner {
             ready: false,
             routing_id: None,
             peer_subs: SubSet::default(),
+            evict: Arc::default(),
         });
         drop(st);
         self.send_space.notify_waiters();
         Ok(pipe)
     }
 
-    /// Remove a pipe for good (connector gave up, socket terminating).
+    /// Remove a pipe for good (connector gave up, socket terminating), and
+    /// the endpoint entry of its connector.
     pub(crate) fn remove_pipe(&self, id: u64) {
         let mut st = lock(&self.state);
+        st.endpoints.retain(|e| e.pipe != Some(id));
         if let Some(idx) = st.pipes.iter().position(|e| e.pipe.id == id) {
             let entry = st.pipes.remove(idx);
             self.forget_peer(&mut st, entry);
@@ -320,10 +338,11 @@ impl Inner {
                 if !self.options.router_handover {
                     return Err(AttachError::DuplicateRoutingId);
                 }
-                // Handover: the old connection stays but is no longer
-                // routable; replies go to the new one.
+                // Handover: the old connection is closed (as libzmq
+                // terminates its pipe); replies go to the new one.
                 if let Some(e) = st.entry_mut(old) {
                     e.routing_id = None;
+                    e.evict.stop();
                 }
                 Some(peer_identity.clone())
             } else {
@@ -339,17 +358,20 @@ impl Inner {
         if let Some(rid) = &routing_id {
             st.routes.insert(rid.clone(), pipe.id);
         }
+        let evicted = Arc::new(Stop::default());
         match st.entry_mut(pipe.id) {
             Some(e) => {
                 e.ready = true;
                 e.routing_id = routing_id.clone();
                 e.peer_subs.clear();
+                e.evict = evicted.clone();
             }
             None => st.pipes.push(PipeEntry {
                 pipe: pipe.clone(),
                 ready: true,
                 routing_id: routing_id.clone(),
                 peer_subs: SubSet::default(),
+                evict: evicted.clone(),
             }),
         }
         if self.socket_type == SocketType::Xpub
@@ -377,6 +399,7 @@ impl Inner {
         Ok(Link {
             pipe,
             route_prefix: routing_id,
+            evicted,
         })
     }
 
@@ -395,6 +418,7 @@ impl Inner {
                 ready: false,
                 routing_id: entry.routing_id.take(),
                 peer_subs: std::mem::take(&mut entry.peer_subs),
+                evict: entry.evict.clone(),
             };
             link.pipe.put_back(unsent);
             self.forget_peer(&mut st, old);
@@ -422,13 +446,14 @@ impl Inner {
     }
 
     /// A message arrived from a peer. Decoded messages are appended to
-    /// `batch` (pushed to the receive queue once per read).
+    /// `batch` (pushed to the receive queue once per read). An error means
+    /// the peer broke a subscription limit: close its connection.
     pub(crate) fn on_message(
         &self,
         link: &Link,
         mut msg: Message,
         batch: &mut VecDeque<(u64, Message)>,
-    ) {
+    ) -> Result<(), SubscriptionError> {
         match self.socket_type {
             SocketType::Pub | SocketType::Xpub => {
                 // 29/PUBSUB: subscriptions may arrive as messages whose first
@@ -436,10 +461,10 @@ impl Inner {
                 let first = msg.frames().first().cloned().unwrap_or_default();
                 match first.first() {
                     Some(&0x01) if msg.len() == 1 => {
-                        self.on_subscription(link, first.slice(1..), true)
+                        return self.on_subscription(link, first.slice(1..), true);
                     }
                     Some(&0x00) if msg.len() == 1 => {
-                        self.on_subscription(link, first.slice(1..), false)
+                        return self.on_subscription(link, first.slice(1..), false);
                     }
                     _ if self.socket_type == SocketType::Xpub => {
                         batch.push_back((link.pipe.id, msg))
@@ -457,35 +482,55 @@ impl Inner {
             SocketType::Push => {}
             _ => batch.push_back((link.pipe.id, msg)),
         }
+        Ok(())
     }
 
     /// SUBSCRIBE / CANCEL from a peer (command or 0x01/0x00 message form).
-    pub(crate) fn on_subscription(&self, link: &Link, prefix: Bytes, subscribe: bool) {
+    /// Fails when the prefix is longer than `max_subscription_size` or the
+    /// peer would exceed `max_subscriptions`: close its connection then.
+    pub(crate) fn on_subscription(
+        &self,
+        link: &Link,
+        prefix: Bytes,
+        subscribe: bool,
+    ) -> Result<(), SubscriptionError> {
         if !matches!(self.socket_type, SocketType::Pub | SocketType::Xpub) {
-            return;
+            return Ok(());
+        }
+        let max = self.options.max_subscription_size;
+        if max != 0 && prefix.len() > max {
+            return Err(SubscriptionError::PrefixTooLong {
+                len: prefix.len(),
+                max,
+            });
         }
         let xpub = self.socket_type == SocketType::Xpub;
         let verbose = self.options.xpub_verbose;
         let mut st = lock(&self.state);
         let Some(entry) = st.entry_mut(link.pipe.id) else {
-            return;
+            return Ok(());
         };
         if subscribe {
-            let new_for_pipe = !entry.peer_subs.contains(&prefix);
-            if new_for_pipe {
-                entry.peer_subs.add(prefix.clone());
-            }
-            if xpub {
-                let new_overall = new_for_pipe && st.subs.add(prefix.clone());
-                if new_overall || verbose {
-                    self.inbound
-                        .push_one(link.pipe.id, subscription_message(0x01, &prefix));
+            let mut new_overall = false;
+            if !entry.peer_subs.contains(&prefix) {
+                let max = self.options.max_subscriptions;
+                if max != 0 && entry.peer_subs.len() >= max {
+                    return Err(SubscriptionError::TooMany(max));
                 }
+                // A copy: a slice would pin the whole read chunk it came in.
+                let owned = Bytes::copy_from_slice(&prefix);
+                entry.peer_subs.add(owned.clone());
+                new_overall = xpub && st.subs.add(owned);
+            }
+            if xpub && (new_overall || verbose) {
+                self.inbound
+                    .push_one(link.pipe.id, subscription_message(0x01, &prefix));
             }
         } else if entry.peer_subs.remove(&prefix) && xpub && st.subs.remove(&prefix) {
             self.inbound
                 .push_one(link.pipe.id, subscription_message(0x00, &prefix));
         }
+        Ok(())
     }
 
     fn check_message(&self, msg: &Message) -> Result<(), Error> {
@@ -671,7 +716,9 @@ impl Inner {
             _ => {}
         }
         loop {
-            {
+            // REP keeps the state locked from the check below to recording
+            // the envelope, so concurrent receivers cannot both take a request.
+            let rep_state = {
                 let st = lock(&self.state);
                 if st.closed {
                     return Err(Error::Closed);
@@ -686,7 +733,8 @@ impl Inner {
                         "REP must send the reply before receiving",
                     ));
                 }
-            }
+                (self.socket_type == SocketType::Rep).then_some(st)
+            };
             let Some((pipe_id, mut msg)) = self.inbound.pop() else {
                 return Err(Error::WouldBlock);
             };
@@ -709,24 +757,22 @@ impl Inner {
                 }
                 SocketType::Rep => {
                     // 28/REQREP: strip everything up to and including the
-                    // empty delimiter; it is restored on the reply.
-                    let mut envelope = Vec::new();
-                    let mut found = false;
-                    while let Some(f) = msg.pop_front() {
-                        let empty = f.is_empty();
-                        envelope.push(f);
-                        if empty {
-                            found = true;
-                            break;
-                        }
-                    }
-                    if !found || msg.is_empty() {
+                    // empty delimiter; it is restored on the reply. Split
+                    // once (a message of millions of frames must not cost
+                    // one shift of the rest per envelope frame).
+                    let Some(delimiter) = msg.frames().iter().position(|f| f.is_empty()) else {
+                        continue;
+                    };
+                    let envelope = msg.split_front(delimiter + 1).into_frames();
+                    if msg.is_empty() {
                         continue;
                     }
-                    lock(&self.state).rep_envelope = Some((pipe_id, envelope));
+                    let mut st = rep_state.unwrap_or_else(|| lock(&self.state));
+                    st.rep_envelope = Some((pipe_id, envelope));
                     return Ok(msg);
                 }
-                SocketType::Sub | SocketType::Xsub => {
+                // SUB only: libzmq's XSUB passes every message through.
+                SocketType::Sub => {
                     let topic = msg.frames().first().cloned().unwrap_or_default();
                     if lock(&self.state).subs.matches(&topic) {
                         return Ok(msg);
@@ -858,4 +904,56 @@ fn is_subscription_message(m: &Message) -> bool {
             m.frames().first().and_then(|f| f.first()),
             Some(0x00 | 0x01)
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two threads receiving on one REP at the same instant: exactly one gets
+    /// the request, the other is told to reply first (their envelopes used to
+    /// overwrite each other: a reply went to the wrong requester).
+    #[test]
+    fn concurrent_rep_receivers_cannot_both_take_a_request() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let inner = {
+            let _guard = rt.enter();
+            Arc::new(Inner::new(SocketType::Rep, Options::default()))
+        };
+        let request = |peer: &'static [u8]| -> Message {
+            [
+                Bytes::from_static(peer),
+                Bytes::new(),
+                Bytes::from_static(b"req"),
+            ]
+            .into_iter()
+            .collect()
+        };
+        for round in 0..3000 {
+            inner.inbound.push_one(1, request(b"p1"));
+            inner.inbound.push_one(2, request(b"p2"));
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let receivers: Vec<_> = (0..2)
+                .map(|_| {
+                    let inner = inner.clone();
+                    let barrier = barrier.clone();
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        inner.try_recv().is_ok()
+                    })
+                })
+                .collect();
+            let ok = receivers
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|&got| got)
+                .count();
+            assert_eq!(ok, 1, "round {round}: both receivers took a request");
+            // Answer (drop) it and discard the other request.
+            lock(&inner.state).rep_envelope = None;
+            while inner.inbound.pop().is_some() {}
+        }
+    }
 }

@@ -56,6 +56,11 @@ impl SubSet {
         true
     }
 
+    /// Number of distinct prefixes.
+    pub(crate) fn len(&self) -> usize {
+        self.counts.len()
+    }
+
     /// Is exactly this prefix subscribed?
     pub(crate) fn contains(&self, prefix: &[u8]) -> bool {
         self.counts.contains_key(prefix)

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dafka_zmtp_proto::PeerError;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::conn::{self, ConnEnd};
 use crate::endpoint::tcp_string;
@@ -84,9 +85,47 @@ pub(crate) async fn bind_tcp(
     })
 }
 
+/// The `max_connections` semaphore of one bound endpoint (`None`: unlimited).
+fn connection_limit(inner: &Inner) -> Option<Arc<Semaphore>> {
+    match inner.options.max_connections {
+        0 => None,
+        n => Some(Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)))),
+    }
+}
+
+/// Waits until `limit` allows one more accepted connection (not accepting
+/// meanwhile: further peers wait in the kernel's backlog). `None`: the
+/// listener is stopping.
+async fn admit(
+    inner: &Inner,
+    limit: Option<&Arc<Semaphore>>,
+    phase: &mut watch::Receiver<Phase>,
+    stop: &Stop,
+) -> Option<Option<OwnedSemaphorePermit>> {
+    let Some(sem) = limit else {
+        return Some(None);
+    };
+    if let Ok(permit) = sem.clone().try_acquire_owned() {
+        return Some(Some(permit));
+    }
+    tracing::warn!(
+        max_connections = inner.options.max_connections,
+        "connection limit reached: not accepting until a connection ends"
+    );
+    tokio::select! {
+        p = sem.clone().acquire_owned() => p.ok().map(Some),
+        _ = until_not_running(phase) => None,
+        _ = stop.wait() => None,
+    }
+}
+
 async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener, stop: Arc<Stop>) {
     let mut phase = inner.phase();
+    let limit = connection_limit(&inner);
     loop {
+        let Some(permit) = admit(&inner, limit.as_ref(), &mut phase, &stop).await else {
+            break;
+        };
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, addr)) => {
@@ -94,6 +133,7 @@ async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener, stop: Arc<Stop>) {
                     let conn_inner = inner.clone();
                     let conn_stop = stop.clone();
                     inner.spawn(async move {
+                        let _permit = permit;
                         let (rd, wr) = stream.into_split();
                         conn::run(conn_inner, rd, wr, None, &conn_stop, &addr.to_string()).await;
                     });
@@ -123,6 +163,12 @@ pub(crate) async fn bind_ipc(
             if UnixStream::connect(path).await.is_ok() {
                 return Err(Error::AddrInUse(endpoint.to_owned()));
             }
+            // Only a socket file is ours to replace, never a regular file.
+            let is_socket = std::fs::symlink_metadata(path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if !is_socket {
+                return Err(Error::AddrInUse(endpoint.to_owned()));
+            }
             std::fs::remove_file(path)?;
             UnixListener::bind(path).map_err(|e| Error::from_bind(endpoint, e))?
         }
@@ -139,7 +185,11 @@ pub(crate) async fn bind_ipc(
 
 async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf, stop: Arc<Stop>) {
     let mut phase = inner.phase();
+    let limit = connection_limit(&inner);
     loop {
+        let Some(permit) = admit(&inner, limit.as_ref(), &mut phase, &stop).await else {
+            break;
+        };
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
@@ -147,6 +197,7 @@ async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf, st
                     let conn_stop = stop.clone();
                     let peer = format!("ipc://{}", path.display());
                     inner.spawn(async move {
+                        let _permit = permit;
                         let (rd, wr) = stream.into_split();
                         conn::run(conn_inner, rd, wr, None, &conn_stop, &peer).await;
                     });
@@ -287,7 +338,14 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target, stop: Arc
                 }
                 match outcome.end {
                     ConnEnd::Closed => continue,
-                    // libzmq stops reconnecting after a handshake failure.
+                    // libzmq reconnects after a timeout (the peer may just be
+                    // slow or busy) but stops after a protocol error or a
+                    // rejected handshake.
+                    ConnEnd::Protocol(dafka_zmtp_proto::Error::Peer(
+                        PeerError::HandshakeTimeout(_)
+                        | PeerError::HeartbeatTimeout(_)
+                        | PeerError::PingTtlExpired(_),
+                    )) => {}
                     ConnEnd::Protocol(_) | ConnEnd::Rejected(_) if !outcome.was_ready => {
                         tracing::warn!(peer, "handshake failed: not reconnecting");
                         break;

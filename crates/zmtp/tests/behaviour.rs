@@ -114,6 +114,77 @@ async fn tcp_receiver_back_pressure_blocks_sender_without_loss() {
     assert!(matches!(pull.try_recv(), Err(Error::WouldBlock)));
 }
 
+/// A peer connecting while the receive queue is full completes its
+/// handshake at once: only attached connections stop reading.
+#[tokio::test]
+async fn handshake_completes_while_receive_queue_is_full() {
+    let pull = Socket::new(SocketType::Pull, hwm(10, 4));
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let first = Socket::new(SocketType::Push, hwm(10, 10));
+    first.connect(&ep).await.unwrap();
+    for i in 0..8u8 {
+        send(&first, msg(&[b"a", &[i]])).await;
+    }
+    // The receive queue fills (4) and the rest waits in the connection.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = Socket::new(
+        SocketType::Push,
+        Options {
+            immediate: true,
+            ..hwm(10, 10)
+        },
+    );
+    second.connect(&ep).await.unwrap();
+    // With `immediate`, `send` waits for a completed handshake.
+    tokio::time::timeout(Duration::from_secs(5), second.send(msg(&[b"b", &[0]])))
+        .await
+        .expect("handshake did not complete while the receive queue was full")
+        .unwrap();
+    for i in 1..5u8 {
+        send(&second, msg(&[b"b", &[i]])).await;
+    }
+    let mut got: Vec<Vec<Vec<u8>>> = Vec::new();
+    for _ in 0..13 {
+        got.push(frames(&recv(&pull).await));
+    }
+    for (peer, n) in [(b"a", 8u8), (b"b", 5)] {
+        let mine: Vec<u8> = got
+            .iter()
+            .filter(|f| f[0] == peer)
+            .map(|f| f[1][0])
+            .collect();
+        assert_eq!(mine, (0..n).collect::<Vec<u8>>());
+    }
+}
+
+/// A handshake timeout is not a protocol error: the connector reconnects
+/// (as libzmq does) and the queued message is delivered.
+#[tokio::test]
+async fn connector_reconnects_after_handshake_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ep = format!("tcp://{}", listener.local_addr().unwrap());
+    let push = Socket::new(
+        SocketType::Push,
+        Options {
+            handshake_timeout: Some(Duration::from_millis(200)),
+            ..linger0()
+        },
+    );
+    push.connect(&ep).await.unwrap();
+    send(&push, msg(&[b"queued"])).await;
+    // A peer that accepts but never answers the greeting.
+    let (_silent, _) = listener.accept().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(3), listener.accept())
+        .await
+        .expect("no reconnect after a handshake timeout");
+    drop(second);
+    drop(listener);
+    // Once a real peer is there, the message queued all along arrives.
+    let pull = Socket::new(SocketType::Pull, linger0());
+    pull.bind(&ep).await.unwrap();
+    assert_eq!(frames(&recv(&pull).await), vec![b"queued".to_vec()]);
+}
+
 #[tokio::test]
 async fn pub_drops_for_slow_subscriber_and_never_blocks() {
     let (publisher, sub, _) = pair_with(
@@ -342,6 +413,60 @@ async fn ipc_bind_replaces_stale_socket_file() {
         !std::path::Path::new(&path).exists(),
         "socket file removed on close"
     );
+}
+
+/// A regular file where the IPC socket should go is left alone.
+#[tokio::test]
+async fn ipc_bind_never_deletes_a_regular_file() {
+    let ep = bind_endpoint("ipc");
+    let path = ep.strip_prefix("ipc://").unwrap().to_owned();
+    std::fs::write(&path, b"precious").unwrap();
+    let pull = Socket::new(SocketType::Pull, linger0());
+    assert!(matches!(pull.bind(&ep).await, Err(Error::AddrInUse(_))));
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// A connector that gave up (incompatible peer) leaves no endpoint behind:
+/// `disconnect` reports it unknown.
+#[tokio::test]
+async fn disconnect_of_an_abandoned_endpoint_is_unknown() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ep = format!("tcp://{}", listener.local_addr().unwrap());
+    let push = Socket::new(SocketType::Push, linger0());
+    push.connect(&ep).await.unwrap();
+    let (mut peer, _) = listener.accept().await.unwrap();
+    // A PUB peer: incompatible with PUSH, so the connector stops for good.
+    peer.write_all(&handshake_bytes("PUB")).await.unwrap();
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match peer.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the incompatible connection was not closed");
+    // The connector's exit follows the close.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // `disconnect` of a still-registered endpoint would succeed: only
+        // call it once the connector is gone (it has no pipe to send to).
+        if matches!(push.try_send(msg(&[b"x"])), Err(Error::WouldBlock)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "connector never gave up"
+        );
+    }
+    assert!(matches!(
+        push.disconnect(&ep).await,
+        Err(Error::UnknownEndpoint(_))
+    ));
 }
 
 #[tokio::test]
@@ -965,6 +1090,152 @@ async fn router_duplicate_identity_refused_or_handed_over() {
             assert_silent(&router, 100).await;
             send(&router, msg(&[b"same", b"to-first"])).await;
             assert_eq!(frames(&recv(&first).await), vec![b"to-first".to_vec()]);
+        }
+    }
+}
+
+/// Many producers (connection and inproc session tasks) race a consumer that
+/// spins on `try_recv`: the receive queue's count must stay exact (it used to
+/// be raised after the messages were published, so the consumer could
+/// release them first and wrap it, losing the wake-up of blocked producers:
+/// a permanent stall). A race, so it is run for many rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_queue_count_survives_racing_producers_and_a_spinning_consumer() {
+    const PEERS: usize = 6;
+    const N: u32 = 2_000;
+    const ROUNDS: usize = 12;
+    for round in 0..ROUNDS {
+        for transport in ["inproc", "tcp"] {
+            let pull = Socket::new(SocketType::Pull, hwm(4, 2));
+            let ep = pull.bind(&bind_endpoint(transport)).await.unwrap();
+            let mut pushes = Vec::new();
+            for _ in 0..PEERS {
+                let push = Socket::new(SocketType::Push, hwm(4, 4));
+                push.connect(&ep).await.unwrap();
+                pushes.push(push);
+            }
+            let consumer = {
+                let pull = pull.clone();
+                tokio::task::spawn_blocking(move || {
+                    // Give up after 5 s without progress: a stall.
+                    let mut last = std::time::Instant::now();
+                    let mut got = 0usize;
+                    while got < PEERS * N as usize && last.elapsed() < Duration::from_secs(5) {
+                        match pull.try_recv() {
+                            Ok(_) => {
+                                got += 1;
+                                last = std::time::Instant::now();
+                            }
+                            Err(Error::WouldBlock) => std::hint::spin_loop(),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    got
+                })
+            };
+            let mut senders = Vec::new();
+            for push in pushes {
+                senders.push(tokio::spawn(async move {
+                    for i in 0..N {
+                        push.send(Message::from(Bytes::copy_from_slice(&i.to_be_bytes())))
+                            .await
+                            .unwrap();
+                    }
+                    push
+                }));
+            }
+            let got = consumer.await.unwrap();
+            assert_eq!(
+                got,
+                PEERS * N as usize,
+                "{transport}, round {round}: receive stalled"
+            );
+            for s in senders {
+                s.await.unwrap().close().await;
+            }
+            pull.close().await;
+        }
+    }
+}
+
+/// With `router_handover` the connection whose routing id is taken over is
+/// closed (libzmq terminates its pipe): its messages can no longer arrive
+/// under the id that now belongs to the new peer.
+#[tokio::test]
+async fn router_handover_closes_the_old_connection() {
+    let router = Socket::new(
+        SocketType::Router,
+        Options {
+            router_handover: true,
+            ..linger0()
+        },
+    );
+    let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+    // The old peer: a raw DEALER announcing Identity "same".
+    let mut old = tokio::net::TcpStream::connect(ep.trim_start_matches("tcp://"))
+        .await
+        .unwrap();
+    // Our greeting, then a READY with an Identity, then one message.
+    let mut wire = handshake_bytes("DEALER");
+    wire.truncate(64);
+    let mut body = vec![5u8];
+    body.extend_from_slice(b"READY");
+    body.push(11);
+    body.extend_from_slice(b"Socket-Type");
+    body.extend_from_slice(&6u32.to_be_bytes());
+    body.extend_from_slice(b"DEALER");
+    body.push(8);
+    body.extend_from_slice(b"Identity");
+    body.extend_from_slice(&4u32.to_be_bytes());
+    body.extend_from_slice(b"same");
+    wire.extend([0x04, body.len() as u8]);
+    wire.extend_from_slice(&body);
+    wire.extend([0x00, 3]);
+    wire.extend_from_slice(b"old");
+    old.write_all(&wire).await.unwrap();
+    assert_eq!(
+        frames(&recv(&router).await),
+        vec![b"same".to_vec(), b"old".to_vec()]
+    );
+    let new = Socket::new(SocketType::Dealer, opts_with_id(b"same"));
+    new.connect(&ep).await.unwrap();
+    send(&new, msg(&[b"new"])).await;
+    assert_eq!(
+        frames(&recv(&router).await),
+        vec![b"same".to_vec(), b"new".to_vec()]
+    );
+    // The old connection is closed by the router.
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match old.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the handed-over connection stayed open");
+}
+
+/// XSUB does not filter what its publishers send (libzmq filters in SUB
+/// only): a message no subscription matches is still delivered.
+#[tokio::test]
+async fn xsub_delivers_unfiltered_messages_sub_does_not() {
+    for (socket_type, delivered) in [(SocketType::Xsub, true), (SocketType::Sub, false)] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ep = format!("tcp://{}", listener.local_addr().unwrap());
+        let s = Socket::new(socket_type, linger0());
+        s.connect(&ep).await.unwrap();
+        let (mut publisher, _) = listener.accept().await.unwrap();
+        let mut wire = handshake_bytes("PUB");
+        wire.extend([0x00, 3]);
+        wire.extend_from_slice(b"zzz");
+        publisher.write_all(&wire).await.unwrap();
+        if delivered {
+            assert_eq!(frames(&recv(&s).await), vec![b"zzz".to_vec()]);
+        } else {
+            assert_silent(&s, 300).await;
         }
     }
 }

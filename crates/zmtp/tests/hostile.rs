@@ -267,3 +267,148 @@ async fn complete_messages_before_bad_bytes_are_delivered_nothing_after() {
     );
     assert_silent(&pull, 50).await;
 }
+
+/// A request of a quarter million frames without a delimiter is dropped in
+/// linear time: stripping the envelope used to shift the rest of the message
+/// once per frame (quadratic: minutes of CPU for this one message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rep_drops_a_huge_envelope_without_delimiter_quickly() {
+    let (rep, dealer, _) = pair_with(
+        SocketType::Rep,
+        linger0(),
+        SocketType::Dealer,
+        linger0(),
+        "tcp",
+    )
+    .await;
+    let huge: Message = (0..250_000u32)
+        .map(|i| Bytes::from(vec![(i % 251) as u8 + 1]))
+        .collect();
+    // `recv` strips the envelope inside one poll, so a timeout around it
+    // cannot fire: measure the wall clock instead.
+    let start = std::time::Instant::now();
+    send(&dealer, huge).await;
+    send(&dealer, msg(&[b"", b"req"])).await;
+    assert_eq!(frames(&recv(&rep).await), vec![b"req".to_vec()]);
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "REP spent {took:?} on one message"
+    );
+    send(&rep, msg(&[b"rep"])).await;
+    assert_eq!(
+        frames(&recv(&dealer).await),
+        vec![b"".to_vec(), b"rep".to_vec()]
+    );
+}
+
+/// A command frame `name` + `data` (short or long form).
+fn command(name: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut body = vec![name.len() as u8];
+    body.extend_from_slice(name);
+    body.extend_from_slice(data);
+    let mut out = if body.len() <= 255 {
+        vec![0x04, body.len() as u8]
+    } else {
+        let mut h = vec![0x06];
+        h.extend_from_slice(&(body.len() as u64).to_be_bytes());
+        h
+    };
+    out.extend_from_slice(&body);
+    out
+}
+
+/// PUB stores what its peers subscribe to: too many prefixes, or too long a
+/// one (SUBSCRIBE, CANCEL, or the `0x01` message form), closes that peer's
+/// connection; a subscriber within the limits is served.
+#[tokio::test]
+async fn pub_closes_peers_that_break_subscription_limits() {
+    let publisher = Socket::new(
+        SocketType::Pub,
+        Options {
+            max_subscriptions: 3,
+            max_subscription_size: 16,
+            ..Options::default()
+        },
+    );
+    let ep = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
+    let addr = addr_of(&ep);
+    let within = Duration::from_secs(3);
+
+    let mut too_many = handshake("SUB");
+    for p in [b"a", b"b", b"c", b"d"] {
+        too_many.extend(command(b"SUBSCRIBE", p));
+    }
+    expect_closed(addr, too_many, within).await;
+    let mut long_sub = handshake("SUB");
+    long_sub.extend(command(b"SUBSCRIBE", &[b'x'; 17]));
+    expect_closed(addr, long_sub, within).await;
+    let mut long_cancel = handshake("SUB");
+    long_cancel.extend(command(b"CANCEL", &[b'x'; 17]));
+    expect_closed(addr, long_cancel, within).await;
+    let mut long_msg = handshake("SUB");
+    long_msg.extend([0x00, 18, 0x01]);
+    long_msg.extend([b'x'; 17]);
+    expect_closed(addr, long_msg, within).await;
+
+    let sub = Socket::new(SocketType::Sub, Options::default());
+    sub.connect(&ep).await.unwrap();
+    for p in [&b"a"[..], b"b", &[b'x'; 16]] {
+        sub.subscribe(p).unwrap();
+        sub.subscribe(p).unwrap();
+    }
+    let got = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            publisher.send(msg(&[b"b1"])).await.unwrap();
+            if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(50), sub.recv()).await {
+                return m;
+            }
+        }
+    })
+    .await
+    .expect("a subscriber within the limits is served");
+    assert_eq!(frames(&got), vec![b"b1".to_vec()]);
+
+    // The defaults are bounded too: a 4097-byte prefix is refused.
+    let default_pub = Socket::new(SocketType::Pub, Options::default());
+    let ep = default_pub.bind("tcp://127.0.0.1:0").await.unwrap();
+    let addr = addr_of(&ep);
+    let mut long_default = handshake("SUB");
+    long_default.extend(command(b"SUBSCRIBE", &[b'y'; 4097]));
+    expect_closed(addr, long_default, within).await;
+}
+
+/// At `max_connections` a bound endpoint stops accepting: the next peer is
+/// not served (no greeting) until one of the connections ends.
+#[tokio::test]
+async fn bound_endpoint_accepts_at_most_max_connections() {
+    let pull = Socket::new(
+        SocketType::Pull,
+        Options {
+            max_connections: 2,
+            ..Options::default()
+        },
+    );
+    let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
+    let addr = addr_of(&ep);
+    let mut g = [0u8; 64];
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first.read_exact(&mut g).await.unwrap();
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    second.read_exact(&mut g).await.unwrap();
+    // The third connects (kernel backlog) but is not accepted.
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), third.read_exact(&mut g))
+            .await
+            .is_err(),
+        "a connection beyond max_connections was accepted"
+    );
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(5), third.read_exact(&mut g))
+        .await
+        .expect("not accepted after a connection ended")
+        .unwrap();
+    assert_eq!(g[0], 0xFF);
+    drop(second);
+}
