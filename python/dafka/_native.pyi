@@ -38,6 +38,9 @@ class Socket:
         xpub_verbose: bool = ...,
         maxmsgsize: int = ...,
         max_frame_size: int = ...,
+        max_subscriptions: int = ...,
+        max_subscription_size: int = ...,
+        max_connections: int = ...,
         properties: dict[str, bytes] = ...,
     ) -> Socket: ...
     @property

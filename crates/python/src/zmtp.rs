@@ -318,6 +318,9 @@ fn parse_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
                 o.limits.max_frame_size = o.limits.max_frame_size.min(limit);
             }
             "max_frame_size" => o.limits.max_frame_size = value.extract()?,
+            "max_subscriptions" => o.max_subscriptions = value.extract()?,
+            "max_subscription_size" => o.max_subscription_size = value.extract()?,
+            "max_connections" => o.max_connections = value.extract()?,
             "properties" => {
                 let props = value.cast::<PyDict>()?;
                 o.properties = props
