@@ -329,6 +329,10 @@ impl Connection {
                         return Ok(());
                     };
                     match frame {
+                        Frame::Message { more: false, body } if self.partial.is_empty() => {
+                            // A single-frame message: no detour through `partial`.
+                            self.events.push_back(Event::Message(Message::from(body)));
+                        }
                         Frame::Message { more, body } => {
                             self.partial.push(body);
                             if !more {

@@ -62,6 +62,15 @@ impl Limits {
 
     /// Checks an outgoing message against these limits.
     pub fn check_message(&self, msg: &Message) -> Result<(), LimitError> {
+        // Fast path: one frame within both limits (the common case).
+        if let [frame] = msg.frames() {
+            let size = frame.len() as u64;
+            if size <= self.max_frame_size
+                && size.saturating_add(FRAME_OVERHEAD) <= self.max_message_size
+            {
+                return Ok(());
+            }
+        }
         for frame in msg.frames() {
             let size = frame.len() as u64;
             if size > self.max_frame_size {
@@ -161,6 +170,15 @@ pub(crate) fn header_len(len: usize) -> usize {
 /// Does not check limits; see [`Limits::check_message`]. An empty message appends nothing.
 pub fn encode_message(msg: &Message, out: &mut BytesMut) {
     let frames = msg.frames();
+    // Fast path: a single short frame is two header bytes and the body.
+    if let [body] = frames
+        && let Ok(len) = u8::try_from(body.len())
+    {
+        out.reserve(SHORT_HEADER + body.len());
+        out.put_slice(&[0, len]);
+        out.put_slice(body);
+        return;
+    }
     let total: usize = frames.iter().map(|f| header_len(f.len()) + f.len()).sum();
     out.reserve(total);
     let last = frames.len().saturating_sub(1);

@@ -10,6 +10,10 @@ const INLINE: usize = 3;
 
 #[derive(Clone)]
 enum Repr {
+    /// No frame at all.
+    Empty,
+    /// Exactly one frame: the common case, which moves, clones and drops as one `Bytes`.
+    One(Bytes),
     /// `frames[..len]` are the message; the rest hold `Bytes::new()` (static, no allocation).
     Inline {
         len: u8,
@@ -33,17 +37,20 @@ pub struct Message {
 impl Message {
     /// An empty message (no frames). It must get at least one frame before it can be sent.
     pub fn new() -> Self {
-        Message {
-            repr: Repr::Inline {
-                len: 0,
-                frames: Default::default(),
-            },
-        }
+        Message { repr: Repr::Empty }
     }
 
     /// Appends a frame.
     pub fn push(&mut self, frame: Bytes) {
         match &mut self.repr {
+            Repr::Empty => self.repr = Repr::One(frame),
+            Repr::One(first) => {
+                let first = std::mem::take(first);
+                self.repr = Repr::Inline {
+                    len: 2,
+                    frames: [first, frame, Bytes::new()],
+                };
+            }
             Repr::Inline { len, frames } => {
                 if let Some(slot) = frames.get_mut(usize::from(*len)) {
                     *slot = frame;
@@ -60,6 +67,14 @@ impl Message {
     /// Inserts a frame before the first one (adds an envelope frame).
     pub fn push_front(&mut self, frame: Bytes) {
         match &mut self.repr {
+            Repr::Empty => self.repr = Repr::One(frame),
+            Repr::One(first) => {
+                let first = std::mem::take(first);
+                self.repr = Repr::Inline {
+                    len: 2,
+                    frames: [frame, first, Bytes::new()],
+                };
+            }
             Repr::Inline { len, frames } if usize::from(*len) < INLINE => {
                 let n = usize::from(*len);
                 frames[..=n].rotate_right(1);
@@ -77,6 +92,11 @@ impl Message {
     /// Removes and returns the first frame (strips an envelope frame).
     pub fn pop_front(&mut self) -> Option<Bytes> {
         match &mut self.repr {
+            Repr::Empty => None,
+            Repr::One(_) => match std::mem::replace(&mut self.repr, Repr::Empty) {
+                Repr::One(first) => Some(first),
+                _ => None,
+            },
             Repr::Inline { len, frames } => {
                 if *len == 0 {
                     return None;
@@ -100,6 +120,8 @@ impl Message {
     /// The frames, in order.
     pub fn frames(&self) -> &[Bytes] {
         match &self.repr {
+            Repr::Empty => &[],
+            Repr::One(first) => std::slice::from_ref(first),
             Repr::Inline { len, frames } => &frames[..usize::from(*len)],
             Repr::Heap(v) => v,
         }
@@ -108,6 +130,8 @@ impl Message {
     /// Consumes the message into its frames.
     pub fn into_frames(self) -> Vec<Bytes> {
         match self.repr {
+            Repr::Empty => Vec::new(),
+            Repr::One(first) => vec![first],
             Repr::Inline { len, frames } => frames.into_iter().take(usize::from(len)).collect(),
             Repr::Heap(v) => v,
         }
@@ -135,16 +159,16 @@ impl Message {
 
     /// Moves the frames to the heap (no-op when already there).
     fn spill(&mut self) {
-        if let Repr::Inline { len, frames } = &mut self.repr {
-            let mut v = Vec::with_capacity(INLINE * 2);
-            v.extend(
-                frames
-                    .iter_mut()
-                    .take(usize::from(*len))
-                    .map(std::mem::take),
-            );
-            self.repr = Repr::Heap(v);
+        if matches!(self.repr, Repr::Heap(_)) {
+            return;
         }
+        let mut v = Vec::with_capacity(INLINE * 2);
+        match std::mem::replace(&mut self.repr, Repr::Empty) {
+            Repr::One(first) => v.push(first),
+            Repr::Inline { len, frames } => v.extend(frames.into_iter().take(usize::from(len))),
+            Repr::Empty | Repr::Heap(_) => {}
+        }
+        self.repr = Repr::Heap(v);
     }
 }
 
@@ -171,9 +195,9 @@ impl Eq for Message {}
 impl From<Bytes> for Message {
     /// A single-frame message.
     fn from(frame: Bytes) -> Self {
-        let mut m = Message::new();
-        m.push(frame);
-        m
+        Message {
+            repr: Repr::One(frame),
+        }
     }
 }
 
