@@ -197,6 +197,14 @@ where
         if rbuf.capacity() - rbuf.len() < chunk / 4 {
             rbuf.reserve(chunk);
         }
+        // A large frame whose header arrived and passed the size limits: make room for all
+        // of it at once, so its body is read in large pieces straight into place instead of
+        // the buffer growing (and copying) chunk by chunk.
+        if let Some(frame_len) = conn.frame_len_hint(&rbuf)
+            && frame_len > rbuf.capacity()
+        {
+            rbuf.reserve(frame_len - rbuf.len());
+        }
         let can_fill = link.is_some() && local.is_empty() && wbuf.len() < WRITE_BUDGET;
 
         // Unbiased: under sustained load neither reading nor writing starves.
