@@ -7,7 +7,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::command::{Command, Metadata, PROPERTY_IDENTITY, PROPERTY_SOCKET_TYPE};
 use crate::error::{CallerError, Error, PeerError};
-use crate::frame::{Frame, FrameDecoder, FrameHead, FrameKind, Limits, encode_message, put_header};
+use crate::frame::{
+    FLAG_MORE, Frame, FrameDecoder, FrameHead, FrameKind, Limits, encode_message, put_header,
+};
 use crate::greeting::{GREETING_LEN, Greeting};
 use crate::mechanism::{Mechanism, MechanismConfig};
 use crate::message::Message;
@@ -569,6 +571,40 @@ impl Connection {
         self.limits.check_message(msg)?;
         self.poll_transmit(out);
         encode_message(msg, out);
+        Ok(())
+    }
+
+    /// Like [`send_message`](Self::send_message), but frame bodies longer than `copy_max` bytes
+    /// are not copied: whenever one is reached, the bytes encoded so far are moved from `out`
+    /// to the back of `parts`, followed by (a reference-counted clone of) the body itself.
+    ///
+    /// The bytes to put on the wire are then every element of `parts` in order, followed by
+    /// `out`, which suits a vectored write. Checks and errors are those of `send_message`;
+    /// nothing is appended on error.
+    pub fn send_message_parts(
+        &mut self,
+        msg: &Message,
+        out: &mut BytesMut,
+        parts: &mut VecDeque<Bytes>,
+        copy_max: usize,
+    ) -> Result<(), Error> {
+        if msg.frames().iter().all(|f| f.len() <= copy_max) {
+            return self.send_message(msg, out);
+        }
+        self.check_can_send()?;
+        self.limits.check_message(msg)?;
+        self.poll_transmit(out);
+        let frames = msg.frames();
+        let last = frames.len().saturating_sub(1);
+        for (i, frame) in frames.iter().enumerate() {
+            put_header(out, if i < last { FLAG_MORE } else { 0 }, frame.len());
+            if frame.len() > copy_max {
+                parts.push_back(out.split().freeze());
+                parts.push_back(frame.clone());
+            } else {
+                out.extend_from_slice(frame);
+            }
+        }
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, MechanismConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -17,11 +17,18 @@ use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Largest read made in advance for a peer that sends large frames.
+const MAX_READ_AHEAD: usize = 1024 * 1024;
 /// Read chunk before the handshake completes: a flood of connections that
 /// never finish their handshake costs little memory each.
 const HANDSHAKE_CHUNK: usize = 1024;
 /// Stop draining the outgoing queue into the write buffer beyond this size.
 const WRITE_BUDGET: usize = 256 * 1024;
+/// Frame bodies above this size are written from their own `Bytes` (vectored
+/// write) instead of being copied into the write buffer.
+const COPY_MAX: usize = 16 * 1024;
+/// At most this many buffers per vectored write.
+const MAX_IOV: usize = 64;
 /// Stop reading while this much is waiting to be written: a peer that sends
 /// PINGs but never reads our PONGs must not grow the write buffer forever.
 const MAX_UNWRITTEN: usize = 4 * WRITE_BUDGET;
@@ -104,6 +111,11 @@ where
     };
     let mut rbuf = BytesMut::new();
     let mut wbuf = BytesMut::new();
+    // Size of the last large frame seen (capped): reads are made this large.
+    let mut large_frame = 0usize;
+    // Large bodies and the bytes encoded before them; on the wire they come
+    // before `wbuf`.
+    let mut parts: VecDeque<Bytes> = VecDeque::new();
     let mut local: VecDeque<Out> = VecDeque::new();
     let mut link: Option<Link> = None;
     let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
@@ -160,7 +172,7 @@ where
         // Everything pending goes into one write buffer.
         conn.poll_transmit(&mut wbuf);
         if let Some(l) = &link {
-            fill(&inner, &mut conn, l, &mut local, &mut wbuf);
+            fill(&inner, &mut conn, l, &mut local, &mut wbuf, &mut parts);
         }
 
         let next = conn.poll_timeout();
@@ -174,6 +186,7 @@ where
             Phase::Terminated => break ConnEnd::Closed,
             Phase::Closing
                 if wbuf.is_empty()
+                    && parts.is_empty()
                     && local.is_empty()
                     && link
                         .as_ref()
@@ -188,9 +201,10 @@ where
         // Keep reading while closing: a lingering handshake must complete.
         // Messages not yet delivered (no room) hold further reading back.
         let inbound_full = !batch.is_empty() || !inner.inbound.has_space();
-        let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
+        let unwritten = queued(&parts, &wbuf);
+        let reading = !inbound_full && unwritten < MAX_UNWRITTEN;
         let chunk = if link.is_some() {
-            READ_CHUNK
+            READ_CHUNK.max(large_frame)
         } else {
             HANDSHAKE_CHUNK
         };
@@ -198,20 +212,24 @@ where
             rbuf.reserve(chunk);
         }
         // A large frame whose header arrived and passed the size limits: make room for all
-        // of it at once, so its body is read in large pieces straight into place instead of
-        // the buffer growing (and copying) chunk by chunk.
+        // of it at once, in a fresh buffer (one copy of what arrived so far, no regrowth),
+        // so its body is read in large pieces straight into place. The next reads are as
+        // large (up to MAX_READ_AHEAD): the next frame is likely as large again.
         if let Some(frame_len) = conn.frame_len_hint(&rbuf)
             && frame_len > rbuf.capacity()
         {
-            rbuf.reserve(frame_len - rbuf.len());
+            let mut fresh = BytesMut::with_capacity(frame_len);
+            fresh.extend_from_slice(&rbuf);
+            rbuf = fresh;
+            large_frame = frame_len.min(MAX_READ_AHEAD);
         }
-        let can_fill = link.is_some() && local.is_empty() && wbuf.len() < WRITE_BUDGET;
+        let can_fill = link.is_some() && local.is_empty() && unwritten < WRITE_BUDGET;
 
         // Unbiased: under sustained load neither reading nor writing starves.
         tokio::select! {
-            r = wr.write(&wbuf), if !wbuf.is_empty() => match r {
+            r = write_out(&mut wr, &parts, &wbuf), if unwritten > 0 => match r {
                 Ok(0) => break ConnEnd::Io(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => wbuf.advance(n),
+                Ok(n) => advance_out(&mut parts, &mut wbuf, n),
                 Err(e) => break ConnEnd::Io(e),
             },
             r = rd.read_buf(&mut rbuf), if reading => match r {
@@ -238,10 +256,14 @@ where
     // A failing connection may have queued an ERROR command: best effort.
     if matches!(end, ConnEnd::Protocol(_) | ConnEnd::Rejected(_)) {
         conn.poll_transmit(&mut wbuf);
-        if !wbuf.is_empty() {
-            let _ =
-                tokio::time::timeout(std::time::Duration::from_millis(100), wr.write_all(&wbuf))
-                    .await;
+        if !wbuf.is_empty() || !parts.is_empty() {
+            let flush = async {
+                for part in &parts {
+                    wr.write_all(part).await?;
+                }
+                wr.write_all(&wbuf).await
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), flush).await;
         }
     }
     let was_ready = link.is_some();
@@ -280,15 +302,58 @@ fn to_tokio(deadline: Option<Instant>) -> tokio::time::Instant {
     }
 }
 
-/// Encode queued items into `wbuf` until the budget is reached.
+/// Bytes waiting to be written: `parts`, then `wbuf`.
+fn queued(parts: &VecDeque<Bytes>, wbuf: &BytesMut) -> usize {
+    parts.iter().map(Bytes::len).sum::<usize>() + wbuf.len()
+}
+
+/// One write of what is queued: a plain write of `wbuf` when there are no
+/// separate parts, else a vectored write of the parts followed by `wbuf`.
+async fn write_out<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    parts: &VecDeque<Bytes>,
+    wbuf: &BytesMut,
+) -> std::io::Result<usize> {
+    if parts.is_empty() {
+        return wr.write(wbuf).await;
+    }
+    let mut iov: Vec<std::io::IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .take(MAX_IOV)
+        .map(|p| std::io::IoSlice::new(p))
+        .collect();
+    if iov.len() < MAX_IOV && !wbuf.is_empty() {
+        iov.push(std::io::IoSlice::new(wbuf));
+    }
+    wr.write_vectored(&iov).await
+}
+
+/// Drop `n` written bytes from the front of `parts`, then of `wbuf`.
+fn advance_out(parts: &mut VecDeque<Bytes>, wbuf: &mut BytesMut, mut n: usize) {
+    while let Some(front) = parts.front_mut() {
+        if n < front.len() {
+            front.advance(n);
+            return;
+        }
+        n -= front.len();
+        parts.pop_front();
+    }
+    wbuf.advance(n);
+}
+
+/// Encode queued items into `wbuf` (large bodies into `parts`) until the
+/// budget is reached.
 fn fill(
     inner: &Inner,
     conn: &mut Connection,
     link: &Link,
     local: &mut VecDeque<Out>,
     wbuf: &mut BytesMut,
+    parts: &mut VecDeque<Bytes>,
 ) {
-    while wbuf.len() < WRITE_BUDGET {
+    let mut budget = queued(parts, wbuf);
+    while budget < WRITE_BUDGET {
         if local.is_empty() {
             if link.pipe.take_all(local) {
                 inner.send_space.notify_waiters();
@@ -301,7 +366,7 @@ fn fill(
             break;
         };
         let res = match item {
-            Out::Msg(m) => conn.send_message(&m, wbuf),
+            Out::Msg(m) => conn.send_message_parts(&m, wbuf, parts, COPY_MAX),
             // To a ZMTP 3.0 peer the connection sends these as 0x01/0x00 messages.
             Out::Sub(p) => conn.send_command(&Command::Subscribe(p), wbuf),
             Out::Cancel(p) => conn.send_command(&Command::Cancel(p), wbuf),
@@ -309,6 +374,7 @@ fn fill(
         if let Err(e) = res {
             tracing::warn!(error = %e, "dropping an outgoing message");
         }
+        budget = queued(parts, wbuf);
     }
 }
 
@@ -430,6 +496,54 @@ mod tests {
         assert!(outcome.was_ready);
         let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_secs(4) && elapsed < Duration::from_millis(4100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn large_bodies_written_from_their_own_buffers_keep_wire_order() {
+        let inner = Arc::new(Inner::new(SocketType::Push, Options::default()));
+        let pipe = inner.add_connect_pipe().unwrap();
+        let big = |n: usize, seed: u8| {
+            Bytes::from(
+                (0..n)
+                    .map(|i| (i as u8).wrapping_mul(7) ^ seed)
+                    .collect::<Vec<u8>>(),
+            )
+        };
+        let msgs = vec![
+            crate::Message::from(Bytes::from_static(b"small")),
+            crate::Message::from(big(100_000, 1)),
+            crate::Message::from(Bytes::from_static(b"between")),
+            crate::Message::from(vec![big(COPY_MAX + 1, 2), Bytes::from_static(b"tail")]),
+            crate::Message::from(big(300_000, 3)),
+        ];
+        let mut expected = Vec::new();
+        for m in &msgs {
+            let mut b = BytesMut::new();
+            dafka_zmtp_proto::encode_message(m, &mut b);
+            expected.extend_from_slice(&b);
+            pipe.try_push(m.clone()).unwrap();
+        }
+        // A small duplex buffer forces many partial writes.
+        let (ours, mut theirs) = tokio::io::duplex(8 * 1024);
+        theirs.write_all(&peer_handshake("PULL")).await.unwrap();
+        let (rd, wr) = tokio::io::split(ours);
+        let task_inner = inner.clone();
+        let conn = tokio::spawn(async move {
+            run(task_inner, rd, wr, Some(pipe), &Stop::default(), "test").await
+        });
+        let total = 64 + 28 + expected.len();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while got.len() < total {
+            let n = theirs.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got.len(), total);
+        assert!(got[64 + 28..] == expected[..], "wire bytes differ");
+        drop(theirs);
+        let outcome = conn.await.unwrap();
+        assert!(matches!(outcome.end, ConnEnd::PeerClosed | ConnEnd::Io(_)));
     }
 
     #[tokio::test(start_paused = true)]
