@@ -9,6 +9,7 @@ use std::time::Instant;
 use bytes::{Buf, Bytes, BytesMut};
 use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, MechanismConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
 
 use crate::Message;
 use crate::inproc::announced_identity;
@@ -126,6 +127,13 @@ where
     let mut failure: Option<ConnEnd> = None;
     let sleep = tokio::time::sleep_until(to_tokio(deadline));
     tokio::pin!(sleep);
+    // Wake-up sources that live across turns of the loop: creating (and
+    // registering, and dropping) them on every turn costs more than the rest
+    // of a small message's trip through this task.
+    let stopped = stop.wait();
+    tokio::pin!(stopped);
+    let mut phase_change = Box::pin(phase_changed(inner.phase()));
+    let mut pipe_wake = None;
 
     let end = 'conn: loop {
         // Surface what the last input produced.
@@ -137,6 +145,7 @@ where
                     ..
                 } => match inner.attach(connect_pipe.as_ref(), peer_socket_type, &peer_identity) {
                     Ok(l) => {
+                        pipe_wake = Some(Box::pin(pipe_woken(l.pipe.clone())));
                         tracing::debug!(
                             peer,
                             peer_type = peer_socket_type.as_str(),
@@ -242,14 +251,16 @@ where
                 Err(e) => break ConnEnd::Io(e),
             },
             _ = inner.inbound.wait_room(), if inbound_full => {}
-            _ = wake(link.as_ref()), if can_fill => {}
+            pipe = poll_some(&mut pipe_wake), if can_fill => {
+                pipe_wake = Some(Box::pin(pipe_woken(pipe)));
+            }
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {
                     break ConnEnd::Protocol(e);
                 }
             }
-            _ = phase.changed() => {}
-            _ = stop.wait() => break ConnEnd::Closed,
+            rx = &mut phase_change => phase_change = Box::pin(phase_changed(rx)),
+            _ = &mut stopped => break ConnEnd::Closed,
         }
     };
 
@@ -282,9 +293,25 @@ where
     Outcome { end, was_ready }
 }
 
-async fn wake(link: Option<&Link>) {
-    match link {
-        Some(l) => l.pipe.wake.notified().await,
+/// Resolves (handing the pipe back) once the pipe's owner signals new items.
+async fn pipe_woken(pipe: Arc<Pipe>) -> Arc<Pipe> {
+    pipe.wake.notified().await;
+    pipe
+}
+
+/// Resolves (handing the receiver back) on the next change of the socket's phase.
+async fn phase_changed(mut rx: watch::Receiver<Phase>) -> watch::Receiver<Phase> {
+    if rx.changed().await.is_err() {
+        // The socket outlives its connections; never resolve rather than spin.
+        std::future::pending::<()>().await;
+    }
+    rx
+}
+
+/// Awaits the future in `slot`, or never when there is none.
+async fn poll_some<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(f) => f.await,
         None => std::future::pending().await,
     }
 }
