@@ -18,6 +18,8 @@ use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Largest read chunk for a peer that keeps our reads full.
+const MAX_READ_CHUNK: usize = 256 * 1024;
 /// Largest read made in advance for a peer that sends large frames.
 const MAX_READ_AHEAD: usize = 1024 * 1024;
 /// Read chunk before the handshake completes: a flood of connections that
@@ -112,8 +114,9 @@ where
     };
     let mut rbuf = BytesMut::new();
     let mut wbuf = BytesMut::new();
-    // Size of the last large frame seen (capped): reads are made this large.
-    let mut large_frame = 0usize;
+    // Size of the next read: grows while reads fill the buffer (a busy peer),
+    // shrinks back when they do not, and covers the last large frame.
+    let mut read_chunk = READ_CHUNK;
     // Large bodies and the bytes encoded before them; on the wire they come
     // before `wbuf`.
     let mut parts: VecDeque<Bytes> = VecDeque::new();
@@ -213,7 +216,7 @@ where
         let unwritten = queued(&parts, &wbuf);
         let reading = !inbound_full && unwritten < MAX_UNWRITTEN;
         let chunk = if link.is_some() {
-            READ_CHUNK.max(large_frame)
+            read_chunk
         } else {
             HANDSHAKE_CHUNK
         };
@@ -230,8 +233,9 @@ where
             let mut fresh = BytesMut::with_capacity(frame_len);
             fresh.extend_from_slice(&rbuf);
             rbuf = fresh;
-            large_frame = frame_len.min(MAX_READ_AHEAD);
+            read_chunk = read_chunk.max(frame_len.min(MAX_READ_AHEAD));
         }
+        let room = rbuf.capacity() - rbuf.len();
         let can_fill = link.is_some() && local.is_empty() && unwritten < WRITE_BUDGET;
 
         // Unbiased: under sustained load neither reading nor writing starves.
@@ -243,7 +247,12 @@ where
             },
             r = rd.read_buf(&mut rbuf), if reading => match r {
                 Ok(0) => break ConnEnd::PeerClosed,
-                Ok(_) => {
+                Ok(n) => {
+                    if n == room {
+                        read_chunk = (read_chunk * 2).min(MAX_READ_CHUNK);
+                    } else if n < read_chunk / 8 {
+                        read_chunk = (read_chunk / 2).max(READ_CHUNK);
+                    }
                     if let Err(e) = conn.handle_input(&mut rbuf, now()) {
                         failure = Some(ConnEnd::Protocol(e));
                     }
