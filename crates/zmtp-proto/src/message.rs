@@ -4,9 +4,9 @@ use std::fmt;
 
 use bytes::Bytes;
 
-/// Frames kept inline before a message spills to a `Vec`: covers a bare body, `[identity, body]`
-/// and the REQ/ROUTER envelope `[identity, empty delimiter, body]` without allocating.
-const INLINE: usize = 3;
+/// Initial capacity of the frame list of a multipart message: covers `[identity, body]` and the
+/// REQ/ROUTER envelope `[identity, empty delimiter, body]` without growing.
+const MULTI_CAPACITY: usize = 4;
 
 #[derive(Clone)]
 enum Repr {
@@ -14,12 +14,8 @@ enum Repr {
     Empty,
     /// Exactly one frame: the common case, which moves, clones and drops as one `Bytes`.
     One(Bytes),
-    /// `frames[..len]` are the message; the rest hold `Bytes::new()` (static, no allocation).
-    Inline {
-        len: u8,
-        frames: [Bytes; INLINE],
-    },
-    Heap(Vec<Bytes>),
+    /// Two or more frames (or fewer, after `pop_front`).
+    Many(Vec<Bytes>),
 }
 
 /// A whole multipart message: one or more frames that travel together.
@@ -27,8 +23,9 @@ enum Repr {
 /// > A message consists of one or more frames. [...] A peer SHALL deliver either all the frames
 /// > of a message, or none of them. (37/ZMTP, "Messages")
 ///
-/// A [`Connection`](crate::Connection) only ever surfaces complete messages. Up to three frames are
-/// stored inline, so single-frame and envelope messages cost no allocation beyond their [`Bytes`].
+/// A [`Connection`](crate::Connection) only ever surfaces complete messages. A single-frame
+/// message is stored inline (no allocation beyond its [`Bytes`], and small enough to move
+/// cheaply through queues); a multipart message keeps its frames in one `Vec`.
 #[derive(Clone)]
 pub struct Message {
     repr: Repr,
@@ -45,22 +42,12 @@ impl Message {
         match &mut self.repr {
             Repr::Empty => self.repr = Repr::One(frame),
             Repr::One(first) => {
-                let first = std::mem::take(first);
-                self.repr = Repr::Inline {
-                    len: 2,
-                    frames: [first, frame, Bytes::new()],
-                };
+                let mut v = Vec::with_capacity(MULTI_CAPACITY);
+                v.push(std::mem::take(first));
+                v.push(frame);
+                self.repr = Repr::Many(v);
             }
-            Repr::Inline { len, frames } => {
-                if let Some(slot) = frames.get_mut(usize::from(*len)) {
-                    *slot = frame;
-                    *len += 1;
-                } else {
-                    self.spill();
-                    self.push(frame);
-                }
-            }
-            Repr::Heap(v) => v.push(frame),
+            Repr::Many(v) => v.push(frame),
         }
     }
 
@@ -69,23 +56,12 @@ impl Message {
         match &mut self.repr {
             Repr::Empty => self.repr = Repr::One(frame),
             Repr::One(first) => {
-                let first = std::mem::take(first);
-                self.repr = Repr::Inline {
-                    len: 2,
-                    frames: [frame, first, Bytes::new()],
-                };
+                let mut v = Vec::with_capacity(MULTI_CAPACITY);
+                v.push(frame);
+                v.push(std::mem::take(first));
+                self.repr = Repr::Many(v);
             }
-            Repr::Inline { len, frames } if usize::from(*len) < INLINE => {
-                let n = usize::from(*len);
-                frames[..=n].rotate_right(1);
-                frames[0] = frame;
-                *len += 1;
-            }
-            Repr::Inline { .. } => {
-                self.spill();
-                self.push_front(frame);
-            }
-            Repr::Heap(v) => v.insert(0, frame),
+            Repr::Many(v) => v.insert(0, frame),
         }
     }
 
@@ -97,17 +73,7 @@ impl Message {
                 Repr::One(first) => Some(first),
                 _ => None,
             },
-            Repr::Inline { len, frames } => {
-                if *len == 0 {
-                    return None;
-                }
-                let n = usize::from(*len);
-                let first = std::mem::take(&mut frames[0]);
-                frames[..n].rotate_left(1);
-                *len -= 1;
-                Some(first)
-            }
-            Repr::Heap(v) => {
+            Repr::Many(v) => {
                 if v.is_empty() {
                     None
                 } else {
@@ -122,8 +88,7 @@ impl Message {
         match &self.repr {
             Repr::Empty => &[],
             Repr::One(first) => std::slice::from_ref(first),
-            Repr::Inline { len, frames } => &frames[..usize::from(*len)],
-            Repr::Heap(v) => v,
+            Repr::Many(v) => v,
         }
     }
 
@@ -132,8 +97,7 @@ impl Message {
         match self.repr {
             Repr::Empty => Vec::new(),
             Repr::One(first) => vec![first],
-            Repr::Inline { len, frames } => frames.into_iter().take(usize::from(len)).collect(),
-            Repr::Heap(v) => v,
+            Repr::Many(v) => v,
         }
     }
 
@@ -155,20 +119,6 @@ impl Message {
     /// Sum of the frame sizes in bytes.
     pub fn byte_len(&self) -> usize {
         self.frames().iter().map(Bytes::len).sum()
-    }
-
-    /// Moves the frames to the heap (no-op when already there).
-    fn spill(&mut self) {
-        if matches!(self.repr, Repr::Heap(_)) {
-            return;
-        }
-        let mut v = Vec::with_capacity(INLINE * 2);
-        match std::mem::replace(&mut self.repr, Repr::Empty) {
-            Repr::One(first) => v.push(first),
-            Repr::Inline { len, frames } => v.extend(frames.into_iter().take(usize::from(len))),
-            Repr::Empty | Repr::Heap(_) => {}
-        }
-        self.repr = Repr::Heap(v);
     }
 }
 
@@ -209,14 +159,13 @@ impl From<&[u8]> for Message {
 }
 
 impl From<Vec<Bytes>> for Message {
-    fn from(frames: Vec<Bytes>) -> Self {
-        if frames.len() <= INLINE {
-            frames.into_iter().collect()
-        } else {
-            Message {
-                repr: Repr::Heap(frames),
-            }
-        }
+    fn from(mut frames: Vec<Bytes>) -> Self {
+        let repr = match frames.len() {
+            0 => Repr::Empty,
+            1 => frames.pop().map_or(Repr::Empty, Repr::One),
+            _ => Repr::Many(frames),
+        };
+        Message { repr }
     }
 }
 
