@@ -3,7 +3,9 @@
 //! [`Connection`].
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -133,9 +135,17 @@ where
     // Wake-up sources that live across turns of the loop: creating (and
     // registering, and dropping) them on every turn costs more than the rest
     // of a small message's trip through this task.
-    let stopped = stop.wait();
-    tokio::pin!(stopped);
-    let mut phase_change = Box::pin(phase_changed(inner.phase()));
+    // The rare ones (stop, phase change) are polled only when a cheap check
+    // says they may have fired: polling a registered `Notified` takes a lock.
+    let mut stopped = Gated {
+        inner: Box::pin(stop.wait()),
+        armed: false,
+    };
+    let mut phase_probe = inner.phase();
+    let mut phase_change = Gated {
+        inner: Box::pin(phase_changed(inner.phase())),
+        armed: false,
+    };
     let mut pipe_wake = None;
 
     let end = 'conn: loop {
@@ -268,8 +278,14 @@ where
                     break ConnEnd::Protocol(e);
                 }
             }
-            rx = &mut phase_change => phase_change = Box::pin(phase_changed(rx)),
-            _ = &mut stopped => break ConnEnd::Closed,
+            rx = phase_change.poll_if(|| phase_probe.has_changed().unwrap_or(true)) => {
+                phase_probe.mark_unchanged();
+                phase_change = Gated {
+                    inner: Box::pin(phase_changed(rx)),
+                    armed: false,
+                };
+            }
+            _ = stopped.poll_if(|| stop.is_stopped()) => break ConnEnd::Closed,
         }
     };
 
@@ -315,6 +331,34 @@ async fn phase_changed(mut rx: watch::Receiver<Phase>) -> watch::Receiver<Phase>
         std::future::pending::<()>().await;
     }
     rx
+}
+
+/// A future that, once polled (and so registered for its wake-up), is polled
+/// again only when a cheap check says it may have completed.
+struct Gated<F> {
+    inner: Pin<Box<F>>,
+    armed: bool,
+}
+
+impl<F: Future> Gated<F> {
+    /// Awaits the inner future, skipping polls while `may_be_ready` is false.
+    ///
+    /// Sound only for wake-ups that keep the first poll's waker, i.e. within
+    /// one task, and when `may_be_ready` becomes true no later than the inner
+    /// future becomes ready.
+    fn poll_if<'a>(
+        &'a mut self,
+        may_be_ready: impl Fn() -> bool + 'a,
+    ) -> impl Future<Output = F::Output> + 'a {
+        let this = self;
+        std::future::poll_fn(move |cx: &mut Context<'_>| {
+            if this.armed && !may_be_ready() {
+                return Poll::Pending;
+            }
+            this.armed = true;
+            this.inner.as_mut().poll(cx)
+        })
+    }
 }
 
 /// Awaits the future in `slot`, or never when there is none.
