@@ -147,12 +147,14 @@ impl Frame {
 
 /// Appends a frame header for a body of `len` bytes; `flags` is `FLAG_MORE` and/or `FLAG_COMMAND`.
 pub(crate) fn put_header(out: &mut BytesMut, flags: u8, len: usize) {
-    if len <= SHORT_MAX {
-        out.put_u8(flags);
-        out.put_u8(len as u8);
+    // One append per header (each `put_*` call checks capacity on its own).
+    if let Ok(short) = u8::try_from(len) {
+        out.put_slice(&[flags, short]);
     } else {
-        out.put_u8(flags | FLAG_LONG);
-        out.put_u64(len as u64);
+        let mut head = [0u8; LONG_HEADER];
+        head[0] = flags | FLAG_LONG;
+        head[1..].copy_from_slice(&(len as u64).to_be_bytes());
+        out.put_slice(&head);
     }
 }
 
