@@ -20,6 +20,8 @@ use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Yield to other tasks (the consumer) after reading this much.
+const YIELD_AFTER: usize = 1024 * 1024;
 /// Largest read chunk for a peer that keeps our reads full.
 const MAX_READ_CHUNK: usize = 256 * 1024;
 /// Largest read made in advance for a peer that sends large frames.
@@ -119,6 +121,8 @@ where
     // Size of the next read: grows while reads fill the buffer (a busy peer),
     // shrinks back when they do not, and covers the last large frame.
     let mut read_chunk = READ_CHUNK;
+    // Bytes read since this task last yielded to the consumer.
+    let mut unyielded = 0usize;
     // Large bodies and the bytes encoded before them; on the wire they come
     // before `wbuf`.
     let mut parts: VecDeque<Bytes> = VecDeque::new();
@@ -190,6 +194,14 @@ where
         if let Some(f) = failure.take() {
             break f;
         }
+        // After reading a lot in one go, let the consumer run before reading
+        // on: a current-thread runtime would otherwise keep polling this task
+        // (up to its coop budget) and queue many large messages at once, each
+        // in fresh memory, instead of reusing what the consumer freed.
+        if unyielded >= YIELD_AFTER {
+            unyielded = 0;
+            tokio::task::yield_now().await;
+        }
 
         // Everything pending goes into one write buffer.
         conn.poll_transmit(&mut wbuf);
@@ -258,6 +270,7 @@ where
             r = rd.read_buf(&mut rbuf), if reading => match r {
                 Ok(0) => break ConnEnd::PeerClosed,
                 Ok(n) => {
+                    unyielded += n;
                     if n == room {
                         read_chunk = (read_chunk * 2).min(MAX_READ_CHUNK);
                     } else if n < read_chunk / 8 {
