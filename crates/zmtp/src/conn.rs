@@ -21,7 +21,7 @@ use crate::socket::{AttachError, Inner, Link, Phase, Stop};
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
 /// Yield to other tasks (the consumer) after reading this much.
-const YIELD_AFTER: usize = 1024 * 1024;
+const YIELD_AFTER: usize = 256 * 1024;
 /// Largest read chunk for a peer that keeps our reads full.
 const MAX_READ_CHUNK: usize = 256 * 1024;
 /// Largest read made in advance for a peer that sends large frames.
