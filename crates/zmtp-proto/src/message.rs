@@ -108,17 +108,25 @@ impl Message {
 
     /// Number of frames.
     pub fn len(&self) -> usize {
-        self.frames().len()
+        match &self.repr {
+            Repr::Empty => 0,
+            Repr::One(_) => 1,
+            Repr::Many(v) => v.len(),
+        }
     }
 
     /// Whether the message has no frames.
     pub fn is_empty(&self) -> bool {
-        self.frames().is_empty()
+        self.len() == 0
     }
 
     /// Sum of the frame sizes in bytes.
     pub fn byte_len(&self) -> usize {
-        self.frames().iter().map(Bytes::len).sum()
+        match &self.repr {
+            Repr::Empty => 0,
+            Repr::One(first) => first.len(),
+            Repr::Many(v) => v.iter().map(Bytes::len).sum(),
+        }
     }
 }
 

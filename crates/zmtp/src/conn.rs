@@ -24,6 +24,10 @@ const READ_CHUNK: usize = 64 * 1024;
 const YIELD_AFTER: usize = 256 * 1024;
 /// Largest read chunk for a peer that keeps our reads full.
 const MAX_READ_CHUNK: usize = 256 * 1024;
+/// Most room made at once for a frame whose header announced more: an
+/// announcement within the limits still reserves no more than this before
+/// the bytes arrive.
+const MAX_FRAME_RESERVE: usize = 8 * 1024 * 1024;
 /// Largest read made in advance for a peer that sends large frames.
 const MAX_READ_AHEAD: usize = 1024 * 1024;
 /// Read chunk before the handshake completes: a flood of connections that
@@ -246,13 +250,14 @@ where
             rbuf.reserve(chunk);
         }
         // A large frame whose header arrived and passed the size limits: make room for all
-        // of it at once, in a fresh buffer (one copy of what arrived so far, no regrowth),
-        // so its body is read in large pieces straight into place. The next reads are as
-        // large (up to MAX_READ_AHEAD): the next frame is likely as large again.
+        // of it at once (up to MAX_FRAME_RESERVE; beyond, the buffer grows as data arrives),
+        // in a fresh buffer (one copy of what arrived so far, no regrowth), so its body is
+        // read in large pieces straight into place. The next reads are as large (up to
+        // MAX_READ_AHEAD): the next frame is likely as large again.
         if let Some(frame_len) = conn.frame_len_hint(&rbuf)
-            && frame_len > rbuf.capacity()
+            && frame_len.min(MAX_FRAME_RESERVE) > rbuf.capacity()
         {
-            let mut fresh = BytesMut::with_capacity(frame_len);
+            let mut fresh = BytesMut::with_capacity(frame_len.min(MAX_FRAME_RESERVE));
             fresh.extend_from_slice(&rbuf);
             rbuf = fresh;
             read_chunk = read_chunk.max(frame_len.min(MAX_READ_AHEAD));

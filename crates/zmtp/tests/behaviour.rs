@@ -995,6 +995,11 @@ async fn large_and_small_messages_arrive_intact_over_tcp() {
         sent.push(m.clone());
         push.send(m).await.unwrap();
     }
+    // Larger than the room made at once for an announced frame (8 MiB): the
+    // rest of the buffer grows as the bytes arrive.
+    let huge = Message::from(body(9 * 1024 * 1024 + 3, 0xA5));
+    sent.push(huge.clone());
+    push.send(huge).await.unwrap();
     for want in sent {
         let got = tokio::time::timeout(Duration::from_secs(10), pull.recv())
             .await
