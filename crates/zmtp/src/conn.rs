@@ -194,9 +194,15 @@ where
                 _ => {}
             }
         }
-        inner.inbound.push_fair(&mut batch);
+        let woke_consumer = inner.inbound.push_fair(&mut batch);
         if let Some(f) = failure.take() {
             break f;
+        }
+        // The consumer was waiting for these: let it run first (on a
+        // current-thread runtime it otherwise waits for this whole turn).
+        if woke_consumer {
+            unyielded = 0;
+            tokio::task::yield_now().await;
         }
         // After reading a lot in one go, let the consumer run before reading
         // on: a current-thread runtime would otherwise keep polling this task

@@ -243,14 +243,15 @@ impl Inbound {
 
     /// Append this producer's fair share of the free room from the front of
     /// `batch`; the rest stays in `batch` (the producer stops reading until it
-    /// is delivered). The queue never exceeds the HWM this way.
-    pub(crate) fn push_fair(&self, batch: &mut VecDeque<(u64, Message)>) {
+    /// is delivered). The queue never exceeds the HWM this way. Returns
+    /// `true` when the queue was empty before (a waiting consumer was woken).
+    pub(crate) fn push_fair(&self, batch: &mut VecDeque<(u64, Message)>) -> bool {
         if batch.is_empty() {
-            return;
+            return false;
         }
         let n = self.fair_room().min(batch.len());
         if n == 0 {
-            return;
+            return false;
         }
         let mut shared = lock(&self.shared);
         if n == batch.len() {
@@ -266,7 +267,9 @@ impl Inbound {
         drop(shared);
         if self.total.fetch_add(n, Ordering::AcqRel) == 0 {
             self.data.notify_waiters();
+            return true;
         }
+        false
     }
 
     /// Wait for room as a blocked producer (counted for fair shares). If
