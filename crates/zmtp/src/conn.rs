@@ -260,7 +260,10 @@ where
         // in a fresh buffer (one copy of what arrived so far, no regrowth), so its body is
         // read in large pieces straight into place. The next reads are as large (up to
         // MAX_READ_AHEAD): the next frame is likely as large again.
-        if let Some(frame_len) = conn.frame_len_hint(&rbuf)
+        // Not before the handshake completes: a connection that never finishes its handshake
+        // must stay cheap.
+        if link.is_some()
+            && let Some(frame_len) = conn.frame_len_hint(&rbuf)
             && frame_len.min(MAX_FRAME_RESERVE) > rbuf.capacity()
         {
             let mut fresh = BytesMut::with_capacity(frame_len.min(MAX_FRAME_RESERVE));
