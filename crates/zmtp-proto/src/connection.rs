@@ -7,7 +7,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::command::{Command, Metadata, PROPERTY_IDENTITY, PROPERTY_SOCKET_TYPE};
 use crate::error::{CallerError, Error, PeerError};
-use crate::frame::{FRAME_OVERHEAD, Frame, FrameDecoder, Limits, encode_message, put_header};
+use crate::frame::{
+    FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder, FrameHead, FrameKind, Limits, encode_message,
+    put_header,
+};
 use crate::greeting::{GREETING_LEN, Greeting};
 use crate::mechanism::{Mechanism, MechanismConfig};
 use crate::message::Message;
@@ -200,6 +203,8 @@ pub struct Connection {
     /// Parts of the message being received.
     partial: Message,
     events: VecDeque<Event>,
+    /// Scratch list of the frames found by one pass of `consume_ready` (kept for its capacity).
+    heads: Vec<FrameHead>,
     /// Control bytes not yet handed to the driver.
     pending: BytesMut,
     peer_version: Option<(u8, u8)>,
@@ -259,6 +264,7 @@ impl Connection {
             decoder: FrameDecoder::new(handshake_limits(config.limits)),
             partial: Message::new(),
             events: VecDeque::new(),
+            heads: Vec::new(),
             pending,
             peer_version: None,
             peer_socket_type: None,
@@ -341,23 +347,84 @@ impl Connection {
                     };
                     self.on_handshake_frame(frame, now)?;
                 }
-                State::Ready => {
-                    let Some(frame) = self.decoder.decode(buf)? else {
-                        return Ok(());
-                    };
-                    match frame {
-                        Frame::Message { more, body } => {
-                            self.partial.push(body);
-                            if !more {
-                                let msg = std::mem::take(&mut self.partial);
-                                self.events.push_back(Event::Message(msg));
-                            }
-                        }
-                        Frame::Command(body) => self.on_command(Command::decode(body)?, now)?,
-                    }
-                }
+                State::Ready => return self.consume_ready(buf, now),
                 State::Closed => return Err(CallerError::Closed.into()),
             }
+        }
+    }
+
+    /// Decodes every complete frame at the front of `buf` in one pass: the headers are checked
+    /// first (limits included, before any body is touched), then the complete frames are split
+    /// off as one shared chunk and each body is a slice of it (one split instead of one per
+    /// frame). Frames are acted on in order; an error stops at the frame that caused it, after
+    /// the frames before it were handled, exactly as decoding one frame at a time would.
+    fn consume_ready(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+        let mut heads = std::mem::take(&mut self.heads);
+        heads.clear();
+        let mut end = 0usize;
+        let mut failure = None;
+        while let Some(rest) = buf.get(end..) {
+            match self.decoder.decode_header(rest) {
+                Ok(Some(head)) => {
+                    end += head.header_len + head.body_len;
+                    heads.push(head);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let chunk = buf.split_to(end).freeze();
+        let mut pos = 0usize;
+        let mut result = Ok(());
+        for head in heads.drain(..) {
+            let start = pos + head.header_len;
+            pos = start + head.body_len;
+            let body = chunk.slice(start..pos);
+            match head.kind {
+                FrameKind::Message { more: false } if self.partial.is_empty() => {
+                    // A single-frame message: no detour through `partial`.
+                    self.events.push_back(Event::Message(Message::from(body)));
+                }
+                FrameKind::Message { more } => {
+                    self.partial.push(body);
+                    if !more {
+                        let msg = std::mem::take(&mut self.partial);
+                        self.events.push_back(Event::Message(msg));
+                    }
+                }
+                FrameKind::Command => {
+                    if let Err(e) = Command::decode(body)
+                        .map_err(Error::from)
+                        .and_then(|c| self.on_command(c, now))
+                    {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        heads.clear();
+        self.heads = heads;
+        result?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Length of the whole frame at the front of `buf` (header and body) once its header has
+    /// arrived and passed the size limits; `None` before the handshake, while the header is
+    /// incomplete, or when the frame is invalid (`handle_input` reports that).
+    ///
+    /// A driver may use it to make room for a large frame in one step after `handle_input` left
+    /// it partial; the size has then been checked against [`Limits`].
+    pub fn frame_len_hint(&self, buf: &[u8]) -> Option<usize> {
+        match self.state {
+            State::Handshake | State::Ready => self.decoder.frame_len_hint(buf),
+            State::Greeting | State::Closed => None,
         }
     }
 
@@ -525,6 +592,40 @@ impl Connection {
         self.limits.check_message(msg)?;
         self.poll_transmit(out);
         encode_message(msg, out);
+        Ok(())
+    }
+
+    /// Like [`send_message`](Self::send_message), but frame bodies longer than `copy_max` bytes
+    /// are not copied: whenever one is reached, the bytes encoded so far are moved from `out`
+    /// to the back of `parts`, followed by (a reference-counted clone of) the body itself.
+    ///
+    /// The bytes to put on the wire are then every element of `parts` in order, followed by
+    /// `out`, which suits a vectored write. Checks and errors are those of `send_message`;
+    /// nothing is appended on error.
+    pub fn send_message_parts(
+        &mut self,
+        msg: &Message,
+        out: &mut BytesMut,
+        parts: &mut VecDeque<Bytes>,
+        copy_max: usize,
+    ) -> Result<(), Error> {
+        if msg.frames().iter().all(|f| f.len() <= copy_max) {
+            return self.send_message(msg, out);
+        }
+        self.check_can_send()?;
+        self.limits.check_message(msg)?;
+        self.poll_transmit(out);
+        let frames = msg.frames();
+        let last = frames.len().saturating_sub(1);
+        for (i, frame) in frames.iter().enumerate() {
+            put_header(out, if i < last { FLAG_MORE } else { 0 }, frame.len());
+            if frame.len() > copy_max {
+                parts.push_back(out.split().freeze());
+                parts.push_back(frame.clone());
+            } else {
+                out.extend_from_slice(frame);
+            }
+        }
         Ok(())
     }
 

@@ -62,6 +62,15 @@ impl Limits {
 
     /// Checks an outgoing message against these limits.
     pub fn check_message(&self, msg: &Message) -> Result<(), LimitError> {
+        // Fast path: one frame within both limits (the common case).
+        if let [frame] = msg.frames() {
+            let size = frame.len() as u64;
+            if size <= self.max_frame_size
+                && size.saturating_add(FRAME_OVERHEAD) <= self.max_message_size
+            {
+                return Ok(());
+            }
+        }
         for frame in msg.frames() {
             let size = frame.len() as u64;
             if size > self.max_frame_size {
@@ -138,12 +147,14 @@ impl Frame {
 
 /// Appends a frame header for a body of `len` bytes; `flags` is `FLAG_MORE` and/or `FLAG_COMMAND`.
 pub(crate) fn put_header(out: &mut BytesMut, flags: u8, len: usize) {
-    if len <= SHORT_MAX {
-        out.put_u8(flags);
-        out.put_u8(len as u8);
+    // One append per header (each `put_*` call checks capacity on its own).
+    if let Ok(short) = u8::try_from(len) {
+        out.put_slice(&[flags, short]);
     } else {
-        out.put_u8(flags | FLAG_LONG);
-        out.put_u64(len as u64);
+        let mut head = [0u8; LONG_HEADER];
+        head[0] = flags | FLAG_LONG;
+        head[1..].copy_from_slice(&(len as u64).to_be_bytes());
+        out.put_slice(&head);
     }
 }
 
@@ -161,6 +172,15 @@ pub(crate) fn header_len(len: usize) -> usize {
 /// Does not check limits; see [`Limits::check_message`]. An empty message appends nothing.
 pub fn encode_message(msg: &Message, out: &mut BytesMut) {
     let frames = msg.frames();
+    // Fast path: a single short frame is two header bytes and the body.
+    if let [body] = frames
+        && let Ok(len) = u8::try_from(body.len())
+    {
+        out.reserve(SHORT_HEADER + body.len());
+        out.put_slice(&[0, len]);
+        out.put_slice(body);
+        return;
+    }
     let total: usize = frames.iter().map(|f| header_len(f.len()) + f.len()).sum();
     out.reserve(total);
     let last = frames.len().saturating_sub(1);
@@ -211,6 +231,37 @@ impl FrameDecoder {
     /// from `buf` and its body split off without copying. `Err`: the stream is corrupt, over a
     /// limit, or breaks multipart structure; the connection must be closed.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, Error> {
+        let Some(head) = self.decode_header(buf)? else {
+            return Ok(None);
+        };
+        buf.advance(head.header_len);
+        let body = buf.split_to(head.body_len).freeze();
+        Ok(Some(match head.kind {
+            FrameKind::Command => Frame::Command(body),
+            FrameKind::Message { more } => Frame::Message { more, body },
+        }))
+    }
+
+    /// Validates the frame at the front of `buf` and, when all of it is there, returns where its
+    /// body lies; `buf` itself is not touched. Updates the multipart state exactly as
+    /// [`decode`](Self::decode) does, so the caller must consume the frame it was told about.
+    pub(crate) fn decode_header(&mut self, buf: &[u8]) -> Result<Option<FrameHead>, Error> {
+        let Some((head, cost)) = self.parse_header(buf)? else {
+            return Ok(None);
+        };
+        if buf.len() - head.header_len < head.body_len {
+            return Ok(None);
+        }
+        if let FrameKind::Message { more } = head.kind {
+            self.in_message = more;
+            self.message_cost = if more { cost } else { 0 };
+        }
+        Ok(Some(head))
+    }
+
+    /// Checks the header at the front of `buf` against the flags rules and the limits; `Ok(None)`
+    /// while the header is incomplete. Returns the frame's layout and the message cost so far.
+    fn parse_header(&self, buf: &[u8]) -> Result<Option<(FrameHead, u64)>, Error> {
         let Some(&flags) = buf.first() else {
             return Ok(None);
         };
@@ -276,23 +327,54 @@ impl FrameDecoder {
             }
             .into());
         };
-        if buf.len() - header < body_len {
-            return Ok(None);
-        }
-        buf.advance(header);
-        let body = buf.split_to(body_len).freeze();
-        if command {
-            return Ok(Some(Frame::Command(body)));
-        }
-        if more {
-            self.in_message = true;
-            self.message_cost = cost;
+        let kind = if command {
+            FrameKind::Command
         } else {
-            self.in_message = false;
-            self.message_cost = 0;
-        }
-        Ok(Some(Frame::Message { more, body }))
+            FrameKind::Message { more }
+        };
+        let head = FrameHead {
+            header_len: header,
+            body_len,
+            kind,
+        };
+        Ok(Some((head, cost)))
     }
+
+    /// Length of the whole frame (header and body) at the front of `buf` once its header has
+    /// arrived and passed every check, including the limits; `None` otherwise.
+    ///
+    /// Lets a driver make room for a large frame in one step instead of growing its buffer
+    /// chunk by chunk. Only call it after [`decode`](Self::decode) returned `Ok(None)`: the size
+    /// is then known to be within [`Limits`]. The decoder's state is not changed.
+    pub fn frame_len_hint(&self, buf: &[u8]) -> Option<usize> {
+        match self.parse_header(buf) {
+            Ok(Some((head, _))) => head.header_len.checked_add(head.body_len),
+            _ => None,
+        }
+    }
+}
+
+/// Where one validated frame lies at the front of a buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameHead {
+    /// Header bytes (2 or 9).
+    pub(crate) header_len: usize,
+    /// Body bytes after the header.
+    pub(crate) body_len: usize,
+    /// Message part or command.
+    pub(crate) kind: FrameKind,
+}
+
+/// What a validated frame carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FrameKind {
+    /// A message part.
+    Message {
+        /// The MORE flag.
+        more: bool,
+    },
+    /// A command.
+    Command,
 }
 
 #[cfg(test)]
@@ -305,6 +387,27 @@ mod tests {
             out.push(f);
         }
         Ok(out)
+    }
+
+    #[test]
+    fn frame_len_hint_only_for_a_complete_header_within_limits() {
+        let dec = FrameDecoder::new(Limits {
+            max_frame_size: 4096,
+            max_message_size: 1 << 20,
+        });
+        assert_eq!(dec.frame_len_hint(&[]), None);
+        assert_eq!(dec.frame_len_hint(&[0x00]), None);
+        assert_eq!(dec.frame_len_hint(&[0x00, 5, b'a']), Some(7));
+        let mut long = vec![0x02];
+        long.extend_from_slice(&3000u64.to_be_bytes()[..7]);
+        assert_eq!(dec.frame_len_hint(&long), None);
+        long.push(3000u64.to_be_bytes()[7]);
+        assert_eq!(dec.frame_len_hint(&long), Some(3009));
+        // Over the frame limit or malformed: no hint (decode reports the error).
+        let mut huge = vec![0x02];
+        huge.extend_from_slice(&5000u64.to_be_bytes());
+        assert_eq!(dec.frame_len_hint(&huge), None);
+        assert_eq!(dec.frame_len_hint(&[0x80, 1]), None);
     }
 
     #[test]

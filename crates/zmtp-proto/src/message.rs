@@ -4,18 +4,18 @@ use std::fmt;
 
 use bytes::Bytes;
 
-/// Frames kept inline before a message spills to a `Vec`: covers a bare body, `[identity, body]`
-/// and the REQ/ROUTER envelope `[identity, empty delimiter, body]` without allocating.
-const INLINE: usize = 3;
+/// Initial capacity of the frame list of a multipart message: covers `[identity, body]` and the
+/// REQ/ROUTER envelope `[identity, empty delimiter, body]` without growing.
+const MULTI_CAPACITY: usize = 4;
 
 #[derive(Clone)]
 enum Repr {
-    /// `frames[..len]` are the message; the rest hold `Bytes::new()` (static, no allocation).
-    Inline {
-        len: u8,
-        frames: [Bytes; INLINE],
-    },
-    Heap(Vec<Bytes>),
+    /// No frame at all.
+    Empty,
+    /// Exactly one frame: the common case, which moves, clones and drops as one `Bytes`.
+    One(Bytes),
+    /// Two or more frames (or fewer, after `pop_front`).
+    Many(Vec<Bytes>),
 }
 
 /// A whole multipart message: one or more frames that travel together.
@@ -23,8 +23,9 @@ enum Repr {
 /// > A message consists of one or more frames. [...] A peer SHALL deliver either all the frames
 /// > of a message, or none of them. (37/ZMTP, "Messages")
 ///
-/// A [`Connection`](crate::Connection) only ever surfaces complete messages. Up to three frames are
-/// stored inline, so single-frame and envelope messages cost no allocation beyond their [`Bytes`].
+/// A [`Connection`](crate::Connection) only ever surfaces complete messages. A single-frame
+/// message is stored inline (no allocation beyond its [`Bytes`], and small enough to move
+/// cheaply through queues); a multipart message keeps its frames in one `Vec`.
 #[derive(Clone)]
 pub struct Message {
     repr: Repr,
@@ -33,61 +34,46 @@ pub struct Message {
 impl Message {
     /// An empty message (no frames). It must get at least one frame before it can be sent.
     pub fn new() -> Self {
-        Message {
-            repr: Repr::Inline {
-                len: 0,
-                frames: Default::default(),
-            },
-        }
+        Message { repr: Repr::Empty }
     }
 
     /// Appends a frame.
     pub fn push(&mut self, frame: Bytes) {
         match &mut self.repr {
-            Repr::Inline { len, frames } => {
-                if let Some(slot) = frames.get_mut(usize::from(*len)) {
-                    *slot = frame;
-                    *len += 1;
-                } else {
-                    self.spill();
-                    self.push(frame);
-                }
+            Repr::Empty => self.repr = Repr::One(frame),
+            Repr::One(first) => {
+                let mut v = Vec::with_capacity(MULTI_CAPACITY);
+                v.push(std::mem::take(first));
+                v.push(frame);
+                self.repr = Repr::Many(v);
             }
-            Repr::Heap(v) => v.push(frame),
+            Repr::Many(v) => v.push(frame),
         }
     }
 
     /// Inserts a frame before the first one (adds an envelope frame).
     pub fn push_front(&mut self, frame: Bytes) {
         match &mut self.repr {
-            Repr::Inline { len, frames } if usize::from(*len) < INLINE => {
-                let n = usize::from(*len);
-                frames[..=n].rotate_right(1);
-                frames[0] = frame;
-                *len += 1;
+            Repr::Empty => self.repr = Repr::One(frame),
+            Repr::One(first) => {
+                let mut v = Vec::with_capacity(MULTI_CAPACITY);
+                v.push(frame);
+                v.push(std::mem::take(first));
+                self.repr = Repr::Many(v);
             }
-            Repr::Inline { .. } => {
-                self.spill();
-                self.push_front(frame);
-            }
-            Repr::Heap(v) => v.insert(0, frame),
+            Repr::Many(v) => v.insert(0, frame),
         }
     }
 
     /// Removes and returns the first frame (strips an envelope frame).
     pub fn pop_front(&mut self) -> Option<Bytes> {
         match &mut self.repr {
-            Repr::Inline { len, frames } => {
-                if *len == 0 {
-                    return None;
-                }
-                let n = usize::from(*len);
-                let first = std::mem::take(&mut frames[0]);
-                frames[..n].rotate_left(1);
-                *len -= 1;
-                Some(first)
-            }
-            Repr::Heap(v) => {
+            Repr::Empty => None,
+            Repr::One(_) => match std::mem::replace(&mut self.repr, Repr::Empty) {
+                Repr::One(first) => Some(first),
+                _ => None,
+            },
+            Repr::Many(v) => {
                 if v.is_empty() {
                     None
                 } else {
@@ -102,9 +88,11 @@ impl Message {
     /// at once rather than with repeated [`pop_front`](Self::pop_front)).
     pub fn split_front(&mut self, n: usize) -> Message {
         let n = n.min(self.len());
-        if let Repr::Heap(v) = &mut self.repr {
+        if let Repr::Many(v) = &mut self.repr {
             let rest = v.split_off(n);
-            return Message::from(std::mem::replace(v, rest));
+            let front = std::mem::take(v);
+            *self = Message::from(rest);
+            return Message::from(front);
         }
         let mut front = Message::new();
         for _ in 0..n {
@@ -118,16 +106,18 @@ impl Message {
     /// The frames, in order.
     pub fn frames(&self) -> &[Bytes] {
         match &self.repr {
-            Repr::Inline { len, frames } => &frames[..usize::from(*len)],
-            Repr::Heap(v) => v,
+            Repr::Empty => &[],
+            Repr::One(first) => std::slice::from_ref(first),
+            Repr::Many(v) => v,
         }
     }
 
     /// Consumes the message into its frames.
     pub fn into_frames(self) -> Vec<Bytes> {
         match self.repr {
-            Repr::Inline { len, frames } => frames.into_iter().take(usize::from(len)).collect(),
-            Repr::Heap(v) => v,
+            Repr::Empty => Vec::new(),
+            Repr::One(first) => vec![first],
+            Repr::Many(v) => v,
         }
     }
 
@@ -138,30 +128,24 @@ impl Message {
 
     /// Number of frames.
     pub fn len(&self) -> usize {
-        self.frames().len()
+        match &self.repr {
+            Repr::Empty => 0,
+            Repr::One(_) => 1,
+            Repr::Many(v) => v.len(),
+        }
     }
 
     /// Whether the message has no frames.
     pub fn is_empty(&self) -> bool {
-        self.frames().is_empty()
+        self.len() == 0
     }
 
     /// Sum of the frame sizes in bytes.
     pub fn byte_len(&self) -> usize {
-        self.frames().iter().map(Bytes::len).sum()
-    }
-
-    /// Moves the frames to the heap (no-op when already there).
-    fn spill(&mut self) {
-        if let Repr::Inline { len, frames } = &mut self.repr {
-            let mut v = Vec::with_capacity(INLINE * 2);
-            v.extend(
-                frames
-                    .iter_mut()
-                    .take(usize::from(*len))
-                    .map(std::mem::take),
-            );
-            self.repr = Repr::Heap(v);
+        match &self.repr {
+            Repr::Empty => 0,
+            Repr::One(first) => first.len(),
+            Repr::Many(v) => v.iter().map(Bytes::len).sum(),
         }
     }
 }
@@ -189,9 +173,9 @@ impl Eq for Message {}
 impl From<Bytes> for Message {
     /// A single-frame message.
     fn from(frame: Bytes) -> Self {
-        let mut m = Message::new();
-        m.push(frame);
-        m
+        Message {
+            repr: Repr::One(frame),
+        }
     }
 }
 
@@ -203,14 +187,13 @@ impl From<&[u8]> for Message {
 }
 
 impl From<Vec<Bytes>> for Message {
-    fn from(frames: Vec<Bytes>) -> Self {
-        if frames.len() <= INLINE {
-            frames.into_iter().collect()
-        } else {
-            Message {
-                repr: Repr::Heap(frames),
-            }
-        }
+    fn from(mut frames: Vec<Bytes>) -> Self {
+        let repr = match frames.len() {
+            0 => Repr::Empty,
+            1 => frames.pop().map_or(Repr::Empty, Repr::One),
+            _ => Repr::Many(frames),
+        };
+        Message { repr }
     }
 }
 

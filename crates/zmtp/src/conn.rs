@@ -3,12 +3,15 @@
 //! [`Connection`].
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, MechanismConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
 
 use crate::Message;
 use crate::inproc::announced_identity;
@@ -17,11 +20,26 @@ use crate::socket::{AttachError, Inner, Link, Phase, Stop, SubscriptionError};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Yield to other tasks (the consumer) after reading this much.
+const YIELD_AFTER: usize = 256 * 1024;
+/// Largest read chunk for a peer that keeps our reads full.
+const MAX_READ_CHUNK: usize = 256 * 1024;
+/// Most room made at once for a frame whose header announced more: an
+/// announcement within the limits still reserves no more than this before
+/// the bytes arrive.
+const MAX_FRAME_RESERVE: usize = 8 * 1024 * 1024;
+/// Largest read made in advance for a peer that sends large frames.
+const MAX_READ_AHEAD: usize = 1024 * 1024;
 /// Read chunk before the handshake completes: a flood of connections that
 /// never finish their handshake costs little memory each.
 const HANDSHAKE_CHUNK: usize = 1024;
 /// Stop draining the outgoing queue into the write buffer beyond this size.
 const WRITE_BUDGET: usize = 256 * 1024;
+/// Frame bodies above this size are written from their own `Bytes` (vectored
+/// write) instead of being copied into the write buffer.
+const COPY_MAX: usize = 16 * 1024;
+/// At most this many buffers per vectored write.
+const MAX_IOV: usize = 64;
 /// Stop reading while this much is waiting to be written: a peer that sends
 /// PINGs but never reads our PONGs must not grow the write buffer forever.
 const MAX_UNWRITTEN: usize = 4 * WRITE_BUDGET;
@@ -106,6 +124,14 @@ where
     };
     let mut rbuf = BytesMut::new();
     let mut wbuf = BytesMut::new();
+    // Size of the next read: grows while reads fill the buffer (a busy peer),
+    // shrinks back when they do not, and covers the last large frame.
+    let mut read_chunk = READ_CHUNK;
+    // Bytes read since this task last yielded to the consumer.
+    let mut unyielded = 0usize;
+    // Large bodies and the bytes encoded before them; on the wire they come
+    // before `wbuf`.
+    let mut parts: VecDeque<Bytes> = VecDeque::new();
     let mut local: VecDeque<Out> = VecDeque::new();
     let mut link: Option<Link> = None;
     let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
@@ -116,6 +142,22 @@ where
     let mut failure: Option<ConnEnd> = None;
     let sleep = tokio::time::sleep_until(to_tokio(deadline));
     tokio::pin!(sleep);
+    // Wake-up sources that live across turns of the loop: creating (and
+    // registering, and dropping) them on every turn costs more than the rest
+    // of a small message's trip through this task.
+    // The rare ones (stop, phase change) are polled only when a cheap check
+    // says they may have fired: polling a registered `Notified` takes a lock.
+    let mut stopped = Gated {
+        inner: Box::pin(stop.wait()),
+        armed: false,
+    };
+    let mut phase_probe = inner.phase();
+    let mut phase_change = Gated {
+        inner: Box::pin(phase_changed(inner.phase())),
+        armed: false,
+    };
+    let mut pipe_wake = None;
+    let mut eviction: Eviction = None;
 
     let end = 'conn: loop {
         // Surface what the last input produced.
@@ -127,11 +169,13 @@ where
                     ..
                 } => match inner.attach(connect_pipe.as_ref(), peer_socket_type, &peer_identity) {
                     Ok(l) => {
+                        pipe_wake = Some(Box::pin(pipe_woken(l.pipe.clone())));
                         tracing::debug!(
                             peer,
                             peer_type = peer_socket_type.as_str(),
                             "handshake complete"
                         );
+                        eviction = eviction_of(&l);
                         link = Some(l);
                     }
                     Err(e) => break 'conn ConnEnd::Rejected(e),
@@ -163,15 +207,29 @@ where
                 _ => {}
             }
         }
-        inner.inbound.push_fair(&mut batch);
+        let woke_consumer = inner.inbound.push_fair(&mut batch);
         if let Some(f) = failure.take() {
             break f;
+        }
+        // The consumer was waiting for these: let it run first (on a
+        // current-thread runtime it otherwise waits for this whole turn).
+        if woke_consumer {
+            unyielded = 0;
+            tokio::task::yield_now().await;
+        }
+        // After reading a lot in one go, let the consumer run before reading
+        // on: a current-thread runtime would otherwise keep polling this task
+        // (up to its coop budget) and queue many large messages at once, each
+        // in fresh memory, instead of reusing what the consumer freed.
+        if unyielded >= YIELD_AFTER {
+            unyielded = 0;
+            tokio::task::yield_now().await;
         }
 
         // Everything pending goes into one write buffer.
         conn.poll_transmit(&mut wbuf);
         if let Some(l) = &link {
-            fill(&inner, &mut conn, l, &mut local, &mut wbuf);
+            fill(&inner, &mut conn, l, &mut local, &mut wbuf, &mut parts);
         }
 
         let next = conn.poll_timeout();
@@ -185,6 +243,7 @@ where
             Phase::Terminated => break ConnEnd::Closed,
             Phase::Closing
                 if wbuf.is_empty()
+                    && parts.is_empty()
                     && local.is_empty()
                     && link
                         .as_ref()
@@ -201,27 +260,51 @@ where
         // only once attached: a handshake (a new peer, a reconnect) must
         // complete while the receive queue is full.
         let inbound_full = link.is_some() && (!batch.is_empty() || !inner.inbound.has_space());
-        let reading = !inbound_full && wbuf.len() < MAX_UNWRITTEN;
+        let unwritten = queued(&parts, &wbuf);
+        let reading = !inbound_full && unwritten < MAX_UNWRITTEN;
         let chunk = if link.is_some() {
-            READ_CHUNK
+            read_chunk
         } else {
             HANDSHAKE_CHUNK
         };
         if rbuf.capacity() - rbuf.len() < chunk / 4 {
             rbuf.reserve(chunk);
         }
-        let can_fill = link.is_some() && local.is_empty() && wbuf.len() < WRITE_BUDGET;
+        // A large frame whose header arrived and passed the size limits: make room for all
+        // of it at once (up to MAX_FRAME_RESERVE; beyond, the buffer grows as data arrives),
+        // in a fresh buffer (one copy of what arrived so far, no regrowth), so its body is
+        // read in large pieces straight into place. The next reads are as large (up to
+        // MAX_READ_AHEAD): the next frame is likely as large again.
+        // Not before the handshake completes: a connection that never finishes its handshake
+        // must stay cheap.
+        if link.is_some()
+            && let Some(frame_len) = conn.frame_len_hint(&rbuf)
+            && frame_len.min(MAX_FRAME_RESERVE) > rbuf.capacity()
+        {
+            let mut fresh = BytesMut::with_capacity(frame_len.min(MAX_FRAME_RESERVE));
+            fresh.extend_from_slice(&rbuf);
+            rbuf = fresh;
+            read_chunk = read_chunk.max(frame_len.min(MAX_READ_AHEAD));
+        }
+        let room = rbuf.capacity() - rbuf.len();
+        let can_fill = link.is_some() && local.is_empty() && unwritten < WRITE_BUDGET;
 
         // Unbiased: under sustained load neither reading nor writing starves.
         tokio::select! {
-            r = wr.write(&wbuf), if !wbuf.is_empty() => match r {
+            r = write_out(&mut wr, &parts, &wbuf), if unwritten > 0 => match r {
                 Ok(0) => break ConnEnd::Io(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => wbuf.advance(n),
+                Ok(n) => advance_out(&mut parts, &mut wbuf, n),
                 Err(e) => break ConnEnd::Io(e),
             },
             r = rd.read_buf(&mut rbuf), if reading => match r {
                 Ok(0) => break ConnEnd::PeerClosed,
-                Ok(_) => {
+                Ok(n) => {
+                    unyielded += n;
+                    if n == room {
+                        read_chunk = (read_chunk * 2).min(MAX_READ_CHUNK);
+                    } else if n < read_chunk / 8 {
+                        read_chunk = (read_chunk / 2).max(READ_CHUNK);
+                    }
                     if let Err(e) = conn.handle_input(&mut rbuf, now()) {
                         failure = Some(ConnEnd::Protocol(e));
                     }
@@ -229,25 +312,37 @@ where
                 Err(e) => break ConnEnd::Io(e),
             },
             _ = inner.inbound.wait_room(), if inbound_full => {}
-            _ = wake(link.as_ref()), if can_fill => {}
+            pipe = poll_some(&mut pipe_wake), if can_fill => {
+                pipe_wake = Some(Box::pin(pipe_woken(pipe)));
+            }
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {
                     break ConnEnd::Protocol(e);
                 }
             }
-            _ = phase.changed() => {}
-            _ = stop.wait() => break ConnEnd::Closed,
-            _ = evicted(link.as_ref()) => break ConnEnd::Rejected(AttachError::HandedOver),
+            rx = phase_change.poll_if(|| phase_probe.has_changed().unwrap_or(true)) => {
+                phase_probe.mark_unchanged();
+                phase_change = Gated {
+                    inner: Box::pin(phase_changed(rx)),
+                    armed: false,
+                };
+            }
+            _ = stopped.poll_if(|| stop.is_stopped()) => break ConnEnd::Closed,
+            _ = evicted(&mut eviction) => break ConnEnd::Rejected(AttachError::HandedOver),
         }
     };
 
     // A failing connection may have queued an ERROR command: best effort.
     if matches!(end, ConnEnd::Protocol(_) | ConnEnd::Rejected(_)) {
         conn.poll_transmit(&mut wbuf);
-        if !wbuf.is_empty() {
-            let _ =
-                tokio::time::timeout(std::time::Duration::from_millis(100), wr.write_all(&wbuf))
-                    .await;
+        if !wbuf.is_empty() || !parts.is_empty() {
+            let flush = async {
+                for part in &parts {
+                    wr.write_all(part).await?;
+                }
+                wr.write_all(&wbuf).await
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), flush).await;
         }
     }
     let was_ready = link.is_some();
@@ -269,17 +364,82 @@ where
     Outcome { end, was_ready }
 }
 
-async fn wake(link: Option<&Link>) {
-    match link {
-        Some(l) => l.pipe.wake.notified().await,
+/// Resolves (handing the pipe back) once the pipe's owner signals new items.
+async fn pipe_woken(pipe: Arc<Pipe>) -> Arc<Pipe> {
+    pipe.wake.notified().await;
+    pipe
+}
+
+/// Resolves (handing the receiver back) on the next change of the socket's phase.
+async fn phase_changed(mut rx: watch::Receiver<Phase>) -> watch::Receiver<Phase> {
+    if rx.changed().await.is_err() {
+        // The socket outlives its connections; never resolve rather than spin.
+        std::future::pending::<()>().await;
+    }
+    rx
+}
+
+/// A future that, once polled (and so registered for its wake-up), is polled
+/// again only when a cheap check says it may have completed.
+struct Gated<F> {
+    inner: Pin<Box<F>>,
+    armed: bool,
+}
+
+impl<F: Future> Gated<F> {
+    /// Awaits the inner future, skipping polls while `may_be_ready` is false.
+    ///
+    /// Sound only for wake-ups that keep the first poll's waker, i.e. within
+    /// one task, and when `may_be_ready` becomes true no later than the inner
+    /// future becomes ready.
+    fn poll_if<'a>(
+        &'a mut self,
+        may_be_ready: impl Fn() -> bool + 'a,
+    ) -> impl Future<Output = F::Output> + 'a {
+        let this = self;
+        std::future::poll_fn(move |cx: &mut Context<'_>| {
+            if this.armed && !may_be_ready() {
+                return Poll::Pending;
+            }
+            this.armed = true;
+            this.inner.as_mut().poll(cx)
+        })
+    }
+}
+
+/// Awaits the future in `slot`, or never when there is none.
+async fn poll_some<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(f) => f.await,
         None => std::future::pending().await,
     }
 }
 
+/// The attached connection's eviction flag (ROUTER handover) and a wait on
+/// it kept across loop turns, like the other rare wake-ups.
+type Eviction = Option<(Arc<Stop>, Gated<Pin<Box<dyn Future<Output = ()> + Send>>>)>;
+
+fn eviction_of(link: &Link) -> Eviction {
+    let flag = Arc::clone(&link.evicted);
+    let waiter = Arc::clone(&link.evicted);
+    let wait: Pin<Box<dyn Future<Output = ()> + Send>> =
+        Box::pin(async move { waiter.wait().await });
+    Some((
+        flag,
+        Gated {
+            inner: Box::pin(wait),
+            armed: false,
+        },
+    ))
+}
+
 /// Resolves when the attached connection must end (ROUTER handover).
-async fn evicted(link: Option<&Link>) {
-    match link {
-        Some(l) => l.evicted.wait().await,
+async fn evicted(slot: &mut Eviction) {
+    match slot {
+        Some((flag, wait)) => {
+            let flag: &Stop = flag;
+            wait.poll_if(|| flag.is_stopped()).await
+        }
         None => std::future::pending().await,
     }
 }
@@ -297,15 +457,58 @@ fn to_tokio(deadline: Option<Instant>) -> tokio::time::Instant {
     }
 }
 
-/// Encode queued items into `wbuf` until the budget is reached.
+/// Bytes waiting to be written: `parts`, then `wbuf`.
+fn queued(parts: &VecDeque<Bytes>, wbuf: &BytesMut) -> usize {
+    parts.iter().map(Bytes::len).sum::<usize>() + wbuf.len()
+}
+
+/// One write of what is queued: a plain write of `wbuf` when there are no
+/// separate parts, else a vectored write of the parts followed by `wbuf`.
+async fn write_out<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    parts: &VecDeque<Bytes>,
+    wbuf: &BytesMut,
+) -> std::io::Result<usize> {
+    if parts.is_empty() {
+        return wr.write(wbuf).await;
+    }
+    let mut iov: Vec<std::io::IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .take(MAX_IOV)
+        .map(|p| std::io::IoSlice::new(p))
+        .collect();
+    if iov.len() < MAX_IOV && !wbuf.is_empty() {
+        iov.push(std::io::IoSlice::new(wbuf));
+    }
+    wr.write_vectored(&iov).await
+}
+
+/// Drop `n` written bytes from the front of `parts`, then of `wbuf`.
+fn advance_out(parts: &mut VecDeque<Bytes>, wbuf: &mut BytesMut, mut n: usize) {
+    while let Some(front) = parts.front_mut() {
+        if n < front.len() {
+            front.advance(n);
+            return;
+        }
+        n -= front.len();
+        parts.pop_front();
+    }
+    wbuf.advance(n);
+}
+
+/// Encode queued items into `wbuf` (large bodies into `parts`) until the
+/// budget is reached.
 fn fill(
     inner: &Inner,
     conn: &mut Connection,
     link: &Link,
     local: &mut VecDeque<Out>,
     wbuf: &mut BytesMut,
+    parts: &mut VecDeque<Bytes>,
 ) {
-    while wbuf.len() < WRITE_BUDGET {
+    let mut budget = queued(parts, wbuf);
+    while budget < WRITE_BUDGET {
         if local.is_empty() {
             if link.pipe.take_all(local) {
                 inner.send_space.notify_waiters();
@@ -318,7 +521,7 @@ fn fill(
             break;
         };
         let res = match item {
-            Out::Msg(m) => conn.send_message(&m, wbuf),
+            Out::Msg(m) => conn.send_message_parts(&m, wbuf, parts, COPY_MAX),
             // To a ZMTP 3.0 peer the connection sends these as 0x01/0x00 messages.
             Out::Sub(p) => conn.send_command(&Command::Subscribe(p), wbuf),
             Out::Cancel(p) => conn.send_command(&Command::Cancel(p), wbuf),
@@ -326,6 +529,7 @@ fn fill(
         if let Err(e) = res {
             tracing::warn!(error = %e, "dropping an outgoing message");
         }
+        budget = queued(parts, wbuf);
     }
 }
 
@@ -447,6 +651,54 @@ mod tests {
         assert!(outcome.was_ready);
         let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_secs(4) && elapsed < Duration::from_millis(4100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn large_bodies_written_from_their_own_buffers_keep_wire_order() {
+        let inner = Arc::new(Inner::new(SocketType::Push, Options::default()));
+        let pipe = inner.add_connect_pipe().unwrap();
+        let big = |n: usize, seed: u8| {
+            Bytes::from(
+                (0..n)
+                    .map(|i| (i as u8).wrapping_mul(7) ^ seed)
+                    .collect::<Vec<u8>>(),
+            )
+        };
+        let msgs = vec![
+            crate::Message::from(Bytes::from_static(b"small")),
+            crate::Message::from(big(100_000, 1)),
+            crate::Message::from(Bytes::from_static(b"between")),
+            crate::Message::from(vec![big(COPY_MAX + 1, 2), Bytes::from_static(b"tail")]),
+            crate::Message::from(big(300_000, 3)),
+        ];
+        let mut expected = Vec::new();
+        for m in &msgs {
+            let mut b = BytesMut::new();
+            dafka_zmtp_proto::encode_message(m, &mut b);
+            expected.extend_from_slice(&b);
+            pipe.try_push(m.clone()).unwrap();
+        }
+        // A small duplex buffer forces many partial writes.
+        let (ours, mut theirs) = tokio::io::duplex(8 * 1024);
+        theirs.write_all(&peer_handshake("PULL")).await.unwrap();
+        let (rd, wr) = tokio::io::split(ours);
+        let task_inner = inner.clone();
+        let conn = tokio::spawn(async move {
+            run(task_inner, rd, wr, Some(pipe), &Stop::default(), "test").await
+        });
+        let total = 64 + 28 + expected.len();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while got.len() < total {
+            let n = theirs.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got.len(), total);
+        assert!(got[64 + 28..] == expected[..], "wire bytes differ");
+        drop(theirs);
+        let outcome = conn.await.unwrap();
+        assert!(matches!(outcome.end, ConnEnd::PeerClosed | ConnEnd::Io(_)));
     }
 
     #[tokio::test(start_paused = true)]

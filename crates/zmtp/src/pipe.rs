@@ -247,14 +247,15 @@ impl Inbound {
 
     /// Append this producer's fair share of the free room from the front of
     /// `batch`; the rest stays in `batch` (the producer stops reading until it
-    /// is delivered). The queue never exceeds the HWM this way.
-    pub(crate) fn push_fair(&self, batch: &mut VecDeque<(u64, Message)>) {
+    /// is delivered). The queue never exceeds the HWM this way. Returns
+    /// `true` when the queue was empty before (a waiting consumer was woken).
+    pub(crate) fn push_fair(&self, batch: &mut VecDeque<(u64, Message)>) -> bool {
         if batch.is_empty() {
-            return;
+            return false;
         }
         let n = self.fair_room().min(batch.len());
         if n == 0 {
-            return;
+            return false;
         }
         let mut shared = lock(&self.shared);
         // Counted under the lock, before the consumer can release them.
@@ -272,7 +273,9 @@ impl Inbound {
         drop(shared);
         if was_empty {
             self.data.notify_waiters();
+            return true;
         }
+        false
     }
 
     /// Wait for room as a blocked producer (counted for fair shares). If
@@ -469,7 +472,9 @@ mod tests {
                         match i % 3 {
                             0 => q.push_one(p as u64, msg(b"x")),
                             1 => q.push_batch(&mut b),
-                            _ => q.push_fair(&mut b),
+                            _ => {
+                                q.push_fair(&mut b);
+                            }
                         }
                     }
                 })

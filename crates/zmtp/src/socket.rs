@@ -715,62 +715,18 @@ impl Inner {
             SocketType::Push | SocketType::Pub => return Err(self.not_supported("recv")),
             _ => {}
         }
+        if matches!(self.socket_type, SocketType::Req | SocketType::Rep) {
+            return self.try_recv_lockstep();
+        }
         loop {
-            // REP keeps the state locked from the check below to recording
-            // the envelope, so concurrent receivers cannot both take a request.
-            let rep_state = {
-                let st = lock(&self.state);
-                if st.closed {
-                    return Err(Error::Closed);
-                }
-                if self.socket_type == SocketType::Req && st.req_waiting.is_none() {
-                    return Err(Error::InvalidState(
-                        "REQ must send a request before receiving",
-                    ));
-                }
-                if self.socket_type == SocketType::Rep && st.rep_envelope.is_some() {
-                    return Err(Error::InvalidState(
-                        "REP must send the reply before receiving",
-                    ));
-                }
-                (self.socket_type == SocketType::Rep).then_some(st)
-            };
-            let Some((pipe_id, mut msg)) = self.inbound.pop() else {
+            // No state to check: the atomic mirror of `closed` spares a lock per message.
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
+            let Some((_, msg)) = self.inbound.pop() else {
                 return Err(Error::WouldBlock);
             };
             match self.socket_type {
-                SocketType::Req => {
-                    let mut st = lock(&self.state);
-                    // Only the reply from the peer we asked, starting with the
-                    // empty delimiter, is accepted; anything else is dropped.
-                    if st.req_waiting != Some(pipe_id)
-                        || msg.frames().first().is_none_or(|f| !f.is_empty())
-                    {
-                        continue;
-                    }
-                    msg.pop_front();
-                    if msg.is_empty() {
-                        continue;
-                    }
-                    st.req_waiting = None;
-                    return Ok(msg);
-                }
-                SocketType::Rep => {
-                    // 28/REQREP: strip everything up to and including the
-                    // empty delimiter; it is restored on the reply. Split
-                    // once (a message of millions of frames must not cost
-                    // one shift of the rest per envelope frame).
-                    let Some(delimiter) = msg.frames().iter().position(|f| f.is_empty()) else {
-                        continue;
-                    };
-                    let envelope = msg.split_front(delimiter + 1).into_frames();
-                    if msg.is_empty() {
-                        continue;
-                    }
-                    let mut st = rep_state.unwrap_or_else(|| lock(&self.state));
-                    st.rep_envelope = Some((pipe_id, envelope));
-                    return Ok(msg);
-                }
                 // SUB only: libzmq's XSUB passes every message through.
                 SocketType::Sub => {
                     let topic = msg.frames().first().cloned().unwrap_or_default();
@@ -780,6 +736,58 @@ impl Inner {
                 }
                 _ => return Ok(msg),
             }
+        }
+    }
+
+    /// `try_recv` for REQ and REP: the state checks, the pop and the state
+    /// update happen under one lock of the socket state.
+    fn try_recv_lockstep(&self) -> Result<Message, Error> {
+        let mut st = lock(&self.state);
+        loop {
+            if st.closed {
+                return Err(Error::Closed);
+            }
+            if self.socket_type == SocketType::Req && st.req_waiting.is_none() {
+                return Err(Error::InvalidState(
+                    "REQ must send a request before receiving",
+                ));
+            }
+            if self.socket_type == SocketType::Rep && st.rep_envelope.is_some() {
+                return Err(Error::InvalidState(
+                    "REP must send the reply before receiving",
+                ));
+            }
+            let Some((pipe_id, mut msg)) = self.inbound.pop() else {
+                return Err(Error::WouldBlock);
+            };
+            if self.socket_type == SocketType::Req {
+                // Only the reply from the peer we asked, starting with the
+                // empty delimiter, is accepted; anything else is dropped.
+                if st.req_waiting != Some(pipe_id)
+                    || msg.frames().first().is_none_or(|f| !f.is_empty())
+                {
+                    continue;
+                }
+                msg.pop_front();
+                if msg.is_empty() {
+                    continue;
+                }
+                st.req_waiting = None;
+                return Ok(msg);
+            }
+            // REP, 28/REQREP: strip everything up to and including the empty
+            // delimiter; it is restored on the reply. Split once (a message of
+            // millions of frames must not cost one shift of the rest per
+            // envelope frame).
+            let Some(delimiter) = msg.frames().iter().position(|f| f.is_empty()) else {
+                continue;
+            };
+            let envelope = msg.split_front(delimiter + 1).into_frames();
+            if msg.is_empty() {
+                continue;
+            }
+            st.rep_envelope = Some((pipe_id, envelope));
+            return Ok(msg);
         }
     }
 
