@@ -22,8 +22,8 @@ sent), ``heartbeat_ivl``, ``heartbeat_ttl``, ``heartbeat_timeout``,
 (bytes), ``maxmsgsize``, ``max_frame_size`` (bytes), ``max_subscriptions`` and
 ``max_subscription_size`` (what one peer may subscribe to a PUB/XPUB),
 ``max_connections`` (accepted per bound endpoint; 0 = unlimited for these
-three) and ``properties`` (extra READY metadata, ``{"X-Name": b"value"}``). Invalid option values are reported
-by the first ``bind`` or ``connect``.
+three) and ``properties`` (extra READY metadata, ``{"X-Name": b"value"}``).
+Invalid option values are reported by the first ``bind`` or ``connect``.
 """
 
 from __future__ import annotations
