@@ -315,6 +315,42 @@ impl Connection {
     /// command) and close. Complete messages decoded before the error stay available through
     /// [`poll_event`](Self::poll_event); a partial message is dropped. Nothing is ever reserved in `buf` from a size the peer announced.
     pub fn handle_input(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+        self.handle_input_with(buf, now, |events, msg| {
+            events.push_back(Event::Message(msg));
+        })
+    }
+
+    /// Like [`handle_input`](Self::handle_input), but every complete message decoded once the
+    /// handshake is complete goes to `on_message`, in order, instead of the event queue; other
+    /// events ([`Event::Ready`], [`Event::Subscribe`], [`Event::Cancel`]) are still queued for
+    /// [`poll_event`](Self::poll_event).
+    ///
+    /// Saves a driver that attached to the connection already the detour of each message
+    /// through the event queue. A message that completes in the same call as the handshake is
+    /// still queued behind [`Event::Ready`], so a driver that only acts on messages after it
+    /// saw `Ready` misses none. Messages and queued events are not ordered against each other.
+    pub fn handle_input_into(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        mut on_message: impl FnMut(Message),
+    ) -> Result<(), Error> {
+        if self.state == State::Ready {
+            self.handle_input_with(buf, now, |_, msg| on_message(msg))
+        } else {
+            self.handle_input(buf, now)
+        }
+    }
+
+    fn handle_input_with<S>(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        sink: S,
+    ) -> Result<(), Error>
+    where
+        S: FnMut(&mut VecDeque<Event>, Message),
+    {
         if self.state == State::Closed {
             return Err(CallerError::Closed.into());
         }
@@ -323,7 +359,7 @@ impl Connection {
             self.heartbeat_deadline = None;
             self.ttl_deadline = None;
         }
-        let result = self.consume(buf, now);
+        let result = self.consume(buf, now, sink);
         self.unconsumed = buf.len();
         if result.is_err() {
             self.fail();
@@ -331,7 +367,10 @@ impl Connection {
         result
     }
 
-    fn consume(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+    fn consume<S>(&mut self, buf: &mut BytesMut, now: Instant, sink: S) -> Result<(), Error>
+    where
+        S: FnMut(&mut VecDeque<Event>, Message),
+    {
         loop {
             match self.state {
                 State::Greeting => {
@@ -347,7 +386,7 @@ impl Connection {
                     };
                     self.on_handshake_frame(frame, now)?;
                 }
-                State::Ready => return self.consume_ready(buf, now),
+                State::Ready => return self.consume_ready(buf, now, sink),
                 State::Closed => return Err(CallerError::Closed.into()),
             }
         }
@@ -358,7 +397,15 @@ impl Connection {
     /// off as one shared chunk and each body is a slice of it (one split instead of one per
     /// frame). Frames are acted on in order; an error stops at the frame that caused it, after
     /// the frames before it were handled, exactly as decoding one frame at a time would.
-    fn consume_ready(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+    fn consume_ready<S>(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        mut sink: S,
+    ) -> Result<(), Error>
+    where
+        S: FnMut(&mut VecDeque<Event>, Message),
+    {
         let mut heads = std::mem::take(&mut self.heads);
         heads.clear();
         let mut end = 0usize;
@@ -386,13 +433,13 @@ impl Connection {
             match head.kind {
                 FrameKind::Message { more: false } if self.partial.is_empty() => {
                     // A single-frame message: no detour through `partial`.
-                    self.events.push_back(Event::Message(Message::from(body)));
+                    sink(&mut self.events, Message::from(body));
                 }
                 FrameKind::Message { more } => {
                     self.partial.push(body);
                     if !more {
                         let msg = std::mem::take(&mut self.partial);
-                        self.events.push_back(Event::Message(msg));
+                        sink(&mut self.events, msg);
                     }
                 }
                 FrameKind::Command => {

@@ -9,7 +9,9 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, MechanismConfig};
+use dafka_zmtp_proto::{
+    Command, Config, Connection, Event, Heartbeat, MechanismConfig, SocketType,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -305,7 +307,30 @@ where
                     } else if n < read_chunk / 8 {
                         read_chunk = (read_chunk / 2).max(READ_CHUNK);
                     }
-                    if let Err(e) = conn.handle_input(&mut rbuf, now()) {
+                    // Once attached, messages go straight into the batch for the receive
+                    // queue (no detour through the event queue). PUB/XPUB keep the event
+                    // path: there a message may be a subscription that breaks a limit.
+                    let res = match &link {
+                        Some(l) if !matches!(inner.socket_type, SocketType::Pub | SocketType::Xpub) => {
+                            let mut broke = None;
+                            let res = conn.handle_input_into(&mut rbuf, now(), |m| {
+                                // After a broken limit, the rest is dropped (as below).
+                                if broke.is_none()
+                                    && let Err(e) = inner.on_message(l, m, &mut batch)
+                                {
+                                    broke = Some(e);
+                                }
+                            });
+                            if let Some(e) = broke {
+                                failure = Some(ConnEnd::Subscription(e));
+                            }
+                            res
+                        }
+                        _ => conn.handle_input(&mut rbuf, now()),
+                    };
+                    if let Err(e) = res
+                        && failure.is_none()
+                    {
                         failure = Some(ConnEnd::Protocol(e));
                     }
                 }
