@@ -245,7 +245,36 @@ impl FrameDecoder {
     /// Validates the frame at the front of `buf` and, when all of it is there, returns where its
     /// body lies; `buf` itself is not touched. Updates the multipart state exactly as
     /// [`decode`](Self::decode) does, so the caller must consume the frame it was told about.
+    #[inline]
     pub(crate) fn decode_header(&mut self, buf: &[u8]) -> Result<Option<FrameHead>, Error> {
+        // Fast path for the common case, a short message frame within the limits: the same
+        // checks as `parse_header` (reserved bits and the command flag are zero, so no flag
+        // rule applies), without building a `Result` of the cost. Anything else, including
+        // every error, takes the general path.
+        if let [flags, size, rest @ ..] = buf
+            && flags & !FLAG_MORE == 0
+        {
+            let size = *size;
+            let cost = self
+                .message_cost
+                .saturating_add(u64::from(size))
+                .saturating_add(FRAME_OVERHEAD);
+            if u64::from(size) <= self.limits.max_frame_size && cost <= self.limits.max_message_size
+            {
+                let body_len = usize::from(size);
+                if rest.len() < body_len {
+                    return Ok(None);
+                }
+                let more = flags & FLAG_MORE != 0;
+                self.in_message = more;
+                self.message_cost = if more { cost } else { 0 };
+                return Ok(Some(FrameHead {
+                    header_len: SHORT_HEADER,
+                    body_len,
+                    kind: FrameKind::Message { more },
+                }));
+            }
+        }
         let Some((head, cost)) = self.parse_header(buf)? else {
             return Ok(None);
         };
@@ -546,6 +575,56 @@ mod tests {
             }
             .into())
         );
+    }
+
+    #[test]
+    fn short_header_fast_path_agrees_with_the_general_checks() {
+        // Every 2-byte header, with and without its body, under tight limits and in and out
+        // of a multipart message: decode_header (fast path where it applies) must give what
+        // parse_header (the general checks) gives, and leave the same multipart state.
+        let limits = Limits {
+            max_frame_size: 100,
+            max_message_size: 200,
+        };
+        for in_message_cost in [None, Some(40u64), Some(150)] {
+            for flags in 0..=u8::MAX {
+                for size in [0u8, 1, 67, 99, 100, 101, 200, 255] {
+                    for with_body in [false, true] {
+                        let mut buf = vec![flags, size];
+                        if with_body {
+                            buf.resize(2 + usize::from(size), 0xAB);
+                        }
+                        let mut fast = FrameDecoder::new(limits);
+                        if let Some(cost) = in_message_cost {
+                            fast.in_message = true;
+                            fast.message_cost = cost;
+                        }
+                        let mut general = fast.clone();
+                        let got = fast
+                            .decode_header(&buf)
+                            .map(|h| h.map(|h| (h.header_len, h.body_len)));
+                        let want = match general.parse_header(&buf) {
+                            Ok(Some((head, cost)))
+                                if buf.len() - head.header_len >= head.body_len =>
+                            {
+                                if let FrameKind::Message { more } = head.kind {
+                                    general.in_message = more;
+                                    general.message_cost = if more { cost } else { 0 };
+                                }
+                                Ok(Some((head.header_len, head.body_len)))
+                            }
+                            Ok(_) => Ok(None),
+                            Err(e) => Err(e),
+                        };
+                        assert_eq!(got, want, "flags {flags:#04x} size {size} body {with_body}");
+                        assert_eq!(
+                            (fast.in_message, fast.message_cost),
+                            (general.in_message, general.message_cost)
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
