@@ -315,7 +315,7 @@ impl Connection {
     /// command) and close. Complete messages decoded before the error stay available through
     /// [`poll_event`](Self::poll_event); a partial message is dropped. Nothing is ever reserved in `buf` from a size the peer announced.
     pub fn handle_input(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
-        self.handle_input_with(buf, now, |events, msg| {
+        self.handle_input_with(buf, now, usize::MAX, |events, msg| {
             events.push_back(Event::Message(msg));
         })
     }
@@ -323,22 +323,32 @@ impl Connection {
     /// Like [`handle_input`](Self::handle_input), but every complete message decoded once the
     /// handshake is complete goes to `on_message`, in order, instead of the event queue; other
     /// events ([`Event::Ready`], [`Event::Subscribe`], [`Event::Cancel`]) are still queued for
-    /// [`poll_event`](Self::poll_event).
+    /// [`poll_event`](Self::poll_event). Decoding stops after `max_messages` messages: the
+    /// frames after them stay in `buf`, undecoded, for a later call (with or without new bytes).
+    /// Returns how many messages went to `on_message`.
     ///
     /// Saves a driver that attached to the connection already the detour of each message
-    /// through the event queue. A message that completes in the same call as the handshake is
-    /// still queued behind [`Event::Ready`], so a driver that only acts on messages after it
-    /// saw `Ready` misses none. Messages and queued events are not ordered against each other.
+    /// through the event queue, and lets it decode no more messages than it has room for. A
+    /// message that completes in the same call as the handshake is still queued behind
+    /// [`Event::Ready`] (and not counted), so a driver that only acts on messages after it saw
+    /// `Ready` misses none. Messages and queued events are not ordered against each other.
     pub fn handle_input_into(
         &mut self,
         buf: &mut BytesMut,
         now: Instant,
+        max_messages: usize,
         mut on_message: impl FnMut(Message),
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         if self.state == State::Ready {
-            self.handle_input_with(buf, now, |_, msg| on_message(msg))
+            let mut n = 0;
+            self.handle_input_with(buf, now, max_messages, |_, msg| {
+                n += 1;
+                on_message(msg);
+            })?;
+            Ok(n)
         } else {
-            self.handle_input(buf, now)
+            self.handle_input(buf, now)?;
+            Ok(0)
         }
     }
 
@@ -346,6 +356,7 @@ impl Connection {
         &mut self,
         buf: &mut BytesMut,
         now: Instant,
+        max_messages: usize,
         sink: S,
     ) -> Result<(), Error>
     where
@@ -359,7 +370,7 @@ impl Connection {
             self.heartbeat_deadline = None;
             self.ttl_deadline = None;
         }
-        let result = self.consume(buf, now, sink);
+        let result = self.consume(buf, now, max_messages, sink);
         self.unconsumed = buf.len();
         if result.is_err() {
             self.fail();
@@ -367,7 +378,13 @@ impl Connection {
         result
     }
 
-    fn consume<S>(&mut self, buf: &mut BytesMut, now: Instant, sink: S) -> Result<(), Error>
+    fn consume<S>(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        max_messages: usize,
+        sink: S,
+    ) -> Result<(), Error>
     where
         S: FnMut(&mut VecDeque<Event>, Message),
     {
@@ -386,13 +403,14 @@ impl Connection {
                     };
                     self.on_handshake_frame(frame, now)?;
                 }
-                State::Ready => return self.consume_ready(buf, now, sink),
+                State::Ready => return self.consume_ready(buf, now, max_messages, sink),
                 State::Closed => return Err(CallerError::Closed.into()),
             }
         }
     }
 
-    /// Decodes every complete frame at the front of `buf` in one pass: the headers are checked
+    /// Decodes every complete frame at the front of `buf` (up to the end of the `max_messages`th
+    /// message; the rest stays in `buf`) in one pass: the headers are checked
     /// first (limits included, before any body is touched), then the complete frames are split
     /// off as one shared chunk and each body is a slice of it (one split instead of one per
     /// frame). Frames are acted on in order; an error stops at the frame that caused it, after
@@ -401,6 +419,7 @@ impl Connection {
         &mut self,
         buf: &mut BytesMut,
         now: Instant,
+        max_messages: usize,
         mut sink: S,
     ) -> Result<(), Error>
     where
@@ -410,10 +429,16 @@ impl Connection {
         heads.clear();
         let mut end = 0usize;
         let mut failure = None;
-        while let Some(rest) = buf.get(end..) {
+        let mut messages = 0usize;
+        while messages < max_messages
+            && let Some(rest) = buf.get(end..)
+        {
             match self.decoder.decode_header(rest) {
                 Ok(Some(head)) => {
                     end += head.header_len + head.body_len;
+                    if matches!(head.kind, FrameKind::Message { more: false }) {
+                        messages += 1;
+                    }
                     heads.push(head);
                 }
                 Ok(None) => break,

@@ -687,7 +687,7 @@ fn handle_input_into_hands_messages_to_the_caller_in_order() {
             let n = chunk.min(wire.len());
             inbox.extend_from_slice(&wire.split_to(n));
             p.b.conn
-                .handle_input_into(&mut inbox, p.now, |m| got.push(m))
+                .handle_input_into(&mut inbox, p.now, usize::MAX, |m| got.push(m))
                 .unwrap();
             assert!(p.b.conn.poll_event().is_none());
         }
@@ -695,7 +695,9 @@ fn handle_input_into_hands_messages_to_the_caller_in_order() {
         assert_eq!(got, msgs, "chunk {chunk}");
         // The PUB side still sees the SUBSCRIBE as an event.
         p.a.conn
-            .handle_input_into(&mut p.a.inbox, p.now, |_| panic!("no message expected"))
+            .handle_input_into(&mut p.a.inbox, p.now, usize::MAX, |_| {
+                panic!("no message expected")
+            })
             .unwrap();
         assert!(matches!(p.a.conn.poll_event(), Some(Event::Subscribe(s)) if s == "t"));
     }
@@ -718,9 +720,48 @@ fn handle_input_into_queues_messages_that_complete_the_handshake_read() {
     p.a.conn.send_message(&msg, &mut p.b.inbox).unwrap();
     let mut sunk = 0;
     p.b.conn
-        .handle_input_into(&mut p.b.inbox, p.now, |_| sunk += 1)
+        .handle_input_into(&mut p.b.inbox, p.now, usize::MAX, |_| sunk += 1)
         .unwrap();
     assert_eq!(sunk, 0);
     assert!(matches!(p.b.conn.poll_event(), Some(Event::Ready { .. })));
     assert_eq!(p.b.conn.poll_event(), Some(Event::Message(msg)));
+}
+
+#[test]
+fn handle_input_into_stops_after_max_messages_and_resumes() {
+    let mut p = Pair::new(dealer(b""), Config::new(SocketType::Dealer));
+    p.run();
+    p.a.take_events();
+    p.b.take_events();
+    let msgs: Vec<Message> = (0..10u8)
+        .map(|i| {
+            if i % 3 == 0 {
+                Message::from(vec![Bytes::from(vec![i]), Bytes::from(vec![i; 200])])
+            } else {
+                Message::from(Bytes::from(vec![i; usize::from(i)]))
+            }
+        })
+        .collect();
+    let mut wire = BytesMut::new();
+    for m in &msgs {
+        p.a.conn.send_message(m, &mut wire).unwrap();
+    }
+    let total = wire.len();
+    let mut got = Vec::new();
+    // A cap of 0 decodes nothing and leaves every byte in place.
+    let n =
+        p.b.conn
+            .handle_input_into(&mut wire, p.now, 0, |m| got.push(m))
+            .unwrap();
+    assert_eq!((n, wire.len()), (0, total));
+    // Then 4, 4 and the last 2, without new bytes in between.
+    for want in [4, 4, 2] {
+        let n =
+            p.b.conn
+                .handle_input_into(&mut wire, p.now, 4, |m| got.push(m))
+                .unwrap();
+        assert_eq!(n, want);
+    }
+    assert!(wire.is_empty());
+    assert_eq!(got, msgs);
 }
