@@ -397,6 +397,21 @@ fn decode(
         return Ok(false);
     };
     let max = inner.inbound.fair_room();
+    if matches!(
+        inner.socket_type,
+        SocketType::Pull
+            | SocketType::Dealer
+            | SocketType::Pair
+            | SocketType::Req
+            | SocketType::Rep
+            | SocketType::Sub
+            | SocketType::Xsub
+    ) {
+        // What `Inner::on_message` does for these types, without a call and a
+        // match per message: queue the message as it is.
+        let id = l.pipe.id;
+        return Ok(conn.handle_input_into(rbuf, now(), max, |m| batch.push_back((id, m)))? == max);
+    }
     let mut broke = None;
     let res = conn.handle_input_into(rbuf, now(), max, |m| {
         // After a broken limit, the rest is dropped (as on the event path).

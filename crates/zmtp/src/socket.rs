@@ -480,6 +480,7 @@ impl Inner {
             }
             // PUSH never receives: a peer sending to it is ignored.
             SocketType::Push => {}
+            // `conn::decode` does the same for these types without calling this.
             _ => batch.push_back((link.pipe.id, msg)),
         }
         Ok(())
