@@ -309,6 +309,13 @@ impl Inbound {
         }
     }
 
+    /// Nothing is queued: `total` is raised before a batch becomes visible
+    /// and lowered only after its messages were popped, so zero means there
+    /// is nothing to pop (a cheap test, without the consumer's lock).
+    pub(crate) fn surely_empty(&self) -> bool {
+        self.total.load(Ordering::Acquire) == 0
+    }
+
     #[inline]
     pub(crate) fn pop(&self) -> Option<(u64, Message)> {
         let mut cache = lock(&self.cache);

@@ -783,6 +783,10 @@ impl Inner {
                     "REP must send the reply before receiving",
                 ));
             }
+            // A waiting REQ or REP polls an empty queue twice per message.
+            if self.inbound.surely_empty() {
+                return Err(Error::WouldBlock);
+            }
             let Some((pipe_id, mut msg)) = self.inbound.pop() else {
                 return Err(Error::WouldBlock);
             };
