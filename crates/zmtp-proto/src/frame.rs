@@ -1,6 +1,6 @@
 //! ZMTP framing: frame headers, the incremental frame decoder and the encoders.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::{Error, LimitError, MalformedError, PeerError};
 use crate::message::Message;
@@ -141,20 +141,22 @@ impl Frame {
         };
         out.reserve(LONG_HEADER + body.len());
         put_header(out, flags, body.len());
-        out.put_slice(body);
+        out.extend_from_slice(body);
     }
 }
 
 /// Appends a frame header for a body of `len` bytes; `flags` is `FLAG_MORE` and/or `FLAG_COMMAND`.
 pub(crate) fn put_header(out: &mut BytesMut, flags: u8, len: usize) {
-    // One append per header (each `put_*` call checks capacity on its own).
+    // One append per header (each append checks capacity on its own); `extend_from_slice` is
+    // inlined across crates where `BufMut::put_slice` is not (a call and a `memcpy` call per
+    // two-byte header).
     if let Ok(short) = u8::try_from(len) {
-        out.put_slice(&[flags, short]);
+        out.extend_from_slice(&[flags, short]);
     } else {
         let mut head = [0u8; LONG_HEADER];
         head[0] = flags | FLAG_LONG;
         head[1..].copy_from_slice(&(len as u64).to_be_bytes());
-        out.put_slice(&head);
+        out.extend_from_slice(&head);
     }
 }
 
@@ -177,8 +179,8 @@ pub fn encode_message(msg: &Message, out: &mut BytesMut) {
         && let Ok(len) = u8::try_from(body.len())
     {
         out.reserve(SHORT_HEADER + body.len());
-        out.put_slice(&[0, len]);
-        out.put_slice(body);
+        out.extend_from_slice(&[0, len]);
+        out.extend_from_slice(body);
         return;
     }
     let total: usize = frames.iter().map(|f| header_len(f.len()) + f.len()).sum();
@@ -186,7 +188,7 @@ pub fn encode_message(msg: &Message, out: &mut BytesMut) {
     let last = frames.len().saturating_sub(1);
     for (i, frame) in frames.iter().enumerate() {
         put_header(out, if i < last { FLAG_MORE } else { 0 }, frame.len());
-        out.put_slice(frame);
+        out.extend_from_slice(frame);
     }
 }
 
