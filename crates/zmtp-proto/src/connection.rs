@@ -315,6 +315,53 @@ impl Connection {
     /// command) and close. Complete messages decoded before the error stay available through
     /// [`poll_event`](Self::poll_event); a partial message is dropped. Nothing is ever reserved in `buf` from a size the peer announced.
     pub fn handle_input(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+        self.handle_input_with(buf, now, usize::MAX, |events, msg| {
+            events.push_back(Event::Message(msg));
+        })
+    }
+
+    /// Like [`handle_input`](Self::handle_input), but every complete message decoded once the
+    /// handshake is complete goes to `on_message`, in order, instead of the event queue; other
+    /// events ([`Event::Ready`], [`Event::Subscribe`], [`Event::Cancel`]) are still queued for
+    /// [`poll_event`](Self::poll_event). Decoding stops after `max_messages` messages: the
+    /// frames after them stay in `buf`, undecoded, for a later call (with or without new bytes).
+    /// Returns how many messages went to `on_message`.
+    ///
+    /// Saves a driver that attached to the connection already the detour of each message
+    /// through the event queue, and lets it decode no more messages than it has room for. A
+    /// message that completes in the same call as the handshake is still queued behind
+    /// [`Event::Ready`] (and not counted), so a driver that only acts on messages after it saw
+    /// `Ready` misses none. Messages and queued events are not ordered against each other.
+    pub fn handle_input_into(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        max_messages: usize,
+        mut on_message: impl FnMut(Message),
+    ) -> Result<usize, Error> {
+        if self.state == State::Ready {
+            let mut n = 0;
+            self.handle_input_with(buf, now, max_messages, |_, msg| {
+                n += 1;
+                on_message(msg);
+            })?;
+            Ok(n)
+        } else {
+            self.handle_input(buf, now)?;
+            Ok(0)
+        }
+    }
+
+    fn handle_input_with<S>(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        max_messages: usize,
+        sink: S,
+    ) -> Result<(), Error>
+    where
+        S: FnMut(&mut VecDeque<Event>, Message),
+    {
         if self.state == State::Closed {
             return Err(CallerError::Closed.into());
         }
@@ -323,7 +370,7 @@ impl Connection {
             self.heartbeat_deadline = None;
             self.ttl_deadline = None;
         }
-        let result = self.consume(buf, now);
+        let result = self.consume(buf, now, max_messages, sink);
         self.unconsumed = buf.len();
         if result.is_err() {
             self.fail();
@@ -331,7 +378,16 @@ impl Connection {
         result
     }
 
-    fn consume(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+    fn consume<S>(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        max_messages: usize,
+        sink: S,
+    ) -> Result<(), Error>
+    where
+        S: FnMut(&mut VecDeque<Event>, Message),
+    {
         loop {
             match self.state {
                 State::Greeting => {
@@ -347,26 +403,42 @@ impl Connection {
                     };
                     self.on_handshake_frame(frame, now)?;
                 }
-                State::Ready => return self.consume_ready(buf, now),
+                State::Ready => return self.consume_ready(buf, now, max_messages, sink),
                 State::Closed => return Err(CallerError::Closed.into()),
             }
         }
     }
 
-    /// Decodes every complete frame at the front of `buf` in one pass: the headers are checked
+    /// Decodes every complete frame at the front of `buf` (up to the end of the `max_messages`th
+    /// message; the rest stays in `buf`) in one pass: the headers are checked
     /// first (limits included, before any body is touched), then the complete frames are split
     /// off as one shared chunk and each body is a slice of it (one split instead of one per
     /// frame). Frames are acted on in order; an error stops at the frame that caused it, after
     /// the frames before it were handled, exactly as decoding one frame at a time would.
-    fn consume_ready(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
+    fn consume_ready<S>(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        max_messages: usize,
+        mut sink: S,
+    ) -> Result<(), Error>
+    where
+        S: FnMut(&mut VecDeque<Event>, Message),
+    {
         let mut heads = std::mem::take(&mut self.heads);
         heads.clear();
         let mut end = 0usize;
         let mut failure = None;
-        while let Some(rest) = buf.get(end..) {
+        let mut messages = 0usize;
+        while messages < max_messages
+            && let Some(rest) = buf.get(end..)
+        {
             match self.decoder.decode_header(rest) {
                 Ok(Some(head)) => {
                     end += head.header_len + head.body_len;
+                    if matches!(head.kind, FrameKind::Message { more: false }) {
+                        messages += 1;
+                    }
                     heads.push(head);
                 }
                 Ok(None) => break,
@@ -386,13 +458,13 @@ impl Connection {
             match head.kind {
                 FrameKind::Message { more: false } if self.partial.is_empty() => {
                     // A single-frame message: no detour through `partial`.
-                    self.events.push_back(Event::Message(Message::from(body)));
+                    sink(&mut self.events, Message::from(body));
                 }
                 FrameKind::Message { more } => {
                     self.partial.push(body);
                     if !more {
                         let msg = std::mem::take(&mut self.partial);
-                        self.events.push_back(Event::Message(msg));
+                        sink(&mut self.events, msg);
                     }
                 }
                 FrameKind::Command => {

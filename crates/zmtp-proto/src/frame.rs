@@ -1,6 +1,6 @@
 //! ZMTP framing: frame headers, the incremental frame decoder and the encoders.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::{Error, LimitError, MalformedError, PeerError};
 use crate::message::Message;
@@ -141,20 +141,22 @@ impl Frame {
         };
         out.reserve(LONG_HEADER + body.len());
         put_header(out, flags, body.len());
-        out.put_slice(body);
+        out.extend_from_slice(body);
     }
 }
 
 /// Appends a frame header for a body of `len` bytes; `flags` is `FLAG_MORE` and/or `FLAG_COMMAND`.
 pub(crate) fn put_header(out: &mut BytesMut, flags: u8, len: usize) {
-    // One append per header (each `put_*` call checks capacity on its own).
+    // One append per header (each append checks capacity on its own); `extend_from_slice` is
+    // inlined across crates where `BufMut::put_slice` is not (a call and a `memcpy` call per
+    // two-byte header).
     if let Ok(short) = u8::try_from(len) {
-        out.put_slice(&[flags, short]);
+        out.extend_from_slice(&[flags, short]);
     } else {
         let mut head = [0u8; LONG_HEADER];
         head[0] = flags | FLAG_LONG;
         head[1..].copy_from_slice(&(len as u64).to_be_bytes());
-        out.put_slice(&head);
+        out.extend_from_slice(&head);
     }
 }
 
@@ -177,8 +179,8 @@ pub fn encode_message(msg: &Message, out: &mut BytesMut) {
         && let Ok(len) = u8::try_from(body.len())
     {
         out.reserve(SHORT_HEADER + body.len());
-        out.put_slice(&[0, len]);
-        out.put_slice(body);
+        out.extend_from_slice(&[0, len]);
+        out.extend_from_slice(body);
         return;
     }
     let total: usize = frames.iter().map(|f| header_len(f.len()) + f.len()).sum();
@@ -186,7 +188,7 @@ pub fn encode_message(msg: &Message, out: &mut BytesMut) {
     let last = frames.len().saturating_sub(1);
     for (i, frame) in frames.iter().enumerate() {
         put_header(out, if i < last { FLAG_MORE } else { 0 }, frame.len());
-        out.put_slice(frame);
+        out.extend_from_slice(frame);
     }
 }
 
@@ -245,7 +247,36 @@ impl FrameDecoder {
     /// Validates the frame at the front of `buf` and, when all of it is there, returns where its
     /// body lies; `buf` itself is not touched. Updates the multipart state exactly as
     /// [`decode`](Self::decode) does, so the caller must consume the frame it was told about.
+    #[inline]
     pub(crate) fn decode_header(&mut self, buf: &[u8]) -> Result<Option<FrameHead>, Error> {
+        // Fast path for the common case, a short message frame within the limits: the same
+        // checks as `parse_header` (reserved bits and the command flag are zero, so no flag
+        // rule applies), without building a `Result` of the cost. Anything else, including
+        // every error, takes the general path.
+        if let [flags, size, rest @ ..] = buf
+            && flags & !FLAG_MORE == 0
+        {
+            let size = *size;
+            let cost = self
+                .message_cost
+                .saturating_add(u64::from(size))
+                .saturating_add(FRAME_OVERHEAD);
+            if u64::from(size) <= self.limits.max_frame_size && cost <= self.limits.max_message_size
+            {
+                let body_len = usize::from(size);
+                if rest.len() < body_len {
+                    return Ok(None);
+                }
+                let more = flags & FLAG_MORE != 0;
+                self.in_message = more;
+                self.message_cost = if more { cost } else { 0 };
+                return Ok(Some(FrameHead {
+                    header_len: SHORT_HEADER,
+                    body_len,
+                    kind: FrameKind::Message { more },
+                }));
+            }
+        }
         let Some((head, cost)) = self.parse_header(buf)? else {
             return Ok(None);
         };
@@ -546,6 +577,56 @@ mod tests {
             }
             .into())
         );
+    }
+
+    #[test]
+    fn short_header_fast_path_agrees_with_the_general_checks() {
+        // Every 2-byte header, with and without its body, under tight limits and in and out
+        // of a multipart message: decode_header (fast path where it applies) must give what
+        // parse_header (the general checks) gives, and leave the same multipart state.
+        let limits = Limits {
+            max_frame_size: 100,
+            max_message_size: 200,
+        };
+        for in_message_cost in [None, Some(40u64), Some(150)] {
+            for flags in 0..=u8::MAX {
+                for size in [0u8, 1, 67, 99, 100, 101, 200, 255] {
+                    for with_body in [false, true] {
+                        let mut buf = vec![flags, size];
+                        if with_body {
+                            buf.resize(2 + usize::from(size), 0xAB);
+                        }
+                        let mut fast = FrameDecoder::new(limits);
+                        if let Some(cost) = in_message_cost {
+                            fast.in_message = true;
+                            fast.message_cost = cost;
+                        }
+                        let mut general = fast.clone();
+                        let got = fast
+                            .decode_header(&buf)
+                            .map(|h| h.map(|h| (h.header_len, h.body_len)));
+                        let want = match general.parse_header(&buf) {
+                            Ok(Some((head, cost)))
+                                if buf.len() - head.header_len >= head.body_len =>
+                            {
+                                if let FrameKind::Message { more } = head.kind {
+                                    general.in_message = more;
+                                    general.message_cost = if more { cost } else { 0 };
+                                }
+                                Ok(Some((head.header_len, head.body_len)))
+                            }
+                            Ok(_) => Ok(None),
+                            Err(e) => Err(e),
+                        };
+                        assert_eq!(got, want, "flags {flags:#04x} size {size} body {with_body}");
+                        assert_eq!(
+                            (fast.in_message, fast.message_cost),
+                            (general.in_message, general.message_cost)
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

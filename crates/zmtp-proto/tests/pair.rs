@@ -656,3 +656,112 @@ fn public_types_are_send_and_sync() {
     check::<Error>();
     check::<Config>();
 }
+
+#[test]
+fn handle_input_into_hands_messages_to_the_caller_in_order() {
+    for chunk in [1, 2, 3, 7, 64, usize::MAX] {
+        let mut p = Pair::new(Config::new(SocketType::Pub), Config::new(SocketType::Sub));
+        p.run();
+        p.a.take_events();
+        p.b.take_events();
+        let msgs = [
+            Message::from(&b"one"[..]),
+            Message::from(vec![Bytes::from_static(b"t"), Bytes::from(vec![9u8; 300])]),
+            Message::from(&b""[..]),
+        ];
+        // The SUB side subscribes (a command, still an event at the PUB), then messages go
+        // to the SUB side through the sink.
+        p.b.conn
+            .send_command(
+                &Command::Subscribe(Bytes::from_static(b"t")),
+                &mut p.a.inbox,
+            )
+            .unwrap();
+        let mut wire = BytesMut::new();
+        for m in &msgs {
+            p.a.conn.send_message(m, &mut wire).unwrap();
+        }
+        let mut got = Vec::new();
+        let mut inbox = BytesMut::new();
+        while !wire.is_empty() {
+            let n = chunk.min(wire.len());
+            inbox.extend_from_slice(&wire.split_to(n));
+            p.b.conn
+                .handle_input_into(&mut inbox, p.now, usize::MAX, |m| got.push(m))
+                .unwrap();
+            assert!(p.b.conn.poll_event().is_none());
+        }
+        assert!(inbox.is_empty());
+        assert_eq!(got, msgs, "chunk {chunk}");
+        // The PUB side still sees the SUBSCRIBE as an event.
+        p.a.conn
+            .handle_input_into(&mut p.a.inbox, p.now, usize::MAX, |_| {
+                panic!("no message expected")
+            })
+            .unwrap();
+        assert!(matches!(p.a.conn.poll_event(), Some(Event::Subscribe(s)) if s == "t"));
+    }
+}
+
+#[test]
+fn handle_input_into_queues_messages_that_complete_the_handshake_read() {
+    let mut p = Pair::new(dealer(b""), Config::new(SocketType::Dealer));
+    // B sees A's greeting and answers with its own greeting and READY; A completes its
+    // handshake; then A's READY and a message reach B in one read.
+    let mut greeting = BytesMut::new();
+    p.a.conn.poll_transmit(&mut greeting);
+    p.b.conn.handle_input(&mut greeting, p.now).unwrap();
+    p.b.conn.poll_transmit(&mut p.a.inbox);
+    p.a.conn.handle_input(&mut p.a.inbox, p.now).unwrap();
+    assert!(p.a.conn.is_ready() && !p.b.conn.is_ready());
+    assert!(matches!(p.a.conn.poll_event(), Some(Event::Ready { .. })));
+    p.a.conn.poll_transmit(&mut p.b.inbox);
+    let msg = Message::from(&b"early"[..]);
+    p.a.conn.send_message(&msg, &mut p.b.inbox).unwrap();
+    let mut sunk = 0;
+    p.b.conn
+        .handle_input_into(&mut p.b.inbox, p.now, usize::MAX, |_| sunk += 1)
+        .unwrap();
+    assert_eq!(sunk, 0);
+    assert!(matches!(p.b.conn.poll_event(), Some(Event::Ready { .. })));
+    assert_eq!(p.b.conn.poll_event(), Some(Event::Message(msg)));
+}
+
+#[test]
+fn handle_input_into_stops_after_max_messages_and_resumes() {
+    let mut p = Pair::new(dealer(b""), Config::new(SocketType::Dealer));
+    p.run();
+    p.a.take_events();
+    p.b.take_events();
+    let msgs: Vec<Message> = (0..10u8)
+        .map(|i| {
+            if i % 3 == 0 {
+                Message::from(vec![Bytes::from(vec![i]), Bytes::from(vec![i; 200])])
+            } else {
+                Message::from(Bytes::from(vec![i; usize::from(i)]))
+            }
+        })
+        .collect();
+    let mut wire = BytesMut::new();
+    for m in &msgs {
+        p.a.conn.send_message(m, &mut wire).unwrap();
+    }
+    let total = wire.len();
+    let mut got = Vec::new();
+    // A cap of 0 decodes nothing and leaves every byte in place.
+    let n =
+        p.b.conn
+            .handle_input_into(&mut wire, p.now, 0, |m| got.push(m))
+            .unwrap();
+    assert_eq!((n, wire.len()), (0, total));
+    // Then 4, 4 and the last 2, without new bytes in between.
+    for want in [4, 4, 2] {
+        let n =
+            p.b.conn
+                .handle_input_into(&mut wire, p.now, 4, |m| got.push(m))
+                .unwrap();
+        assert_eq!(n, want);
+    }
+    assert!(wire.is_empty());
+    assert_eq!(got, msgs);
+}

@@ -9,7 +9,9 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, MechanismConfig};
+use dafka_zmtp_proto::{
+    Command, Config, Connection, Event, Heartbeat, MechanismConfig, SocketType,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -159,7 +161,17 @@ where
     let mut pipe_wake = None;
     let mut eviction: Eviction = None;
 
+    // Complete frames may wait undecoded in `rbuf` (no room in the receive queue for them).
+    let mut undecoded = false;
+
     let end = 'conn: loop {
+        // (Not on top of messages decoded by this turn's read, not yet handed over.)
+        if undecoded && batch.is_empty() && failure.is_none() && inner.inbound.has_space() {
+            match decode(&inner, &mut conn, link.as_ref(), &mut rbuf, &mut batch) {
+                Ok(more) => undecoded = more,
+                Err(e) => failure = Some(e),
+            }
+        }
         // Surface what the last input produced.
         while let Some(ev) = conn.poll_event() {
             match ev {
@@ -259,7 +271,8 @@ where
         // Messages not yet delivered (no room) hold further reading back, but
         // only once attached: a handshake (a new peer, a reconnect) must
         // complete while the receive queue is full.
-        let inbound_full = link.is_some() && (!batch.is_empty() || !inner.inbound.has_space());
+        let inbound_full =
+            link.is_some() && (undecoded || !batch.is_empty() || !inner.inbound.has_space());
         let unwritten = queued(&parts, &wbuf);
         let reading = !inbound_full && unwritten < MAX_UNWRITTEN;
         let chunk = if link.is_some() {
@@ -267,7 +280,7 @@ where
         } else {
             HANDSHAKE_CHUNK
         };
-        if rbuf.capacity() - rbuf.len() < chunk / 4 {
+        if reading && rbuf.capacity() - rbuf.len() < chunk / 4 {
             rbuf.reserve(chunk);
         }
         // A large frame whose header arrived and passed the size limits: make room for all
@@ -305,8 +318,9 @@ where
                     } else if n < read_chunk / 8 {
                         read_chunk = (read_chunk / 2).max(READ_CHUNK);
                     }
-                    if let Err(e) = conn.handle_input(&mut rbuf, now()) {
-                        failure = Some(ConnEnd::Protocol(e));
+                    match decode(&inner, &mut conn, link.as_ref(), &mut rbuf, &mut batch) {
+                        Ok(more) => undecoded = more,
+                        Err(e) => failure = Some(e),
                     }
                 }
                 Err(e) => break ConnEnd::Io(e),
@@ -362,6 +376,55 @@ where
         ConnEnd::Closed => {}
     }
     Outcome { end, was_ready }
+}
+
+/// Decode what `rbuf` holds. Once attached, messages go straight into `batch`
+/// (no detour through the event queue), at most this connection's share of
+/// the room in the receive queue: the frames beyond stay undecoded in `rbuf`
+/// (returns `true` then) instead of waiting in `batch`, so a full batch is
+/// handed over in O(1). PUB/XPUB keep the event path: there a message may be
+/// a subscription that breaks a limit.
+fn decode(
+    inner: &Inner,
+    conn: &mut Connection,
+    link: Option<&Link>,
+    rbuf: &mut BytesMut,
+    batch: &mut VecDeque<(u64, Message)>,
+) -> Result<bool, ConnEnd> {
+    let Some(l) = link.filter(|_| !matches!(inner.socket_type, SocketType::Pub | SocketType::Xpub))
+    else {
+        conn.handle_input(rbuf, now())?;
+        return Ok(false);
+    };
+    let max = inner.inbound.fair_room();
+    if matches!(
+        inner.socket_type,
+        SocketType::Pull
+            | SocketType::Dealer
+            | SocketType::Pair
+            | SocketType::Req
+            | SocketType::Rep
+            | SocketType::Sub
+            | SocketType::Xsub
+    ) {
+        // What `Inner::on_message` does for these types, without a call and a
+        // match per message: queue the message as it is.
+        let id = l.pipe.id;
+        return Ok(conn.handle_input_into(rbuf, now(), max, |m| batch.push_back((id, m)))? == max);
+    }
+    let mut broke = None;
+    let res = conn.handle_input_into(rbuf, now(), max, |m| {
+        // After a broken limit, the rest is dropped (as on the event path).
+        if broke.is_none()
+            && let Err(e) = inner.on_message(l, m, batch)
+        {
+            broke = Some(e);
+        }
+    });
+    if let Some(e) = broke {
+        return Err(ConnEnd::Subscription(e));
+    }
+    Ok(res? == max)
 }
 
 /// Resolves (handing the pipe back) once the pipe's owner signals new items.

@@ -309,19 +309,36 @@ impl Inbound {
         }
     }
 
+    /// Nothing is queued: `total` is raised before a batch becomes visible
+    /// and lowered only after its messages were popped, so zero means there
+    /// is nothing to pop (a cheap test, without the consumer's lock).
+    pub(crate) fn surely_empty(&self) -> bool {
+        self.total.load(Ordering::Acquire) == 0
+    }
+
+    #[inline]
     pub(crate) fn pop(&self) -> Option<(u64, Message)> {
         let mut cache = lock(&self.cache);
-        if cache.q.is_empty() {
-            self.release(&mut cache);
-            std::mem::swap(&mut *lock(&self.shared), &mut cache.q);
-            interleave(&mut cache.q);
-        }
-        let item = cache.q.pop_front()?;
+        let item = match cache.q.pop_front() {
+            Some(item) => item,
+            None => self.refill(&mut cache)?,
+        };
         cache.popped += 1;
         if cache.popped >= self.release_every || cache.q.is_empty() {
             self.release(&mut cache);
         }
         Some(item)
+    }
+
+    /// The cache ran dry: take everything the producers queued since (kept
+    /// out of `pop`'s hot path) and return its first message.
+    #[cold]
+    #[inline(never)]
+    fn refill(&self, cache: &mut Cache) -> Option<(u64, Message)> {
+        self.release(cache);
+        std::mem::swap(&mut *lock(&self.shared), &mut cache.q);
+        interleave(&mut cache.q);
+        cache.q.pop_front()
     }
 
     /// Subtract the messages popped since the last release from `total`

@@ -480,6 +480,7 @@ impl Inner {
             }
             // PUSH never receives: a peer sending to it is ignored.
             SocketType::Push => {}
+            // `conn::decode` does the same for these types without calling this.
             _ => batch.push_back((link.pipe.id, msg)),
         }
         Ok(())
@@ -710,7 +711,32 @@ impl Inner {
     }
 
     /// Non-blocking receive according to the socket pattern.
+    #[inline]
     pub(crate) fn try_recv(&self) -> Result<Message, Error> {
+        // The types that take messages as they come: no call, no checks
+        // beyond `closed`.
+        if matches!(
+            self.socket_type,
+            SocketType::Pull
+                | SocketType::Dealer
+                | SocketType::Pair
+                | SocketType::Router
+                | SocketType::Xsub
+                | SocketType::Xpub
+        ) {
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
+            return match self.inbound.pop() {
+                Some((_, msg)) => Ok(msg),
+                None => Err(Error::WouldBlock),
+            };
+        }
+        self.try_recv_checked()
+    }
+
+    /// `try_recv` for the types with rules (PUSH, PUB, SUB, REQ, REP).
+    fn try_recv_checked(&self) -> Result<Message, Error> {
         match self.socket_type {
             SocketType::Push | SocketType::Pub => return Err(self.not_supported("recv")),
             _ => {}
@@ -756,6 +782,10 @@ impl Inner {
                 return Err(Error::InvalidState(
                     "REP must send the reply before receiving",
                 ));
+            }
+            // A waiting REQ or REP polls an empty queue twice per message.
+            if self.inbound.surely_empty() {
+                return Err(Error::WouldBlock);
             }
             let Some((pipe_id, mut msg)) = self.inbound.pop() else {
                 return Err(Error::WouldBlock);

@@ -1279,3 +1279,33 @@ async fn large_and_small_messages_arrive_intact_over_tcp() {
         assert!(got == want, "message differs");
     }
 }
+
+/// Many small messages arrive per read while the receive queue holds only a
+/// few: the rest wait undecoded in the connection and come out later (with
+/// no new bytes to read once the sender is done), all of them, in order.
+#[tokio::test]
+async fn small_receive_queue_takes_many_messages_per_read_in_order() {
+    let (pull, push, _) = pair_with(
+        SocketType::Pull,
+        hwm(1000, 7),
+        SocketType::Push,
+        hwm(100_000, 1000),
+        "tcp",
+    )
+    .await;
+    let n: u32 = 20_000;
+    for i in 0..n {
+        push.try_send(Message::from(Bytes::copy_from_slice(&i.to_be_bytes())))
+            .unwrap();
+    }
+    // Let the connection read a lot ahead of the consumer.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for i in 0..n {
+        let m = tokio::time::timeout(Duration::from_secs(10), pull.recv())
+            .await
+            .expect("a message stayed undecoded")
+            .unwrap();
+        assert_eq!(m.frames()[0], &i.to_be_bytes()[..]);
+    }
+    assert!(matches!(pull.try_recv(), Err(Error::WouldBlock)));
+}
