@@ -39,7 +39,7 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -108,32 +108,27 @@ class _ZmtpOptions:
             endpoint=endpoint,
             socket_type=socket_type,
             subscribe=opts.get("subscribe", "").encode(),
-            num_partitions=_positive_int(opts, "numpartitions", 1),
-            max_messages=None if max_messages is None else _positive_int(opts, "maxmessages", 0),
-            idle_timeout=_positive_float(opts, "idletimeout", 2.0),
-            batch_size=_positive_int(opts, "batchsize", 10_000),
-            rcvhwm=_positive_int(opts, "rcvhwm", 10_000),
+            num_partitions=_positive(opts, "numpartitions", 1),
+            max_messages=None if max_messages is None else _positive(opts, "maxmessages", 0),
+            idle_timeout=_positive(opts, "idletimeout", 2.0),
+            batch_size=_positive(opts, "batchsize", 10_000),
+            rcvhwm=_positive(opts, "rcvhwm", 10_000),
         )
         return parsed
 
 
-def _positive_int(opts: dict[str, str], key: str, default: int) -> int:
-    raw = opts.get(key)
-    try:
-        value = default if raw is None else int(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"option {key} must be an integer, not {raw!r}") from None
-    if value < 1:
-        raise InvalidArgumentError(f"option {key} must be >= 1, not {value}")
-    return value
+_Number = TypeVar("_Number", int, float)
 
 
-def _positive_float(opts: dict[str, str], key: str, default: float) -> float:
+def _positive(opts: dict[str, str], key: str, default: _Number) -> _Number:
+    """Option `key` parsed as the type of `default` (Spark passes strings); > 0."""
     raw = opts.get(key)
+    kind = type(default)
     try:
-        value = default if raw is None else float(raw)
+        value = default if raw is None else kind(raw)
     except ValueError:
-        raise InvalidArgumentError(f"option {key} must be a number, not {raw!r}") from None
+        what = "an integer" if kind is int else "a number"
+        raise InvalidArgumentError(f"option {key} must be {what}, not {raw!r}") from None
     if not value > 0:
         raise InvalidArgumentError(f"option {key} must be > 0, not {value}")
     return value

@@ -438,17 +438,10 @@ async fn disconnect_of_an_abandoned_endpoint_is_unknown() {
     let (mut peer, _) = listener.accept().await.unwrap();
     // A PUB peer: incompatible with PUSH, so the connector stops for good.
     peer.write_all(&handshake_bytes("PUB")).await.unwrap();
-    let mut buf = [0u8; 256];
-    let closed = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            match peer.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await;
-    assert!(closed.is_ok(), "the incompatible connection was not closed");
+    assert!(
+        closed_within(&mut peer, 5).await,
+        "the incompatible connection was not closed"
+    );
     // The connector's exit follows the close.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -609,17 +602,7 @@ async fn heartbeat_timeout_closes_dead_peer() {
     // Read (and ignore) everything; never answer PINGs. The pusher must close
     // the connection by itself.
     let started = std::time::Instant::now();
-    let mut buf = vec![0u8; 4096];
-    let closed = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await;
-    assert!(closed.is_ok(), "dead peer was not closed");
+    assert!(closed_within(&mut s, 5).await, "dead peer was not closed");
     assert!(started.elapsed() >= Duration::from_millis(100));
     // And it reconnects.
     let again = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await;
@@ -1205,17 +1188,10 @@ async fn router_handover_closes_the_old_connection() {
         vec![b"same".to_vec(), b"new".to_vec()]
     );
     // The old connection is closed by the router.
-    let closed = tokio::time::timeout(Duration::from_secs(3), async {
-        let mut buf = [0u8; 1024];
-        loop {
-            match old.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await;
-    assert!(closed.is_ok(), "the handed-over connection stayed open");
+    assert!(
+        closed_within(&mut old, 3).await,
+        "the handed-over connection stayed open"
+    );
 }
 
 /// XSUB does not filter what its publishers send (libzmq filters in SUB

@@ -86,3 +86,20 @@ pub fn linger0() -> Options {
         ..Default::default()
     }
 }
+
+/// Reads (and discards) from a raw peer stream until the socket closes it.
+/// False when it is still open after `secs` seconds.
+pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, secs: u64) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 4096];
+    tokio::time::timeout(std::time::Duration::from_secs(secs), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
