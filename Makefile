@@ -90,8 +90,12 @@ fuzz-build:
 
 fuzz:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	@# New inputs go to a scratch corpus under the target dir; the checked-in
+	@# seeds in fuzz/corpus/ are read, never rewritten (minimise before adding).
 	cd fuzz && for t in $$($(CARGO) fuzz list); do \
-	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+	  mkdir -p $(abspath $(TARGET_DIR))/fuzz-corpus/$$t && \
+	  $(CARGO) +nightly fuzz run $$t $(abspath $(TARGET_DIR))/fuzz-corpus/$$t corpus/$$t \
+	    -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 bench: venv sysdeps
 	$(CARGO) build --release --locked -p dafka-benches
