@@ -73,7 +73,7 @@ pub(crate) async fn bind_tcp(
                     stop.clone(),
                 );
                 let task_inner = inner.clone();
-                inner.spawn(accept_tcp(task_inner, listener, stop));
+                inner.spawn(accept_loop(task_inner, listener, stop));
                 return Ok(local);
             }
             Err(e) => last_err = Some(e),
@@ -119,7 +119,55 @@ async fn admit(
     }
 }
 
-async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener, stop: Arc<Stop>) {
+/// What the accept loop needs from a bound listener: the next connection,
+/// split into halves, with the peer's name for the logs.
+trait Accept: Send + Sync + 'static {
+    type Read: tokio::io::AsyncRead + Unpin + Send + 'static;
+    type Write: tokio::io::AsyncWrite + Unpin + Send + 'static;
+
+    fn accept_split(
+        &self,
+    ) -> impl Future<Output = io::Result<(Self::Read, Self::Write, String)>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Read = tokio::net::tcp::OwnedReadHalf;
+    type Write = tokio::net::tcp::OwnedWriteHalf;
+
+    async fn accept_split(&self) -> io::Result<(Self::Read, Self::Write, String)> {
+        let (stream, addr) = self.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let (rd, wr) = stream.into_split();
+        Ok((rd, wr, addr.to_string()))
+    }
+}
+
+/// A bound `ipc://` listener; its socket file goes away with it.
+struct IpcListener {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl Accept for IpcListener {
+    type Read = tokio::net::unix::OwnedReadHalf;
+    type Write = tokio::net::unix::OwnedWriteHalf;
+
+    async fn accept_split(&self) -> io::Result<(Self::Read, Self::Write, String)> {
+        let (stream, _) = self.listener.accept().await?;
+        let (rd, wr) = stream.into_split();
+        Ok((rd, wr, format!("ipc://{}", self.path.display())))
+    }
+}
+
+impl Drop for IpcListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Accept connections until the socket stops running or the endpoint is
+/// unbound, one connection task each, at most `max_connections` at once.
+async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>) {
     let mut phase = inner.phase();
     let limit = connection_limit(&inner);
     loop {
@@ -127,15 +175,13 @@ async fn accept_tcp(inner: Arc<Inner>, listener: TcpListener, stop: Arc<Stop>) {
             break;
         };
         tokio::select! {
-            r = listener.accept() => match r {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
+            r = listener.accept_split() => match r {
+                Ok((rd, wr, peer)) => {
                     let conn_inner = inner.clone();
                     let conn_stop = stop.clone();
                     inner.spawn(async move {
                         let _permit = permit;
-                        let (rd, wr) = stream.into_split();
-                        conn::run(conn_inner, rd, wr, None, &conn_stop, &addr.to_string()).await;
+                        conn::run(conn_inner, rd, wr, None, &conn_stop, &peer).await;
                     });
                 }
                 Err(e) => {
@@ -177,42 +223,12 @@ pub(crate) async fn bind_ipc(
     let local = format!("ipc://{}", path.display());
     let stop = Arc::new(Stop::default());
     inner.register_endpoint(vec![endpoint.to_owned(), local.clone()], None, stop.clone());
-    let task_inner = inner.clone();
-    let owned = path.to_path_buf();
-    inner.spawn(accept_ipc(task_inner, listener, owned, stop));
+    let listener = IpcListener {
+        listener,
+        path: path.to_path_buf(),
+    };
+    inner.spawn(accept_loop(inner.clone(), listener, stop));
     Ok(local)
-}
-
-async fn accept_ipc(inner: Arc<Inner>, listener: UnixListener, path: PathBuf, stop: Arc<Stop>) {
-    let mut phase = inner.phase();
-    let limit = connection_limit(&inner);
-    loop {
-        let Some(permit) = admit(&inner, limit.as_ref(), &mut phase, &stop).await else {
-            break;
-        };
-        tokio::select! {
-            r = listener.accept() => match r {
-                Ok((stream, _)) => {
-                    let conn_inner = inner.clone();
-                    let conn_stop = stop.clone();
-                    let peer = format!("ipc://{}", path.display());
-                    inner.spawn(async move {
-                        let _permit = permit;
-                        let (rd, wr) = stream.into_split();
-                        conn::run(conn_inner, rd, wr, None, &conn_stop, &peer).await;
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            },
-            _ = until_not_running(&mut phase) => break,
-            _ = stop.wait() => break,
-        }
-    }
-    drop(listener);
-    let _ = std::fs::remove_file(&path);
 }
 
 #[cfg(test)]
