@@ -437,7 +437,7 @@ async fn disconnect_of_an_abandoned_endpoint_is_unknown() {
     push.connect(&ep).await.unwrap();
     let (mut peer, _) = listener.accept().await.unwrap();
     // A PUB peer: incompatible with PUSH, so the connector stops for good.
-    peer.write_all(&handshake_bytes("PUB")).await.unwrap();
+    peer.write_all(&handshake("PUB")).await.unwrap();
     assert!(
         closed_within(&mut peer, 5).await,
         "the incompatible connection was not closed"
@@ -559,29 +559,6 @@ async fn sub_resubscribes_after_publisher_restart() {
     assert_eq!(frames(&recv(&sub).await), vec![b"t1".to_vec()]);
 }
 
-/// ZMTP 3.1 greeting (NULL mechanism) followed by a READY announcing `socket_type`.
-fn handshake_bytes(socket_type: &str) -> Vec<u8> {
-    let mut g = vec![0xFFu8];
-    g.extend_from_slice(&[0; 8]);
-    g.push(0x7F);
-    g.extend_from_slice(&[3, 1]);
-    let mut mech = b"NULL".to_vec();
-    mech.resize(20, 0);
-    g.extend_from_slice(&mech);
-    g.push(0);
-    g.extend_from_slice(&[0; 31]);
-    let mut body = vec![5u8];
-    body.extend_from_slice(b"READY");
-    body.push(11);
-    body.extend_from_slice(b"Socket-Type");
-    body.extend_from_slice(&(socket_type.len() as u32).to_be_bytes());
-    body.extend_from_slice(socket_type.as_bytes());
-    g.push(0x04);
-    g.push(body.len() as u8);
-    g.extend_from_slice(&body);
-    g
-}
-
 #[tokio::test]
 async fn heartbeat_timeout_closes_dead_peer() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -598,7 +575,7 @@ async fn heartbeat_timeout_closes_dead_peer() {
     );
     push.connect(&format!("tcp://{addr}")).await.unwrap();
     let (mut s, _) = listener.accept().await.unwrap();
-    s.write_all(&handshake_bytes("PULL")).await.unwrap();
+    s.write_all(&handshake("PULL")).await.unwrap();
     // Read (and ignore) everything; never answer PINGs. The pusher must close
     // the connection by itself.
     let started = std::time::Instant::now();
@@ -781,7 +758,7 @@ async fn reconnect_backs_off_exponentially_up_to_the_cap() {
 
 /// Greeting announcing ZMTP 3.0 (libzmq <= 4.3.2) plus READY.
 fn handshake_v30(socket_type: &str) -> Vec<u8> {
-    let mut v = handshake_bytes(socket_type);
+    let mut v = handshake(socket_type);
     v[11] = 0;
     v
 }
@@ -812,7 +789,7 @@ async fn sub_sends_subscriptions_as_commands_to_31_and_messages_to_30() {
         let hs = if minor == 0 {
             handshake_v30("PUB")
         } else {
-            handshake_bytes("PUB")
+            handshake("PUB")
         };
         s.write_all(&hs).await.unwrap();
         // Our greeting (64) and READY (Socket-Type SUB: 2 + 25 = 27 bytes).
@@ -1159,20 +1136,11 @@ async fn router_handover_closes_the_old_connection() {
         .await
         .unwrap();
     // Our greeting, then a READY with an Identity, then one message.
-    let mut wire = handshake_bytes("DEALER");
-    wire.truncate(64);
-    let mut body = vec![5u8];
-    body.extend_from_slice(b"READY");
-    body.push(11);
-    body.extend_from_slice(b"Socket-Type");
-    body.extend_from_slice(&6u32.to_be_bytes());
-    body.extend_from_slice(b"DEALER");
-    body.push(8);
-    body.extend_from_slice(b"Identity");
-    body.extend_from_slice(&4u32.to_be_bytes());
-    body.extend_from_slice(b"same");
-    wire.extend([0x04, body.len() as u8]);
-    wire.extend_from_slice(&body);
+    let mut wire = greeting(b"NULL");
+    wire.extend(ready_with(&[
+        ("Socket-Type", b"DEALER"),
+        ("Identity", b"same"),
+    ]));
     wire.extend([0x00, 3]);
     wire.extend_from_slice(b"old");
     old.write_all(&wire).await.unwrap();
@@ -1204,7 +1172,7 @@ async fn xsub_delivers_unfiltered_messages_sub_does_not() {
         let s = Socket::new(socket_type, linger0());
         s.connect(&ep).await.unwrap();
         let (mut publisher, _) = listener.accept().await.unwrap();
-        let mut wire = handshake_bytes("PUB");
+        let mut wire = handshake("PUB");
         wire.extend([0x00, 3]);
         wire.extend_from_slice(b"zzz");
         publisher.write_all(&wire).await.unwrap();

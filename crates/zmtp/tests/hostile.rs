@@ -13,38 +13,6 @@ use dafka_zmtp::{Error, Message, Options, Socket, SocketType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn greeting(mechanism: &[u8]) -> Vec<u8> {
-    let mut g = vec![0xFFu8];
-    g.extend_from_slice(&[0; 8]);
-    g.push(0x7F);
-    g.extend_from_slice(&[3, 1]);
-    let mut mech = mechanism.to_vec();
-    mech.resize(20, 0);
-    g.extend_from_slice(&mech);
-    g.push(0);
-    g.extend_from_slice(&[0; 31]);
-    g
-}
-
-fn ready(socket_type: &str) -> Vec<u8> {
-    let mut body = vec![5u8];
-    body.extend_from_slice(b"READY");
-    body.push(11);
-    body.extend_from_slice(b"Socket-Type");
-    body.extend_from_slice(&(socket_type.len() as u32).to_be_bytes());
-    body.extend_from_slice(socket_type.as_bytes());
-    let mut out = vec![0x04, body.len() as u8];
-    out.extend_from_slice(&body);
-    out
-}
-
-fn handshake(socket_type: &str) -> Vec<u8> {
-    let mut v = greeting(b"NULL");
-    v.extend_from_slice(&ready(socket_type));
-    v
-}
-
-/// Deterministic pseudo-random bytes (xorshift).
 fn noise(n: usize, mut seed: u64) -> Vec<u8> {
     (0..n)
         .map(|_| {
