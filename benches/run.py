@@ -23,8 +23,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -678,25 +680,34 @@ def write_markdown(
             "Messages per second (median; ± is half the min-max range of the repetitions):",
             "",
         ]
-        L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
-        L.append("|---|" + "---:|" * len(backends))
-        for s in sizes:
-            cells = []
-            for b in backends:
-                d = summary.get(Case(b, "pushpull", s), {})
-                cell = fmt_rate(d.get("msgs_per_s"))
-                if d.get("spread") is not None:
-                    cell += f" ±{100 * d['spread']:.0f}%"
-                cells.append(cell)
-            L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
+
+        def pushpull(backend: str, size: int) -> dict:
+            return summary.get(Case(backend, "pushpull", size), {})
+
+        def size_table(headers: list[str], columns: list, cell: Callable[[Any, int], str]) -> None:
+            """One row per message size, one column per entry of `columns`."""
+            L.append("| size | " + " | ".join(headers) + " |")
+            L.append("|---|" + "---:|" * len(columns))
+            for s in sizes:
+                L.append(f"| {human_size(s)} | " + " | ".join(cell(c, s) for c in columns) + " |")
+
+        def rate_with_spread(b: str, s: int) -> str:
+            d = pushpull(b, s)
+            cell = fmt_rate(d.get("msgs_per_s"))
+            if d.get("spread") is not None:
+                cell += f" ±{100 * d['spread']:.0f}%"
+            return cell
+
+        def rss(b: str, s: int) -> str:
+            d = pushpull(b, s)
+            if d.get("rss_send_kib") is None:
+                return "—"
+            return f"{d['rss_send_kib'] / 1024:.1f} / {d['rss_recv_kib'] / 1024:.1f}"
+
+        labels = [LABELS[b] for b in backends]
+        size_table(labels, backends, rate_with_spread)
         L += ["", "MB/s (10^6 bytes of message body per second, median):", ""]
-        L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
-        L.append("|---|" + "---:|" * len(backends))
-        for s in sizes:
-            cells = [
-                fmt_num(summary.get(Case(b, "pushpull", s), {}).get("mb_per_s")) for b in backends
-            ]
-            L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
+        size_table(labels, backends, lambda b, s: fmt_num(pushpull(b, s).get("mb_per_s")))
         L.append("")
 
         ratio_cols = []
@@ -705,33 +716,17 @@ def write_markdown(
         ratio_cols += [(p, "raw") for p in PEERS if p in backends and "raw" in backends]
         if ratio_cols:
             L += ["Ratios of messages per second (above 1× means the first is faster):", ""]
-            L.append(
-                "| size | " + " | ".join(f"{LABELS[a]} / {LABELS[b]}" for a, b in ratio_cols) + " |"
+            size_table(
+                [f"{LABELS[a]} / {LABELS[b]}" for a, b in ratio_cols],
+                ratio_cols,
+                lambda ab, s: fmt_ratio(
+                    pushpull(ab[0], s).get("msgs_per_s"), pushpull(ab[1], s).get("msgs_per_s")
+                ),
             )
-            L.append("|---|" + "---:|" * len(ratio_cols))
-            for s in sizes:
-                cells = [
-                    fmt_ratio(
-                        summary.get(Case(a, "pushpull", s), {}).get("msgs_per_s"),
-                        summary.get(Case(b, "pushpull", s), {}).get("msgs_per_s"),
-                    )
-                    for a, b in ratio_cols
-                ]
-                L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
             L.append("")
 
         L += ["Peak RSS in MiB, sender / receiver (largest over repetitions):", ""]
-        L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
-        L.append("|---|" + "---:|" * len(backends))
-        for s in sizes:
-            cells = []
-            for b in backends:
-                d = summary.get(Case(b, "pushpull", s), {})
-                if d.get("rss_send_kib") is None:
-                    cells.append("—")
-                else:
-                    cells.append(f"{d['rss_send_kib'] / 1024:.1f} / {d['rss_recv_kib'] / 1024:.1f}")
-            L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
+        size_table(labels, backends, rss)
         L.append("")
 
         L += [
@@ -740,14 +735,7 @@ def write_markdown(
             "sensitive to other load on the machine than the rates above:",
             "",
         ]
-        L.append("| size | " + " | ".join(LABELS[b] for b in backends) + " |")
-        L.append("|---|" + "---:|" * len(backends))
-        for s in sizes:
-            cells = [
-                fmt_num(summary.get(Case(b, "pushpull", s), {}).get("cpu_ns_per_msg"), 0)
-                for b in backends
-            ]
-            L.append(f"| {human_size(s)} | " + " | ".join(cells) + " |")
+        size_table(labels, backends, lambda b, s: fmt_num(pushpull(b, s).get("cpu_ns_per_msg"), 0))
         L.append("")
 
     if do_latency:
