@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use dafka_zmtp::{Message, Socket};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 use tokio::sync::{Notify, oneshot};
 
+use crate::zmtp::frames_to_list;
 use crate::{errors, runtime};
 
 /// Messages received for a caller that stopped waiting: handed out first by
@@ -234,18 +234,10 @@ impl Complete {
             return Ok(());
         }
         let resolved = match outcome {
-            Ok(Some(msg)) => {
-                let frames = PyList::new(
-                    py,
-                    msg.frames()
-                        .iter()
-                        .map(|f| pyo3::types::PyBytes::new(py, f)),
-                );
-                match frames {
-                    Ok(frames) => fut.call_method1("set_result", (frames,)),
-                    Err(e) => fut.call_method1("set_exception", (e.into_value(py),)),
-                }
-            }
+            Ok(Some(msg)) => match frames_to_list(py, msg) {
+                Ok(frames) => fut.call_method1("set_result", (frames,)),
+                Err(e) => fut.call_method1("set_exception", (e.into_value(py),)),
+            },
             Ok(None) => fut.call_method1("set_result", (py.None(),)),
             Err(e) => fut.call_method1("set_exception", (errors::zmtp(e).into_value(py),)),
         };

@@ -397,6 +397,7 @@ fn to_message(frames: &Bound<'_, PyAny>) -> PyResult<Message> {
     Ok(msg)
 }
 
-fn frames_to_list(py: Python<'_>, msg: Message) -> PyResult<Bound<'_, PyList>> {
+/// A message as Python sees it: `list[bytes]`.
+pub(crate) fn frames_to_list(py: Python<'_>, msg: Message) -> PyResult<Bound<'_, PyList>> {
     PyList::new(py, msg.frames().iter().map(|f| PyBytes::new(py, f)))
 }
