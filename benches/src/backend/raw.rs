@@ -10,6 +10,8 @@
 //! The sender batches about 256 KiB per vectored write: small bodies are copied into one
 //! buffer, bodies of 4 KiB and more are queued as they are. The receiver reads at least
 //! 256 KiB at a time (or the rest of a large message) and splits messages out without copying.
+//! While the rest of a large message is at least 64 KiB, the receiver sets `SO_RCVLOWAT` to it
+//! (as dafka's connections do), so the kernel wakes it once per message rather than per segment.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -31,6 +33,31 @@ const BATCH: usize = 256 * 1024;
 const ZERO_COPY: usize = 4 * 1024;
 /// Free space the receiver makes before each read.
 const READ_CHUNK: usize = 256 * 1024;
+/// Smallest receive low-water mark the receiver sets; below it, the kernel default (1).
+const LOWAT_MIN: usize = 64 * 1024;
+
+/// Sets `SO_RCVLOWAT` on `stream`.
+#[allow(unsafe_code)]
+fn set_recv_lowat(stream: &TcpStream, bytes: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor belongs to `stream`, borrowed for the call; SO_RCVLOWAT reads
+    // one `c_int` from the pointer (to `value`, alive for the call) and keeps nothing.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            std::ptr::from_ref(&value).cast::<libc::c_void>(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
 
 /// Appends the length prefix of a `len`-byte body to `out`.
 fn put_header(out: &mut BytesMut, len: usize) {
@@ -135,6 +162,8 @@ pub(crate) struct Raw {
     inbuf: BytesMut,
     /// REQ and REP flush every message; PUSH batches.
     flush_each: bool,
+    /// The receive low-water mark currently set on `stream`.
+    lowat: usize,
 }
 
 impl Raw {
@@ -196,6 +225,7 @@ impl Backend for Raw {
             out: Outbox::default(),
             inbuf: BytesMut::with_capacity(2 * READ_CHUNK),
             flush_each: matches!(role, Role::Req | Role::Rep),
+            lowat: 1,
         })
     }
 
@@ -213,7 +243,17 @@ impl Backend for Raw {
                 return Ok(msg);
             }
             // Room for the rest of the current message (bounded by MAX_SIZE) or a read chunk, whichever is larger, so one read can complete a large message.
-            let want = missing(&self.inbuf).max(READ_CHUNK);
+            let miss = missing(&self.inbuf);
+            let lowat = if miss >= LOWAT_MIN {
+                miss.min(1 << 20)
+            } else {
+                1
+            };
+            if lowat != self.lowat {
+                set_recv_lowat(&self.stream, lowat)?;
+                self.lowat = lowat;
+            }
+            let want = miss.max(READ_CHUNK);
             if self.inbuf.capacity() - self.inbuf.len() < want {
                 self.inbuf.reserve(want);
             }

@@ -46,8 +46,42 @@ const MAX_IOV: usize = 64;
 /// PINGs but never reads our PONGs must not grow the write buffer forever.
 const MAX_UNWRITTEN: usize = 4 * WRITE_BUDGET;
 
+/// The smallest receive low-water mark worth a system call: below it, reads
+/// happen as bytes arrive.
+const LOWAT_MIN: usize = 64 * 1024;
+
+/// The read half of a stream transport, and the one socket option the
+/// connection tunes while it reads.
+pub(crate) trait StreamRead: AsyncRead + Send + Unpin {
+    /// Asks the kernel to report the stream readable only once `bytes` bytes
+    /// wait (or the peer closes, or an error is pending): `SO_RCVLOWAT`, see
+    /// [`crate::sys`]. Transports without such a mark return an error and are
+    /// not asked again.
+    fn set_recv_lowat(&mut self, _bytes: usize) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+}
+
+impl StreamRead for tokio::net::tcp::OwnedReadHalf {
+    fn set_recv_lowat(&mut self, bytes: usize) -> std::io::Result<()> {
+        use std::os::fd::AsFd;
+        crate::sys::set_recv_lowat(self.as_ref().as_fd(), bytes)
+    }
+}
+
+// A Unix stream socket honours the mark in blocking reads only, not in poll.
+impl StreamRead for tokio::net::unix::OwnedReadHalf {}
+
+impl<T: AsyncRead + Send> StreamRead for tokio::io::ReadHalf<T> {}
+
+impl StreamRead for BoxRead {
+    fn set_recv_lowat(&mut self, bytes: usize) -> std::io::Result<()> {
+        (**self).set_recv_lowat(bytes)
+    }
+}
+
 /// The read half of any stream transport.
-pub(crate) type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+pub(crate) type BoxRead = Box<dyn StreamRead>;
 /// The write half of any stream transport.
 pub(crate) type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
@@ -109,7 +143,7 @@ pub(crate) async fn run<R, W>(
     peer: &str,
 ) -> Outcome
 where
-    R: AsyncRead + Unpin,
+    R: StreamRead,
     W: AsyncWrite + Unpin,
 {
     let connect_side = connect_pipe.is_some();
@@ -163,6 +197,9 @@ where
 
     // Complete frames may wait undecoded in `rbuf` (no room in the receive queue for them).
     let mut undecoded = false;
+    // The receive low-water mark set on the stream (1 is the kernel's default);
+    // `None` once the transport has refused one.
+    let mut lowat = Some(1usize);
 
     let end = 'conn: loop {
         // (Not on top of messages decoded by this turn's read, not yet handed over.)
@@ -227,7 +264,7 @@ where
         // current-thread runtime it otherwise waits for this whole turn).
         if woke_consumer {
             unyielded = 0;
-            tokio::task::yield_now().await;
+            let_others_run().await;
         }
         // After reading a lot in one go, let the consumer run before reading
         // on: a current-thread runtime would otherwise keep polling this task
@@ -235,7 +272,7 @@ where
         // in fresh memory, instead of reusing what the consumer freed.
         if unyielded >= YIELD_AFTER {
             unyielded = 0;
-            tokio::task::yield_now().await;
+            let_others_run().await;
         }
 
         // Everything pending goes into one write buffer.
@@ -286,20 +323,45 @@ where
         // A large frame whose header arrived and passed the size limits: make room for all
         // of it at once (up to MAX_FRAME_RESERVE; beyond, the buffer grows as data arrives),
         // in a fresh buffer (one copy of what arrived so far, no regrowth), so its body is
-        // read in large pieces straight into place. The next reads are as large (up to
-        // MAX_READ_AHEAD): the next frame is likely as large again.
+        // read in large pieces straight into place, with room for the start of the next
+        // frame (whose header then sets the next low-water mark). The next reads take up to
+        // two such frames (at most MAX_READ_AHEAD): the next frame is likely as large again.
         // Not before the handshake completes: a connection that never finishes its handshake
         // must stay cheap.
         if link.is_some()
             && let Some(frame_len) = conn.frame_len_hint(&rbuf)
             && frame_len.min(MAX_FRAME_RESERVE) > rbuf.capacity()
         {
-            let mut fresh = BytesMut::with_capacity(frame_len.min(MAX_FRAME_RESERVE));
+            let mut fresh = BytesMut::with_capacity(frame_len.min(MAX_FRAME_RESERVE) + READ_CHUNK);
             fresh.extend_from_slice(&rbuf);
             rbuf = fresh;
-            read_chunk = read_chunk.max(frame_len.min(MAX_READ_AHEAD));
+            read_chunk = read_chunk.max(frame_len.saturating_mul(2).min(MAX_READ_AHEAD));
         }
         let room = rbuf.capacity() - rbuf.len();
+        // The rest of a large frame will take several segments to arrive: be
+        // woken once for all of them (see `crate::sys`). Not while a timer
+        // runs (heartbeats): bytes held below the mark are not yet "traffic"
+        // to the protocol.
+        if reading && let Some(current) = lowat {
+            let missing = match (&link, deadline) {
+                (Some(_), None) => conn
+                    .frame_len_hint(&rbuf)
+                    .map_or(0, |f| f.saturating_sub(rbuf.len())),
+                _ => 0,
+            };
+            let want = lowat_for(missing, room);
+            if want != current {
+                lowat = match rd.set_recv_lowat(want) {
+                    Ok(()) => Some(want),
+                    Err(e) => {
+                        if e.kind() != std::io::ErrorKind::Unsupported {
+                            tracing::debug!(peer, error = %e, "SO_RCVLOWAT refused");
+                        }
+                        None
+                    }
+                };
+            }
+        }
         let can_fill = link.is_some() && local.is_empty() && unwritten < WRITE_BUDGET;
 
         // Unbiased: under sustained load neither reading nor writing starves.
@@ -314,7 +376,8 @@ where
                 Ok(n) => {
                     unyielded += n;
                     if n == room {
-                        read_chunk = (read_chunk * 2).min(MAX_READ_CHUNK);
+                        // (Never below what a large frame asked for.)
+                        read_chunk = (read_chunk * 2).min(MAX_READ_CHUNK.max(read_chunk));
                     } else if n < read_chunk / 8 {
                         read_chunk = (read_chunk / 2).max(READ_CHUNK);
                     }
@@ -376,6 +439,39 @@ where
         ConnEnd::Closed => {}
     }
     Outcome { end, was_ready }
+}
+
+/// Lets the tasks already woken run before this one goes on.
+///
+/// Unlike `tokio::task::yield_now`, which holds the task back until the
+/// runtime has polled its I/O driver (an `epoll_wait` system call on the path
+/// of every request and reply), this wakes the task at once: the runtime puts
+/// it behind the tasks already queued, the consumer woken by the messages just
+/// handed over among them. The runtime still polls the driver every few dozen
+/// tasks, so I/O is not starved.
+fn let_others_run() -> impl Future<Output = ()> {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+}
+
+/// The receive low-water mark for `missing` more bytes of the frame being
+/// read into a buffer with `room` free: whole multiples of [`LOWAT_MIN`] up to
+/// [`MAX_READ_AHEAD`] (fewer distinct values, fewer system calls), or 1 (the
+/// kernel's default: wake at every arrival) when little is missing.
+fn lowat_for(missing: usize, room: usize) -> usize {
+    let mark = missing.min(room).min(MAX_READ_AHEAD);
+    if mark < LOWAT_MIN {
+        1
+    } else {
+        mark - mark % LOWAT_MIN
+    }
 }
 
 /// Decode what `rbuf` holds. Once attached, messages go straight into `batch`
@@ -609,6 +705,17 @@ mod tests {
 
     use super::*;
     use crate::{Options, SocketType};
+
+    #[test]
+    fn lowat_marks_are_coarse_and_bounded() {
+        assert_eq!(lowat_for(0, 1 << 20), 1);
+        assert_eq!(lowat_for(LOWAT_MIN - 1, 1 << 20), 1);
+        assert_eq!(lowat_for(LOWAT_MIN, 1 << 20), LOWAT_MIN);
+        assert_eq!(lowat_for(200_000, 1 << 20), 3 * LOWAT_MIN);
+        // Never above the room the next read has, nor the read-ahead.
+        assert_eq!(lowat_for(200_000, 100_000), LOWAT_MIN);
+        assert_eq!(lowat_for(usize::MAX, usize::MAX), MAX_READ_AHEAD);
+    }
 
     fn peer_handshake(socket_type: &str) -> Vec<u8> {
         let mut g = vec![0xFFu8, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 1];

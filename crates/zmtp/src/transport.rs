@@ -122,7 +122,7 @@ async fn admit(
 /// What the accept loop needs from a bound listener: the next connection,
 /// split into halves, with the peer's name for the logs.
 trait Accept: Send + Sync + 'static {
-    type Read: tokio::io::AsyncRead + Unpin + Send + 'static;
+    type Read: conn::StreamRead + 'static;
     type Write: tokio::io::AsyncWrite + Unpin + Send + 'static;
 
     fn accept_split(
