@@ -43,6 +43,7 @@
 #![deny(unsafe_code)]
 
 mod conn;
+mod drive;
 mod endpoint;
 mod error;
 mod inproc;
@@ -315,13 +316,43 @@ impl Socket {
             Err(Error::WouldBlock) => {}
             other => return other,
         }
+        // With few connections, wait by driving them (see `drive`): a reply
+        // is then read and decoded in this task's poll, one hop fewer.
+        let conns = inner.inline_connections();
         loop {
+            if let Some(conns) = &conns {
+                for c in conns.iter() {
+                    c.drive_for_receiver();
+                }
+                match inner.try_recv() {
+                    Err(Error::WouldBlock) => {}
+                    other => return other,
+                }
+            }
             let notified = inner.inbound.data.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             match inner.try_recv() {
-                Err(Error::WouldBlock) => notified.await,
+                Err(Error::WouldBlock) => {}
                 other => return other,
+            }
+            match &conns {
+                None => notified.await,
+                // Woken by the queue or by any of the connections: drive again.
+                Some(conns) => {
+                    let mut registered = false;
+                    std::future::poll_fn(|cx| {
+                        if notified.as_mut().poll(cx).is_ready() || registered {
+                            return std::task::Poll::Ready(());
+                        }
+                        for c in conns.iter() {
+                            c.register_receiver(cx.waker());
+                        }
+                        registered = true;
+                        std::task::Poll::Pending
+                    })
+                    .await;
+                }
             }
         }
     }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::{Notify, watch};
 
+use crate::drive::CoTask;
 use crate::error::Error;
 use crate::options::Options;
 use crate::pipe::{Inbound, Out, Padded, Pipe};
@@ -165,7 +166,12 @@ pub(crate) struct Inner {
     tasks_done: Notify,
     next_pipe_id: AtomicU64,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// The connection tasks (see [`crate::drive`]), as one shared snapshot.
+    connections: Mutex<Arc<[Arc<CoTask>]>>,
 }
+
+/// Most connections a waiting receiver drives itself (see [`crate::drive`]).
+const INLINE_MAX: usize = 4;
 
 /// Decrements the live-task count of a socket when a task ends.
 pub(crate) struct TaskGuard(Arc<Inner>);
@@ -193,6 +199,57 @@ impl Inner {
             tasks_done: Notify::new(),
             next_pipe_id: AtomicU64::new(1),
             runtime: tokio::runtime::Handle::current(),
+            connections: Mutex::new(Arc::from(Vec::new())),
+        }
+    }
+
+    /// Spawns a connection task (a connector, or an accepted connection)
+    /// that waiting receivers may also drive (see [`crate::drive`]).
+    pub(crate) fn spawn_connection<F>(self: &Arc<Self>, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        /// Unlists the connection when its task ends, and drops its future
+        /// then even if the task was cancelled (runtime shut down), so the
+        /// stream closes with the task as it would without sharing.
+        struct Unlist(Arc<Inner>, Arc<CoTask>);
+        impl Drop for Unlist {
+            fn drop(&mut self) {
+                self.1.finish();
+                let mut list = lock(&self.0.connections);
+                let kept: Vec<Arc<CoTask>> = list
+                    .iter()
+                    .filter(|c| !Arc::ptr_eq(c, &self.1))
+                    .cloned()
+                    .collect();
+                *list = Arc::from(kept);
+            }
+        }
+        let co = CoTask::new(fut);
+        {
+            let mut list = lock(&self.connections);
+            let mut all = list.to_vec();
+            all.push(co.clone());
+            *list = Arc::from(all);
+        }
+        let unlist = Unlist(self.clone(), co.clone());
+        self.spawn(async move {
+            let _unlist = unlist;
+            co.run().await;
+        });
+    }
+
+    /// The connections a receiver waiting on this thread may drive itself:
+    /// none on another runtime (their I/O belongs to this one) or when there
+    /// are more than [`INLINE_MAX`] (each wait would poll them all).
+    pub(crate) fn inline_connections(&self) -> Option<Arc<[Arc<CoTask>]>> {
+        let list = lock(&self.connections).clone();
+        if list.is_empty() || list.len() > INLINE_MAX {
+            return None;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.id() == self.runtime.id() => Some(list),
+            _ => None,
         }
     }
 

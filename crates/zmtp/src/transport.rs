@@ -179,7 +179,7 @@ async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>)
                 Ok((rd, wr, peer)) => {
                     let conn_inner = inner.clone();
                     let conn_stop = stop.clone();
-                    inner.spawn(async move {
+                    inner.spawn_connection(async move {
                         let _permit = permit;
                         conn::run(conn_inner, rd, wr, None, &conn_stop, &peer).await;
                     });
@@ -271,7 +271,7 @@ fn start_connector(inner: &Arc<Inner>, target: Target, endpoint: &str) -> Result
     let stop = Arc::new(Stop::default());
     inner.register_endpoint(vec![endpoint.to_owned()], Some(pipe.id), stop.clone());
     let task_inner = inner.clone();
-    inner.spawn(connector(task_inner, pipe, target, stop));
+    inner.spawn_connection(connector(task_inner, pipe, target, stop));
     Ok(())
 }
 
