@@ -264,7 +264,7 @@ where
         // current-thread runtime it otherwise waits for this whole turn).
         if woke_consumer {
             unyielded = 0;
-            let_others_run().await;
+            tokio::task::yield_now().await;
         }
         // After reading a lot in one go, let the consumer run before reading
         // on: a current-thread runtime would otherwise keep polling this task
@@ -272,7 +272,7 @@ where
         // in fresh memory, instead of reusing what the consumer freed.
         if unyielded >= YIELD_AFTER {
             unyielded = 0;
-            let_others_run().await;
+            tokio::task::yield_now().await;
         }
 
         // Everything pending goes into one write buffer.
@@ -439,26 +439,6 @@ where
         ConnEnd::Closed => {}
     }
     Outcome { end, was_ready }
-}
-
-/// Lets the tasks already woken run before this one goes on.
-///
-/// Unlike `tokio::task::yield_now`, which holds the task back until the
-/// runtime has polled its I/O driver (an `epoll_wait` system call on the path
-/// of every request and reply), this wakes the task at once: the runtime puts
-/// it behind the tasks already queued, the consumer woken by the messages just
-/// handed over among them. The runtime still polls the driver every few dozen
-/// tasks, so I/O is not starved.
-fn let_others_run() -> impl Future<Output = ()> {
-    let mut yielded = false;
-    std::future::poll_fn(move |cx| {
-        if yielded {
-            return Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
 }
 
 /// The receive low-water mark for `missing` more bytes of the frame being

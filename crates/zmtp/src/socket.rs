@@ -242,7 +242,20 @@ impl Inner {
     /// The connections a receiver waiting on this thread may drive itself:
     /// none on another runtime (their I/O belongs to this one) or when there
     /// are more than [`INLINE_MAX`] (each wait would poll them all).
+    /// Only request-reply and PAIR sockets: a streaming consumer (PULL, SUB,
+    /// XSUB, XPUB) gains more from its connection tasks reading ahead, in
+    /// parallel on a multi-thread runtime, than from one hop less per message.
     pub(crate) fn inline_connections(&self) -> Option<Arc<[Arc<CoTask>]>> {
+        if !matches!(
+            self.socket_type,
+            SocketType::Req
+                | SocketType::Rep
+                | SocketType::Dealer
+                | SocketType::Router
+                | SocketType::Pair
+        ) {
+            return None;
+        }
         let list = lock(&self.connections).clone();
         if list.is_empty() || list.len() > INLINE_MAX {
             return None;

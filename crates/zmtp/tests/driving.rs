@@ -36,13 +36,13 @@ async fn lock_step_round_trips_on_one_thread() {
     rep.close().await;
 }
 
-/// Several threads receive from one PULL socket on a multi-thread runtime,
+/// Several threads receive from one DEALER socket on a multi-thread runtime,
 /// all driving the same connection while its task does too: every message
 /// arrives exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_receivers_share_the_connection() {
     const N: u32 = 20_000;
-    let (push, pull, _) = pair(SocketType::Push, SocketType::Pull, "tcp").await;
+    let (push, pull, _) = pair(SocketType::Dealer, SocketType::Dealer, "tcp").await;
     let pull = Arc::new(pull);
     let mut receivers = Vec::new();
     for _ in 0..4 {
@@ -79,12 +79,12 @@ async fn concurrent_receivers_share_the_connection() {
 #[tokio::test]
 async fn a_connection_ended_inside_recv_lets_the_socket_close() {
     use tokio::io::AsyncWriteExt;
-    let pull = Socket::new(SocketType::Pull, linger0());
+    let pull = Socket::new(SocketType::Dealer, linger0());
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let mut peer = tokio::net::TcpStream::connect(ep.trim_start_matches("tcp://"))
         .await
         .unwrap();
-    peer.write_all(&handshake("PUSH")).await.unwrap();
+    peer.write_all(&handshake("DEALER")).await.unwrap();
     let mut greeting = [0u8; 64];
     peer.read_exact(&mut greeting).await.unwrap();
     let waiting = tokio::time::timeout(Duration::from_millis(200), pull.recv()).await;
@@ -114,7 +114,7 @@ fn runtime_shutdown_closes_shared_connections() {
         .build()
         .unwrap();
     let socket = rt.block_on(async {
-        let s = Socket::new(SocketType::Pull, Options::default());
+        let s = Socket::new(SocketType::Dealer, Options::default());
         s.connect(&ep).await.unwrap();
         // Wait a little inside recv, driving the connection.
         assert!(
@@ -151,7 +151,7 @@ fn a_receiver_on_another_runtime_is_served() {
         .build()
         .unwrap();
     let (push, pull) = rt.block_on(async {
-        let (push, pull, _) = pair(SocketType::Push, SocketType::Pull, "tcp").await;
+        let (push, pull, _) = pair(SocketType::Pair, SocketType::Pair, "tcp").await;
         (push, pull)
     });
     let other = tokio::runtime::Builder::new_current_thread()
