@@ -328,8 +328,8 @@ where
         // two such frames (at most MAX_READ_AHEAD): the next frame is likely as large again.
         // Not before the handshake completes: a connection that never finishes its handshake
         // must stay cheap.
-        if link.is_some()
-            && let Some(frame_len) = conn.frame_len_hint(&rbuf)
+        let frame_len = link.as_ref().and_then(|_| conn.frame_len_hint(&rbuf));
+        if let Some(frame_len) = frame_len
             && frame_len.min(MAX_FRAME_RESERVE) > rbuf.capacity()
         {
             let mut fresh = BytesMut::with_capacity(frame_len.min(MAX_FRAME_RESERVE) + READ_CHUNK);
@@ -343,10 +343,8 @@ where
         // runs (heartbeats): bytes held below the mark are not yet "traffic"
         // to the protocol.
         if reading && let Some(current) = lowat {
-            let missing = match (&link, deadline) {
-                (Some(_), None) => conn
-                    .frame_len_hint(&rbuf)
-                    .map_or(0, |f| f.saturating_sub(rbuf.len())),
+            let missing = match (frame_len, deadline) {
+                (Some(f), None) => f.saturating_sub(rbuf.len()),
                 _ => 0,
             };
             let want = lowat_for(missing, room);

@@ -33,10 +33,17 @@ pub(crate) struct CoTask {
     fut: Mutex<Option<BoxFuture>>,
     /// Set by a poller that found `fut` locked: the holder polls once more.
     again: AtomicBool,
+    /// Who to wake when the future is woken.
+    wakers: Mutex<Wakers>,
+}
+
+/// The pollers of a [`CoTask`] to wake.
+#[derive(Default)]
+struct Wakers {
     /// The spawned task that owns the future.
-    task: Mutex<Option<Waker>>,
+    task: Option<Waker>,
     /// A receiver waiting for what the future may produce.
-    receiver: Mutex<Option<Waker>>,
+    receiver: Option<Waker>,
 }
 
 impl std::fmt::Debug for CoTask {
@@ -54,10 +61,8 @@ impl Wake for CoTask {
 
     fn wake_by_ref(self: &Arc<Self>) {
         // Taken, not cloned: each poller registers again when it polls.
-        if let Some(w) = lock(&self.receiver).take() {
-            w.wake();
-        }
-        if let Some(w) = lock(&self.task).take() {
+        let Wakers { task, receiver } = std::mem::take(&mut *lock(&self.wakers));
+        for w in [receiver, task].into_iter().flatten() {
             w.wake();
         }
     }
@@ -68,15 +73,14 @@ impl CoTask {
         Arc::new(CoTask {
             fut: Mutex::new(Some(Box::pin(fut))),
             again: AtomicBool::new(false),
-            task: Mutex::new(None),
-            receiver: Mutex::new(None),
+            wakers: Mutex::new(Wakers::default()),
         })
     }
 
     /// The body of the spawned task: drives the future to completion.
     pub(crate) async fn run(self: Arc<Self>) {
         std::future::poll_fn(|cx| {
-            register(&self.task, cx.waker());
+            register(&mut lock(&self.wakers).task, cx.waker());
             if self.drive() {
                 Poll::Ready(())
             } else {
@@ -89,13 +93,13 @@ impl CoTask {
     /// Polls the future on behalf of a receiver. Wake-ups raised while it
     /// does (the receiver looks at the queue right after) go to the task only.
     pub(crate) fn drive_for_receiver(self: &Arc<Self>) {
-        lock(&self.receiver).take();
+        lock(&self.wakers).receiver = None;
         self.drive();
     }
 
     /// Wakes `waker` at the future's next wake-up (one receiver at a time).
     pub(crate) fn register_receiver(&self, waker: &Waker) {
-        register(&self.receiver, waker);
+        register(&mut lock(&self.wakers).receiver, waker);
     }
 
     /// Drops the future (its task has ended or was cancelled).
@@ -144,7 +148,8 @@ impl CoTask {
                 *slot = None;
                 drop(slot);
                 // Completed by a receiver's poll: the task must see it to end.
-                if let Some(w) = lock(&self.task).take() {
+                let task = lock(&self.wakers).task.take();
+                if let Some(w) = task {
                     w.wake();
                 }
                 return true;
@@ -154,8 +159,7 @@ impl CoTask {
     }
 }
 
-fn register(slot: &Mutex<Option<Waker>>, waker: &Waker) {
-    let mut slot = lock(slot);
+fn register(slot: &mut Option<Waker>, waker: &Waker) {
     if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
         *slot = Some(waker.clone());
     }
@@ -186,7 +190,7 @@ mod tests {
         }));
         let task = Arc::new(Count(AtomicUsize::new(0)));
         let receiver = Arc::new(Count(AtomicUsize::new(0)));
-        register(&co.task, &Waker::from(task.clone()));
+        register(&mut lock(&co.wakers).task, &Waker::from(task.clone()));
         assert!(!co.drive());
         co.register_receiver(&Waker::from(receiver.clone()));
         rx.recv().unwrap().wake();
@@ -204,7 +208,7 @@ mod tests {
     fn completion_in_a_receivers_poll_wakes_the_task() {
         let co = CoTask::new(std::future::ready(()));
         let task = Arc::new(Count(AtomicUsize::new(0)));
-        register(&co.task, &Waker::from(task.clone()));
+        register(&mut lock(&co.wakers).task, &Waker::from(task.clone()));
         co.drive_for_receiver();
         assert!(co.is_done());
         assert_eq!(

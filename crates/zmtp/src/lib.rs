@@ -312,9 +312,13 @@ impl Socket {
     /// message is lost.
     pub async fn recv(&self) -> Result<Message, Error> {
         let inner = self.inner();
-        match inner.try_recv() {
-            Err(Error::WouldBlock) => {}
-            other => return other,
+        // A queued message, or a failure (closed socket); `None`: nothing yet.
+        let queued = || match inner.try_recv() {
+            Err(Error::WouldBlock) => None,
+            other => Some(other),
+        };
+        if let Some(r) = queued() {
+            return r;
         }
         // With few connections, wait by driving them (see `drive`): a reply
         // is then read and decoded in this task's poll, one hop fewer.
@@ -324,17 +328,15 @@ impl Socket {
                 for c in conns.iter() {
                     c.drive_for_receiver();
                 }
-                match inner.try_recv() {
-                    Err(Error::WouldBlock) => {}
-                    other => return other,
+                if let Some(r) = queued() {
+                    return r;
                 }
             }
             let notified = inner.inbound.data.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match inner.try_recv() {
-                Err(Error::WouldBlock) => {}
-                other => return other,
+            if let Some(r) = queued() {
+                return r;
             }
             match &conns {
                 None => notified.await,

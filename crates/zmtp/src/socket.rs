@@ -203,8 +203,12 @@ impl Inner {
         }
     }
 
-    /// Spawns a connection task (a connector, or an accepted connection)
-    /// that waiting receivers may also drive (see [`crate::drive`]).
+    /// Spawns a connection task (a connector, or an accepted connection).
+    /// For REQ, REP, DEALER, ROUTER and PAIR sockets, waiting receivers may
+    /// also drive it (see [`crate::drive`]). A streaming consumer (PULL, SUB,
+    /// XSUB, XPUB) gains more from its connection tasks reading ahead, in
+    /// parallel on a multi-thread runtime, than from one hop less per message,
+    /// so its connections stay plain tasks and are never listed.
     pub(crate) fn spawn_connection<F>(self: &Arc<Self>, fut: F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
@@ -216,36 +220,10 @@ impl Inner {
         impl Drop for Unlist {
             fn drop(&mut self) {
                 self.1.finish();
-                let mut list = lock(&self.0.connections);
-                let kept: Vec<Arc<CoTask>> = list
-                    .iter()
-                    .filter(|c| !Arc::ptr_eq(c, &self.1))
-                    .cloned()
-                    .collect();
-                *list = Arc::from(kept);
+                self.0
+                    .relist(|all| all.retain(|c| !Arc::ptr_eq(c, &self.1)));
             }
         }
-        let co = CoTask::new(fut);
-        {
-            let mut list = lock(&self.connections);
-            let mut all = list.to_vec();
-            all.push(co.clone());
-            *list = Arc::from(all);
-        }
-        let unlist = Unlist(self.clone(), co.clone());
-        self.spawn(async move {
-            let _unlist = unlist;
-            co.run().await;
-        });
-    }
-
-    /// The connections a receiver waiting on this thread may drive itself:
-    /// none on another runtime (their I/O belongs to this one) or when there
-    /// are more than [`INLINE_MAX`] (each wait would poll them all).
-    /// Only request-reply and PAIR sockets: a streaming consumer (PULL, SUB,
-    /// XSUB, XPUB) gains more from its connection tasks reading ahead, in
-    /// parallel on a multi-thread runtime, than from one hop less per message.
-    pub(crate) fn inline_connections(&self) -> Option<Arc<[Arc<CoTask>]>> {
         if !matches!(
             self.socket_type,
             SocketType::Req
@@ -254,8 +232,30 @@ impl Inner {
                 | SocketType::Router
                 | SocketType::Pair
         ) {
-            return None;
+            self.spawn(fut);
+            return;
         }
+        let co = CoTask::new(fut);
+        self.relist(|all| all.push(co.clone()));
+        let unlist = Unlist(self.clone(), co.clone());
+        self.spawn(async move {
+            let _unlist = unlist;
+            co.run().await;
+        });
+    }
+
+    /// Replaces the snapshot of driveable connections by an edited copy.
+    fn relist(&self, edit: impl FnOnce(&mut Vec<Arc<CoTask>>)) {
+        let mut list = lock(&self.connections);
+        let mut all = list.to_vec();
+        edit(&mut all);
+        *list = Arc::from(all);
+    }
+
+    /// The connections a receiver waiting on this thread may drive itself:
+    /// none on another runtime (their I/O belongs to this one) or when there
+    /// are more than [`INLINE_MAX`] (each wait would poll them all).
+    pub(crate) fn inline_connections(&self) -> Option<Arc<[Arc<CoTask>]>> {
         let list = lock(&self.connections).clone();
         if list.is_empty() || list.len() > INLINE_MAX {
             return None;
