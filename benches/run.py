@@ -836,7 +836,7 @@ def main() -> int:
         help="comma-separated filters: backends (dafka,libzmq,zmqrs,raw), tests "
         "(pushpull,reqrep), sizes (16,128,1k,8k,256k); repeatable",
     )
-    ap.add_argument("--reps", type=int, help="repetitions per pairing (default 5, quick 1)")
+    ap.add_argument("--reps", type=int, help="repetitions per pairing (default 7, quick 1)")
     ap.add_argument(
         "--workers",
         type=int,
@@ -885,7 +885,7 @@ def main() -> int:
 
     settings = Settings(
         target_s=0.4 if args.quick else 1.5,
-        reps=args.reps or (1 if args.quick else 5),
+        reps=args.reps or (1 if args.quick else 7),
         timeout_s=30.0,
         workers=args.workers,
     )
