@@ -26,11 +26,7 @@ const READ_CHUNK: usize = 64 * 1024;
 const YIELD_AFTER: usize = 256 * 1024;
 /// Largest read chunk for a peer that keeps our reads full.
 const MAX_READ_CHUNK: usize = 256 * 1024;
-/// Most room made at once for a frame whose header announced more: an
-/// announcement within the limits still reserves no more than this before
-/// the bytes arrive.
-const MAX_FRAME_RESERVE: usize = 8 * 1024 * 1024;
-/// Largest read made in advance for a peer that sends large frames.
+/// Largest read made in advance for a peer that has sent large frames.
 const MAX_READ_AHEAD: usize = 1024 * 1024;
 /// Read chunk before the handshake completes: a flood of connections that
 /// never finish their handshake costs little memory each.
@@ -163,6 +159,9 @@ where
     // Size of the next read: grows while reads fill the buffer (a busy peer),
     // shrinks back when they do not, and covers the last large frame.
     let mut read_chunk = READ_CHUNK;
+    // Room a large frame may get before it has arrived: twice the largest
+    // complete frame so far (see `frame_room`).
+    let mut frame_ahead = 0;
     // Bytes read since this task last yielded to the consumer.
     let mut unyielded = 0usize;
     // Large bodies and the bytes encoded before them; on the wire they come
@@ -320,22 +319,27 @@ where
         if reading && rbuf.capacity() - rbuf.len() < chunk / 4 {
             rbuf.reserve(chunk);
         }
-        // A large frame whose header arrived and passed the size limits: make room for all
-        // of it at once (up to MAX_FRAME_RESERVE; beyond, the buffer grows as data arrives),
-        // in a fresh buffer (one copy of what arrived so far, no regrowth), so its body is
-        // read in large pieces straight into place, with room for the start of the next
-        // frame (whose header then sets the next low-water mark). The next reads take up to
-        // two such frames (at most MAX_READ_AHEAD): the next frame is likely as large again.
+        // A large frame whose header arrived and passed the size limits: make room for more of
+        // it in a fresh buffer (one copy of what arrived so far, no regrowth), so its body is
+        // read in large pieces straight into place, with room for the start of the next frame
+        // (whose header then sets the next low-water mark). The room never comes from the
+        // announced length alone: at most twice what has arrived of this frame, or what this
+        // peer's earlier frames showed (`frame_ahead`, learned once a frame has fully arrived),
+        // so a header that is never followed by its body costs an ordinary read chunk.
         // Not before the handshake completes: a connection that never finishes its handshake
         // must stay cheap.
         let frame_len = link.as_ref().and_then(|_| conn.frame_len_hint(&rbuf));
         if let Some(frame_len) = frame_len
-            && frame_len.min(MAX_FRAME_RESERVE) > rbuf.capacity()
+            && frame_len > READ_CHUNK
         {
-            let mut fresh = BytesMut::with_capacity(frame_len.min(MAX_FRAME_RESERVE) + READ_CHUNK);
-            fresh.extend_from_slice(&rbuf);
-            rbuf = fresh;
-            read_chunk = read_chunk.max(frame_len.saturating_mul(2).min(MAX_READ_AHEAD));
+            // Large frames again: read ahead as far as the earlier ones justify.
+            read_chunk = read_chunk.max(frame_ahead);
+            let want = frame_room(frame_len, rbuf.len(), frame_ahead);
+            if want > rbuf.capacity() {
+                let mut fresh = BytesMut::with_capacity(want);
+                fresh.extend_from_slice(&rbuf);
+                rbuf = fresh;
+            }
         }
         let room = rbuf.capacity() - rbuf.len();
         // The rest of a large frame will take several segments to arrive: be
@@ -373,6 +377,13 @@ where
                 Ok(0) => break ConnEnd::PeerClosed,
                 Ok(n) => {
                     unyielded += n;
+                    if let Some(f) = frame_len
+                        && rbuf.len() >= f
+                    {
+                        // All of a frame arrived: the next is likely as large, so later
+                        // reads take up to two such frames.
+                        frame_ahead = frame_ahead.max(f.saturating_mul(2).min(MAX_READ_AHEAD));
+                    }
                     if n == room {
                         // (Never below what a large frame asked for.)
                         read_chunk = (read_chunk * 2).min(MAX_READ_CHUNK.max(read_chunk));
@@ -437,6 +448,18 @@ where
         ConnEnd::Closed => {}
     }
     Outcome { end, was_ready }
+}
+
+/// Capacity to give the read buffer while it holds the first `have` bytes of
+/// a frame of `frame_len` bytes (header included): the whole frame and a read
+/// chunk beyond it, but no more than twice what has arrived, or than `ahead`
+/// (what the peer's earlier, complete frames justify), whichever is larger.
+/// An announced length by itself reserves nothing: memory is spent on bytes
+/// that arrived.
+fn frame_room(frame_len: usize, have: usize, ahead: usize) -> usize {
+    frame_len
+        .saturating_add(READ_CHUNK)
+        .min(ahead.max(have.saturating_mul(2)).max(READ_CHUNK))
 }
 
 /// The receive low-water mark for `missing` more bytes of the frame being
@@ -683,6 +706,21 @@ mod tests {
 
     use super::*;
     use crate::{Options, SocketType};
+
+    #[test]
+    fn frame_room_follows_arrived_bytes_not_announcements() {
+        const MIB: usize = 1 << 20;
+        // A bare header for 16 MiB gets an ordinary read chunk.
+        assert_eq!(frame_room(16 * MIB, 9, 0), READ_CHUNK);
+        // Then at most twice what arrived.
+        assert_eq!(frame_room(16 * MIB, 300_000, 0), 600_000);
+        // A frame smaller than that gets its size plus a read chunk.
+        assert_eq!(frame_room(100_000, 90_000, 0), 100_000 + READ_CHUNK);
+        // Earlier complete frames justify reading a whole one into place at once.
+        assert_eq!(frame_room(262_153, 100, 524_306), 262_153 + READ_CHUNK);
+        assert_eq!(frame_room(16 * MIB, 100, MAX_READ_AHEAD), MAX_READ_AHEAD);
+        assert_eq!(frame_room(usize::MAX, usize::MAX, 0), usize::MAX);
+    }
 
     #[test]
     fn lowat_marks_are_coarse_and_bounded() {
