@@ -335,3 +335,49 @@ def test_xpub_welcome_message_and_invalid_option_values() -> None:
         assert sub.recv(timeout=5) == [b"W"]
     with Socket("DEALER", routing_id=b"x" * 256) as bad, pytest.raises(dafka.InvalidArgumentError):
         bad.bind("tcp://127.0.0.1:0")
+
+
+def test_maxmsgsize_bounds_each_frame_as_in_libzmq() -> None:
+    with Socket("PULL", linger=0, maxmsgsize=1000) as pull, Socket("PUSH", linger=0) as push:
+        push.connect(pull.bind("tcp://127.0.0.1:0"))
+        # A frame of exactly the limit, alone or in a multipart message, is accepted.
+        push.send(b"a" * 1000)
+        assert pull.recv(timeout=5) == [b"a" * 1000]
+        push.send([b"b" * 1000, b"c" * 1000])
+        assert pull.recv(timeout=5) == [b"b" * 1000, b"c" * 1000]
+        # One byte more: the peer loses its connection and the frame is never delivered.
+        push.send(b"d" * 1001)
+        with pytest.raises(dafka.TimeoutError):
+            pull.recv(timeout=0.5)
+        # The limit applies to what this socket sends too, with a clear error.
+        with Socket("PUSH", linger=0, maxmsgsize=1000) as limited:
+            with pytest.raises(dafka.DafkaError):
+                limited.send(b"e" * 1001)
+
+
+def test_sndhwm_and_rcvhwm_bound_what_is_queued(tmp_path: Path) -> None:
+    endpoint = f"ipc://{tmp_path}/hwm"
+    with Socket("PUSH", linger=0, sndhwm=5) as push:
+        # No peer yet: the connecting side queues up to its sndhwm, then blocks.
+        push.connect(endpoint)
+        for i in range(5):
+            push.send(b"%d" % i, timeout=1)
+        with pytest.raises(dafka.TimeoutError):
+            push.send(b"over", timeout=0.2)
+        with Socket("PULL", linger=0) as pull:
+            pull.bind(endpoint)
+            assert [pull.recv(timeout=5) for _ in range(5)] == [[b"%d" % i] for i in range(5)]
+            with pytest.raises(dafka.TimeoutError):
+                pull.recv(timeout=0.2)
+    # inproc holds at most both HWMs between the two sockets; sending the rest
+    # waits for the receiver.
+    with Socket("PULL", linger=0, rcvhwm=3) as pull, Socket("PUSH", linger=0, sndhwm=2) as push:
+        pull.bind("inproc://hwm-test")
+        push.connect("inproc://hwm-test")
+        sent = 0
+        with pytest.raises(dafka.TimeoutError):
+            while sent < 100:
+                push.send(b"%d" % sent, timeout=0.3)
+                sent += 1
+        assert 5 <= sent <= 7, sent
+        assert [pull.recv(timeout=5) for _ in range(sent)] == [[b"%d" % i] for i in range(sent)]

@@ -19,7 +19,8 @@ sent), ``heartbeat_ivl``, ``heartbeat_ttl``, ``heartbeat_timeout``,
 ``reconnect_ivl``, ``reconnect_ivl_max``, ``connect_timeout``,
 ``handshake_timeout``, ``routing_id`` (bytes), ``router_mandatory``,
 ``router_handover``, ``immediate``, ``xpub_verbose``, ``xpub_welcome_msg``
-(bytes), ``maxmsgsize``, ``max_frame_size`` (bytes), ``max_subscriptions`` and
+(bytes), ``maxmsgsize`` (as libzmq's ``ZMQ_MAXMSGSIZE``: the largest frame, in bytes,
+accepted from a peer or sent), ``max_frame_size`` (bytes), ``max_subscriptions`` and
 ``max_subscription_size`` (what one peer may subscribe to a PUB/XPUB),
 ``max_connections`` (accepted per bound endpoint; 0 = unlimited for these
 three) and ``properties`` (extra READY metadata, ``{"X-Name": b"value"}``).

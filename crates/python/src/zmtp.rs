@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arrow_pyarrow::ToPyArrow;
 use bytes::Bytes;
-use dafka_zmtp::{Message, Options, Socket, SocketType};
+use dafka_zmtp::{Limits, Message, Options, Socket, SocketType};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
@@ -312,10 +312,15 @@ fn parse_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
                 }
             }
             "xpub_verbose" => o.xpub_verbose = value.extract()?,
+            // libzmq's ZMQ_MAXMSGSIZE: the largest frame a peer may send (libzmq checks
+            // each part). A message as a whole keeps its own limit, raised if need be so
+            // that one frame of `limit` bytes fits.
             "maxmsgsize" => {
                 let limit: u64 = value.extract()?;
-                o.limits.max_message_size = limit;
-                o.limits.max_frame_size = o.limits.max_frame_size.min(limit);
+                o.limits.max_frame_size = limit;
+                let one_frame =
+                    Limits::message_cost(1, usize::try_from(limit).unwrap_or(usize::MAX));
+                o.limits.max_message_size = o.limits.max_message_size.max(one_frame);
             }
             "max_frame_size" => o.limits.max_frame_size = value.extract()?,
             "max_subscriptions" => o.max_subscriptions = value.extract()?,
