@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import builtins
+import doctest
 import subprocess
 import sys
 
 import dafka
+import dafka.zmtp
 from dafka import errors
 
 
@@ -48,3 +50,12 @@ def test_import_in_a_fresh_interpreter_is_quick_and_quiet() -> None:
     )
     assert out.stdout.strip() == dafka.__version__
     assert out.stderr == ""
+
+
+def test_module_docstring_examples_run() -> None:
+    # The examples in the public modules' docstrings are part of the documentation users
+    # copy: they must run and print what they show.
+    for module in (dafka.zmtp,):
+        result = doctest.testmod(module, raise_on_error=False, verbose=False)
+        assert result.attempted > 0, module.__name__
+        assert result.failed == 0, f"{module.__name__}: {result.failed} example(s) failed"

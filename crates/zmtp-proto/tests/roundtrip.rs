@@ -237,6 +237,45 @@ proptest! {
         prop_assert_eq!(got, msgs);
     }
 
+    /// 29/PUBSUB over ZMTP 3.0 has no SUBSCRIBE/CANCEL commands: a subscription is the
+    /// one-frame message `0x01 + prefix`, a cancellation `0x00 + prefix`.
+    #[test]
+    fn subscriptions_to_a_3_0_peer_decode_as_flag_messages(
+        subs in vec((any::<bool>(), bytes(300)), 1..8),
+    ) {
+        let now = Instant::now();
+        let mut conn = Connection::new(Config::new(SocketType::Sub), now);
+        let mut greeting = [0u8; GREETING_LEN];
+        greeting[0] = 0xFF;
+        greeting[8] = 0x01;
+        greeting[9] = 0x7F;
+        greeting[10] = 0x03; // major
+        greeting[11] = 0x00; // minor: ZMTP 3.0
+        greeting[12..16].copy_from_slice(b"NULL");
+        let mut wire = BytesMut::from(&greeting[..]);
+        wire.extend_from_slice(b"\x04\x19\x05READY\x0bSocket-Type\x00\x00\x00\x03PUB");
+        conn.handle_input(&mut wire, now).unwrap();
+        prop_assert_eq!(conn.peer_version(), Some((3, 0)));
+        conn.poll_transmit(&mut BytesMut::new());
+        let mut out = BytesMut::new();
+        for (subscribe, prefix) in &subs {
+            let cmd = if *subscribe {
+                Command::Subscribe(prefix.clone())
+            } else {
+                Command::Cancel(prefix.clone())
+            };
+            conn.send_command(&cmd, &mut out).unwrap();
+        }
+        let mut dec = FrameDecoder::new(Limits::default());
+        for (subscribe, prefix) in &subs {
+            let frame = dec.decode(&mut out).unwrap().expect("a whole frame");
+            let mut body = vec![u8::from(*subscribe)];
+            body.extend_from_slice(prefix);
+            prop_assert_eq!(frame, Frame::Message { more: false, body: Bytes::from(body) });
+        }
+        prop_assert!(out.is_empty());
+    }
+
     #[test]
     fn connection_survives_arbitrary_input(
         input in vec(any::<u8>(), 0..400),

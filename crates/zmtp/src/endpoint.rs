@@ -149,6 +149,39 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Every address this crate reports back parses to that address.
+        #[test]
+        fn reported_tcp_endpoints_parse_back(addr in proptest::prelude::any::<std::net::SocketAddr>()) {
+            let parsed = Endpoint::parse(&tcp_string(addr)).unwrap();
+            proptest::prop_assert_eq!(
+                parsed,
+                Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() }
+            );
+        }
+
+        #[test]
+        fn inproc_and_ipc_names_parse_back(name in "[^\\x00]{1,40}") {
+            proptest::prop_assert_eq!(
+                Endpoint::parse(&format!("inproc://{name}")).unwrap(),
+                Endpoint::Inproc(name.clone())
+            );
+            proptest::prop_assert_eq!(
+                Endpoint::parse(&format!("ipc://{name}")).unwrap(),
+                Endpoint::Ipc(PathBuf::from(&name))
+            );
+        }
+
+        /// Any string is either an endpoint or a typed error, never a panic.
+        #[test]
+        fn any_string_parses_or_is_rejected(s in "(tcp|ipc|inproc|udp)?(://)?.{0,30}") {
+            match Endpoint::parse(&s) {
+                Ok(_) | Err(Error::InvalidEndpoint { .. }) => {}
+                Err(e) => proptest::prop_assert!(false, "{s:?}: unexpected error {e}"),
+            }
+        }
+    }
+
     #[test]
     fn formats_like_libzmq() {
         assert_eq!(
