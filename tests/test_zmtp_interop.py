@@ -110,7 +110,7 @@ def exchange_pub_sub(a: Peer, b: Peer) -> None:
     for _ in range(5):
         a.send([b"other", b"x"])
         a.send([b"news", b"more"])
-    assert all(m[0] == b"news" for m in _drain(b)), "publisher did not filter"
+    assert all(m[0] == b"news" for m in _drain(b)), "a topic nobody subscribed to was delivered"
     # Cancel and resubscribe: commands are ordered on the connection, so once
     # "sport" arrives the cancel of "news" has been applied.
     b.unsubscribe(b"news")
@@ -133,9 +133,23 @@ def exchange_xpub_xsub(a: Peer, b: Peer) -> None:
 
 
 def exchange_pub_xsub(a: Peer, b: Peer) -> None:
+    # XSUB passes every message through: only the publisher's filtering keeps
+    # other topics away.
     b.send([b"\x01t"])
     assert _publish_until_received(a, b, b"t") == [b"t", b"payload"]
-    assert all(m[0] == b"t" for m in _drain(b))
+    assert all(m[0] == b"t" for m in _drain(b)), "the publisher did not filter"
+    # Cancel, then subscribe to another topic: once that one arrives, the
+    # cancel (sent before it on the same connection) has been applied.
+    b.send([b"\x00t"])
+    b.send([b"\x01u"])
+    got = _publish_until_received(a, b, b"u")
+    while got[0] == b"t":
+        got = b.recv(timeout=5)
+    assert got == [b"u", b"payload"]
+    for _ in range(5):
+        a.send([b"t", b"stale"])
+        a.send([b"u", b"fresh"])
+    assert all(m[0] == b"u" for m in _drain(b)), "the publisher ignored the cancel"
 
 
 def exchange_xpub_sub(a: Peer, b: Peer) -> None:
