@@ -3,6 +3,7 @@ with our socket on either side, binding or connecting, over tcp loopback."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -263,6 +264,53 @@ def _watch_disconnects(sock: zmq.Socket[bytes]) -> tuple[threading.Event, Callab
 HEARTBEAT = {"heartbeat_ivl": 0.1, "heartbeat_timeout": 0.3}
 
 
+class _Relay:
+    """A TCP relay on loopback between one client and `target`, counting the
+    bytes it forwards in each direction (so a test can see traffic that
+    neither application sees, such as PING and PONG)."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.removeprefix("tcp://").rsplit(":", 1)
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"tcp://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.up = 0  # client -> target
+        self.down = 0  # target -> client
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = [self._listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            return self.up, self.down
+
+    def _accept(self) -> None:
+        client, _ = self._listener.accept()
+        server = socket.create_connection(self._target)
+        self._socks += [client, server]
+        threading.Thread(target=self._pump, args=(client, server, "up"), daemon=True).start()
+        self._pump(server, client, "down")
+
+    def _pump(self, src: socket.socket, dst: socket.socket, direction: str) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+                with self._lock:
+                    setattr(self, direction, getattr(self, direction) + len(data))
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        for s in self._socks:
+            s.close()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("pinger", "why"),
@@ -278,14 +326,25 @@ def test_heartbeats_with_libzmq(pinger: str, why: str, closing: list[Peer]) -> N
     ours = Ours("PUSH", **({**HEARTBEAT, "heartbeat_ttl": 1.0} if pinger == "dafka" else {}))
     closing.extend([theirs, ours])
     dropped, finish = _watch_disconnects(theirs.sock)
-    ours.connect(theirs.bind("tcp://127.0.0.1:0"))
+    # Through a counting relay: while the applications are idle, only PINGs
+    # (from the pinger) and PONGs (from the other side) cross it.
+    relay = _Relay(theirs.bind("tcp://127.0.0.1:0"))
+    ours.connect(relay.endpoint)
     ours.send([b"before"])
     assert theirs.recv() == [b"before"]
+    time.sleep(0.2)
+    idle_from = relay.counts()
     time.sleep(1.5)
+    up, down = (now - then for now, then in zip(relay.counts(), idle_from, strict=True))
     ours.send([b"after"])
     assert theirs.recv() == [b"after"]
     finish()
+    relay.close()
     assert not dropped.is_set(), f"the connection dropped: {why}"
+    # A PING or PONG command frame is at least 7 bytes; about 15 of each in 1.5 s.
+    pings, pongs = (up, down) if pinger == "dafka" else (down, up)
+    assert pings >= 7 * 5, f"{pinger} sent {pings} bytes of PINGs while idle"
+    assert pongs >= 7 * 5, f"the other side sent {pongs} bytes of PONGs while idle"
 
 
 @pytest.mark.timeout(60)
