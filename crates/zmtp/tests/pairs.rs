@@ -314,8 +314,10 @@ suite!(
 async fn tcp_ipv6_loopback() {
     let pull = Socket::new(SocketType::Pull, Options::default());
     // The kernel lists its IPv6 addresses here; `::1` on `lo` is the loopback.
-    let has_v6_loopback = std::fs::read_to_string("/proc/net/if_inet6")
-        .is_ok_and(|t| t.lines().any(|l| l.starts_with("00000000000000000000000000000001")));
+    let has_v6_loopback = std::fs::read_to_string("/proc/net/if_inet6").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.starts_with("00000000000000000000000000000001"))
+    });
     let ep = match pull.bind("tcp://[::1]:0").await {
         Ok(ep) => ep,
         // No IPv6 loopback on this host: nothing to test.
