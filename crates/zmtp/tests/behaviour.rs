@@ -1253,3 +1253,55 @@ async fn small_receive_queue_takes_many_messages_per_read_in_order() {
     }
     assert!(matches!(pull.try_recv(), Err(Error::WouldBlock)));
 }
+
+/// 28/REQREP through a broker: REQ -> ROUTER | DEALER -> REP, over TCP. The
+/// REP gets the envelope the ROUTER added ([requester id, empty]), hands the
+/// application the body alone and puts the envelope back on the reply, which
+/// finds its way to the right one of two requesters.
+#[tokio::test]
+async fn rep_restores_an_envelope_carried_through_a_broker() {
+    let frontend = Socket::new(SocketType::Router, linger0());
+    let front_ep = frontend.bind("tcp://127.0.0.1:0").await.unwrap();
+    let backend = Socket::new(SocketType::Dealer, linger0());
+    let back_ep = backend.bind("tcp://127.0.0.1:0").await.unwrap();
+    let rep = Socket::new(SocketType::Rep, linger0());
+    rep.connect(&back_ep).await.unwrap();
+    let reqs = [
+        Socket::new(SocketType::Req, linger0()),
+        Socket::new(SocketType::Req, linger0()),
+    ];
+    for r in &reqs {
+        r.connect(&front_ep).await.unwrap();
+    }
+    for (i, r) in reqs.iter().enumerate() {
+        send(r, msg(&[format!("question {i}").as_bytes()])).await;
+    }
+    let broker = async {
+        for _ in 0..reqs.len() {
+            // [requester id, empty, body] from the frontend, as is to the backend.
+            let request = recv(&frontend).await;
+            assert_eq!(request.len(), 3, "{:?}", frames(&request));
+            send(&backend, request).await;
+        }
+        for _ in 0..reqs.len() {
+            send(&frontend, recv(&backend).await).await;
+        }
+    };
+    let server = async {
+        for _ in 0..reqs.len() {
+            let request = recv(&rep).await;
+            // The application sees the body alone.
+            assert_eq!(request.len(), 1, "{:?}", frames(&request));
+            let mut answer = b"answer to ".to_vec();
+            answer.extend_from_slice(&request.frames()[0]);
+            send(&rep, msg(&[&answer])).await;
+        }
+    };
+    tokio::join!(broker, server);
+    for (i, r) in reqs.iter().enumerate() {
+        assert_eq!(
+            frames(&recv(r).await),
+            vec![format!("answer to question {i}").into_bytes()]
+        );
+    }
+}
