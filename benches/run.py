@@ -621,7 +621,7 @@ def write_markdown(
         "",
         "```sh",
         "make bench   # installs libzmq3-dev + pkg-config if absent, builds dafka-bench",
-        "             # in release, runs benches/run.py in .venv (about 5 minutes)",
+        "             # in release, runs benches/run.py in .venv (about 9 minutes)",
         "",
         "# by hand (Debian: apt-get install -y libzmq3-dev pkg-config; python3 with matplotlib):",
         "cargo build --release -p dafka-benches",

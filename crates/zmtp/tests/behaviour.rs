@@ -1305,3 +1305,84 @@ async fn rep_restores_an_envelope_carried_through_a_broker() {
         );
     }
 }
+
+/// Extra READY properties from `Options::properties` go on the wire after
+/// Socket-Type and Identity, each as name length, name, 4-byte value length,
+/// value (37/ZMTP metadata).
+#[tokio::test]
+async fn extra_properties_are_sent_in_ready() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ep = format!("tcp://{}", listener.local_addr().unwrap());
+    let dealer = Socket::new(
+        SocketType::Dealer,
+        Options {
+            properties: vec![
+                ("X-Name".into(), Bytes::from_static(b"worker-7")),
+                ("X-Empty".into(), Bytes::new()),
+            ],
+            ..linger0()
+        },
+    );
+    dealer.connect(&ep).await.unwrap();
+    let (mut peer, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    peer.write_all(&handshake("ROUTER")).await.unwrap();
+    // Greeting (64 bytes), then READY: a command frame with a short size.
+    let mut head = [0u8; 66];
+    tokio::time::timeout(Duration::from_secs(5), peer.read_exact(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(head[64], 0x04, "READY is a short command frame");
+    let mut body = vec![0u8; usize::from(head[65])];
+    peer.read_exact(&mut body).await.unwrap();
+    let mut expected_tail = Vec::new();
+    for (name, value) in [(&b"X-Name"[..], &b"worker-7"[..]), (b"X-Empty", b"")] {
+        expected_tail.push(name.len() as u8);
+        expected_tail.extend_from_slice(name);
+        expected_tail.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        expected_tail.extend_from_slice(value);
+    }
+    assert!(body.starts_with(b"\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER"));
+    assert!(
+        body.ends_with(&expected_tail),
+        "READY body {:?}",
+        String::from_utf8_lossy(&body)
+    );
+    dealer.close().await;
+}
+
+/// `recv` is cancel-safe: receive futures dropped while waiting (here by very
+/// short timeouts, many of them while messages are arriving) lose nothing and
+/// reorder nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_recv_loses_no_message() {
+    const N: u32 = 5000;
+    let (push, pull, _) = pair(SocketType::Push, SocketType::Pull, "tcp").await;
+    let sender = tokio::spawn(async move {
+        for i in 0..N {
+            send(&push, msg(&[&i.to_be_bytes()])).await;
+            if i % 500 == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        push
+    });
+    let mut next = 0u32;
+    let mut cancelled = 0u32;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while next < N {
+        assert!(tokio::time::Instant::now() < deadline, "stalled at {next}");
+        match tokio::time::timeout(Duration::from_micros(50), pull.recv()).await {
+            Ok(m) => {
+                assert_eq!(frames(&m.unwrap()), vec![next.to_be_bytes().to_vec()]);
+                next += 1;
+            }
+            Err(_) => cancelled += 1,
+        }
+    }
+    assert!(cancelled > 0, "no receive was ever cancelled");
+    drop(sender.await.unwrap());
+}
