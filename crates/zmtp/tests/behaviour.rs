@@ -10,23 +10,6 @@ use dafka_zmtp::{Error, Message, Options, Socket, SocketType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-fn hwm(snd: usize, rcv: usize) -> Options {
-    Options {
-        sndhwm: snd,
-        rcvhwm: rcv,
-        linger: Some(Duration::ZERO),
-        ..Default::default()
-    }
-}
-
-/// A TCP port nobody listens on (bound then released).
-async fn dead_endpoint() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    format!("tcp://{addr}")
-}
-
 #[tokio::test]
 async fn push_queues_up_to_sndhwm_without_peer() {
     let push = Socket::new(SocketType::Push, hwm(5, 5));

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -12,21 +11,6 @@ use common::*;
 use dafka_zmtp::{Error, Message, Options, Socket, SocketType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-fn hwm(snd: usize, rcv: usize) -> Options {
-    Options {
-        sndhwm: snd,
-        rcvhwm: rcv,
-        linger: Some(Duration::ZERO),
-        ..Default::default()
-    }
-}
-
-/// A TCP port nobody listens on (bound then released).
-async fn dead_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap()
-}
 
 fn numbered(i: u32) -> Message {
     Message::from(Bytes::copy_from_slice(&i.to_be_bytes()))
@@ -208,29 +192,17 @@ async fn dealer_queues_sndhwm_per_unconnected_peer() {
         dealer.try_send(msg(&[b"x"])),
         Err(Error::WouldBlock)
     ));
-    dealer
-        .connect(&format!("tcp://{}", dead_addr().await))
-        .await
-        .unwrap();
-    for _ in 0..5 {
-        dealer.try_send(msg(&[b"x"])).unwrap();
+    // The HWM is per peer: each endpoint takes 5 more.
+    for _ in 0..2 {
+        dealer.connect(&dead_endpoint().await).await.unwrap();
+        for _ in 0..5 {
+            dealer.try_send(msg(&[b"x"])).unwrap();
+        }
+        assert!(matches!(
+            dealer.try_send(msg(&[b"x"])),
+            Err(Error::WouldBlock)
+        ));
     }
-    assert!(matches!(
-        dealer.try_send(msg(&[b"x"])),
-        Err(Error::WouldBlock)
-    ));
-    // The HWM is per peer: a second endpoint takes 5 more.
-    dealer
-        .connect(&format!("tcp://{}", dead_addr().await))
-        .await
-        .unwrap();
-    for _ in 0..5 {
-        dealer.try_send(msg(&[b"x"])).unwrap();
-    }
-    assert!(matches!(
-        dealer.try_send(msg(&[b"x"])),
-        Err(Error::WouldBlock)
-    ));
     dealer.close().await;
 }
 
@@ -444,9 +416,7 @@ async fn finite_linger_expires() {
             ..Default::default()
         },
     );
-    push.connect(&format!("tcp://{}", dead_addr().await))
-        .await
-        .unwrap();
+    push.connect(&dead_endpoint().await).await.unwrap();
     for _ in 0..3 {
         push.try_send(msg(&[b"queued"])).unwrap();
     }

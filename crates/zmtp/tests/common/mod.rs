@@ -145,3 +145,24 @@ pub fn handshake(socket_type: &str) -> Vec<u8> {
     v.extend_from_slice(&ready(socket_type));
     v
 }
+
+/// Options with the given HWMs and no linger.
+pub fn hwm(snd: usize, rcv: usize) -> Options {
+    Options {
+        sndhwm: snd,
+        rcvhwm: rcv,
+        linger: Some(Duration::ZERO),
+        ..Default::default()
+    }
+}
+
+/// A TCP address nobody listens on (bound then released).
+pub async fn dead_addr() -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+/// [`dead_addr`] as an endpoint.
+pub async fn dead_endpoint() -> String {
+    format!("tcp://{}", dead_addr().await)
+}
