@@ -59,7 +59,7 @@ async fn announced_frame_lengths_reserve_nothing_until_the_bytes_arrive() {
 
     let pull = Socket::new(SocketType::Pull, linger0());
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = ep.strip_prefix("tcp://").unwrap().parse().unwrap();
+    let addr = addr_of(&ep);
 
     // One ordinary exchange first, so state that is allocated once exists
     // before the baseline is taken.

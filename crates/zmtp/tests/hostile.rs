@@ -47,10 +47,6 @@ async fn expect_closed(addr: SocketAddr, bytes: Vec<u8>, within: Duration) {
     );
 }
 
-fn addr_of(ep: &str) -> SocketAddr {
-    ep.strip_prefix("tcp://").unwrap().parse().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_peers_lose_only_their_connection() {
     let pull = Socket::new(

@@ -166,3 +166,8 @@ pub async fn dead_addr() -> std::net::SocketAddr {
 pub async fn dead_endpoint() -> String {
     format!("tcp://{}", dead_addr().await)
 }
+
+/// The socket address of a `tcp://` endpoint reported by `bind`.
+pub fn addr_of(ep: &str) -> std::net::SocketAddr {
+    ep.strip_prefix("tcp://").unwrap().parse().unwrap()
+}
