@@ -26,9 +26,17 @@ const MAX_IDENTITY: usize = 255;
 /// [`Limits`] say. A READY from libzmq is tens of bytes; this leaves room for
 /// many `X-` properties, while a peer that never completes its handshake
 /// cannot make us buffer a 64 MiB "READY".
-pub const HANDSHAKE_FRAME_MAX: u64 = 64 << 10;
+pub const HANDSHAKE_FRAME_MAX: u64 = crate::frame::COMMAND_SIZE_FLOOR;
 
 /// The limits in force during the handshake: commands up to
+/// The failure an ERROR command from the peer causes.
+fn error_command(reason: &[u8]) -> Error {
+    PeerError::ErrorCommand {
+        reason: String::from_utf8_lossy(reason).into_owned(),
+    }
+    .into()
+}
+
 /// [`HANDSHAKE_FRAME_MAX`], message frames (refused then anyway) no larger.
 fn handshake_limits(limits: Limits) -> Limits {
     Limits {
@@ -425,8 +433,8 @@ impl Connection {
     where
         S: FnMut(&mut VecDeque<Event>, Message),
     {
+        // Always stored empty (`drain` below empties it).
         let mut heads = std::mem::take(&mut self.heads);
-        heads.clear();
         let mut end = 0usize;
         let mut failure = None;
         let mut messages = 0usize;
@@ -478,7 +486,6 @@ impl Connection {
                 }
             }
         }
-        heads.clear();
         self.heads = heads;
         result?;
         match failure {
@@ -530,6 +537,11 @@ impl Connection {
             }
         };
         let cmd = Command::decode(body)?;
+        // "A peer SHALL treat an incoming ERROR command as fatal", in the handshake too, for
+        // every mechanism.
+        if let Command::Error { reason } = &cmd {
+            return Err(error_command(reason));
+        }
         if let Some(peer) = self.mechanism.on_command(cmd, &mut self.pending)? {
             self.on_peer_ready(peer, now)?;
         }
@@ -603,12 +615,7 @@ impl Connection {
             Command::Subscribe(prefix) => self.events.push_back(Event::Subscribe(prefix)),
             Command::Cancel(prefix) => self.events.push_back(Event::Cancel(prefix)),
             // "A peer SHALL treat an incoming ERROR command as fatal".
-            Command::Error { reason } => {
-                return Err(PeerError::ErrorCommand {
-                    reason: String::from_utf8_lossy(&reason).into_owned(),
-                }
-                .into());
-            }
+            Command::Error { reason } => return Err(error_command(&reason)),
             // A repeated READY, and unknown commands, are ignored (as libzmq does).
             Command::Ready(_) | Command::Unknown { .. } => {}
         }
@@ -657,13 +664,19 @@ impl Connection {
     /// for a message without frames, and [`Error::Limit`] when a frame or the message exceeds
     /// [`Limits`]; nothing is written then.
     pub fn send_message(&mut self, msg: &Message, out: &mut BytesMut) -> Result<(), Error> {
+        self.prepare_send(msg, out)?;
+        encode_message(msg, out);
+        Ok(())
+    }
+
+    /// The checks every outgoing message passes, then the pending control bytes into `out`.
+    fn prepare_send(&mut self, msg: &Message, out: &mut BytesMut) -> Result<(), Error> {
         self.check_can_send()?;
         if msg.is_empty() {
             return Err(CallerError::EmptyMessage.into());
         }
         self.limits.check_message(msg)?;
         self.poll_transmit(out);
-        encode_message(msg, out);
         Ok(())
     }
 
@@ -684,9 +697,7 @@ impl Connection {
         if msg.frames().iter().all(|f| f.len() <= copy_max) {
             return self.send_message(msg, out);
         }
-        self.check_can_send()?;
-        self.limits.check_message(msg)?;
-        self.poll_transmit(out);
+        self.prepare_send(msg, out)?;
         let frames = msg.frames();
         let last = frames.len().saturating_sub(1);
         for (i, frame) in frames.iter().enumerate() {

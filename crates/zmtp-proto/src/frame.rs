@@ -62,15 +62,7 @@ impl Limits {
 
     /// Checks an outgoing message against these limits.
     pub fn check_message(&self, msg: &Message) -> Result<(), LimitError> {
-        // Fast path: one frame within both limits (the common case).
-        if let [frame] = msg.frames() {
-            let size = frame.len() as u64;
-            if size <= self.max_frame_size
-                && size.saturating_add(FRAME_OVERHEAD) <= self.max_message_size
-            {
-                return Ok(());
-            }
-        }
+        let mut bytes = 0usize;
         for frame in msg.frames() {
             let size = frame.len() as u64;
             if size > self.max_frame_size {
@@ -79,8 +71,9 @@ impl Limits {
                     max: self.max_frame_size,
                 });
             }
+            bytes += frame.len();
         }
-        let cost = Limits::message_cost(msg.len(), msg.byte_len());
+        let cost = Limits::message_cost(msg.len(), bytes);
         if cost > self.max_message_size {
             return Err(LimitError::MessageTooLarge {
                 size: cost,

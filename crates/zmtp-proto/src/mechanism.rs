@@ -21,13 +21,6 @@ pub enum MechanismConfig {
 }
 
 impl MechanismConfig {
-    /// The mechanism name sent in the greeting (`"NULL"`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            MechanismConfig::Null => "NULL",
-        }
-    }
-
     pub(crate) fn build(&self) -> Box<dyn Mechanism + Send + Sync> {
         match self {
             MechanismConfig::Null => Box::new(NullMechanism),
@@ -82,11 +75,7 @@ impl Mechanism for NullMechanism {
     fn on_command(&mut self, cmd: Command, _out: &mut BytesMut) -> Result<Option<Metadata>, Error> {
         match cmd {
             Command::Ready(peer) => Ok(Some(peer)),
-            // "A peer SHALL treat an incoming ERROR command as fatal."
-            Command::Error { reason } => Err(PeerError::ErrorCommand {
-                reason: String::from_utf8_lossy(&reason).into_owned(),
-            }
-            .into()),
+            // (An ERROR never gets here: the connection fails on it for every mechanism.)
             other => Err(PeerError::UnexpectedDuringHandshake {
                 expected: "READY",
                 got: String::from_utf8_lossy(other.name()).into_owned(),
