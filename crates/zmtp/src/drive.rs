@@ -104,10 +104,8 @@ impl CoTask {
 
     /// Drops the future (its task has ended or was cancelled).
     pub(crate) fn finish(&self) {
-        let fut = match self.fut.lock() {
-            Ok(mut slot) => slot.take(),
-            Err(p) => p.into_inner().take(),
-        };
+        // Dropped after the lock is released: the future's drop may wake others.
+        let fut = lock(&self.fut).take();
         drop(fut);
     }
 

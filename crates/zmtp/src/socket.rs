@@ -605,9 +605,6 @@ impl Inner {
     }
 
     fn check_message(&self, msg: &Message) -> Result<(), Error> {
-        if msg.is_empty() {
-            return Err(Error::EmptyMessage);
-        }
         match self.options.limits.check_message(msg) {
             Ok(()) => Ok(()),
             Err(dafka_zmtp_proto::LimitError::FrameTooLarge { size, max }) => {
@@ -659,8 +656,13 @@ impl Inner {
 
     /// Non-blocking send according to the socket pattern.
     pub(crate) fn try_send(&self, mut msg: Message) -> Result<(), SendError> {
-        if let Err(e) = self.check_message(&msg) {
-            return Err(SendError::Fail(e));
+        if msg.is_empty() {
+            return Err(SendError::Fail(Error::EmptyMessage));
+        }
+        // The limits apply to the message as it goes on the wire: REQ and REP
+        // check it once their envelope is on.
+        if !matches!(self.socket_type, SocketType::Req | SocketType::Rep) {
+            self.check_message(&msg).map_err(SendError::Fail)?;
         }
         let mut st = lock(&self.state);
         if st.closed {
@@ -681,6 +683,7 @@ impl Inner {
                 // 28/REQREP: "The REQ socket MUST prefix the message with an
                 // empty delimiter frame."
                 msg.push_front(Bytes::new());
+                self.check_message(&msg).map_err(SendError::Fail)?;
                 match Self::load_balance(&mut st, msg, self.options.immediate) {
                     Ok(id) => {
                         st.req_waiting = Some(id);
@@ -693,18 +696,19 @@ impl Inner {
                 }
             }
             SocketType::Rep => {
-                let Some((pipe_id, envelope)) = st.rep_envelope.take() else {
+                let Some((pipe_id, envelope)) = &st.rep_envelope else {
                     return Err(SendError::Fail(Error::InvalidState(
                         "REP must receive a request before sending",
                     )));
                 };
-                let mut out = Message::new();
-                for f in envelope {
-                    out.push(f);
-                }
+                let pipe_id = *pipe_id;
+                let mut out: Message = envelope.iter().cloned().collect();
                 for f in msg.into_frames() {
                     out.push(f);
                 }
+                // Refused: the request stays answerable.
+                self.check_message(&out).map_err(SendError::Fail)?;
+                st.rep_envelope = None;
                 // The requester may be gone or full: the reply is dropped, as
                 // in libzmq.
                 if let Some(e) = st.entry_mut(pipe_id) {
@@ -748,9 +752,8 @@ impl Inner {
                 Ok(())
             }
             SocketType::Xsub => {
-                let first = msg.frames().first().cloned().unwrap_or_default();
-                let is_sub = msg.len() == 1 && matches!(first.first(), Some(0x00 | 0x01));
-                if is_sub {
+                if is_subscription_message(&msg) {
+                    let first = &msg.frames()[0];
                     let prefix = first.slice(1..);
                     let forward = if first.first() == Some(&0x01) {
                         st.subs.add(prefix);

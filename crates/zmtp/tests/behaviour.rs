@@ -1369,3 +1369,40 @@ async fn cancelled_recv_loses_no_message() {
     assert!(cancelled > 0, "no receive was ever cancelled");
     drop(sender.await.unwrap());
 }
+
+/// The size limits apply to a REQ message with its delimiter and to a REP
+/// reply with its envelope: one that fits only without them is refused at
+/// `send` (not accepted, then dropped on the way, leaving REQ waiting).
+#[tokio::test]
+async fn req_and_rep_limits_count_the_envelope() {
+    let limited = || Options {
+        limits: dafka_zmtp::Limits {
+            max_message_size: 1000,
+            ..Default::default()
+        },
+        ..linger0()
+    };
+    let (req, rep, _) = pair_with(
+        SocketType::Req,
+        limited(),
+        SocketType::Rep,
+        limited(),
+        "tcp",
+    )
+    .await;
+    // One frame of 968 bytes costs 1000 (32 per frame); the delimiter makes it 1032.
+    assert!(matches!(
+        req.send(msg(&[&[7u8; 968]])).await,
+        Err(Error::MessageTooLarge { .. })
+    ));
+    send(&req, msg(&[&[7u8; 936]])).await;
+    assert_eq!(frames(&recv(&rep).await), vec![vec![7u8; 936]]);
+    // The reply carries REQ's delimiter back: 968 bytes no longer fit, and the
+    // request can still be answered after the refusal.
+    assert!(matches!(
+        rep.send(msg(&[&[8u8; 968]])).await,
+        Err(Error::MessageTooLarge { .. })
+    ));
+    send(&rep, msg(&[&[8u8; 936]])).await;
+    assert_eq!(frames(&recv(&req).await), vec![vec![8u8; 936]]);
+}
