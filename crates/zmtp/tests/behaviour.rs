@@ -422,7 +422,7 @@ async fn disconnect_of_an_abandoned_endpoint_is_unknown() {
     // A PUB peer: incompatible with PUSH, so the connector stops for good.
     peer.write_all(&handshake("PUB")).await.unwrap();
     assert!(
-        closed_within(&mut peer, 5).await,
+        closed_within(&mut peer, Duration::from_secs(5)).await,
         "the incompatible connection was not closed"
     );
     // The connector's exit follows the close.
@@ -562,7 +562,10 @@ async fn heartbeat_timeout_closes_dead_peer() {
     // Read (and ignore) everything; never answer PINGs. The pusher must close
     // the connection by itself.
     let started = std::time::Instant::now();
-    assert!(closed_within(&mut s, 5).await, "dead peer was not closed");
+    assert!(
+        closed_within(&mut s, Duration::from_secs(5)).await,
+        "dead peer was not closed"
+    );
     assert!(started.elapsed() >= Duration::from_millis(100));
     // And it reconnects.
     let again = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await;
@@ -1140,7 +1143,7 @@ async fn router_handover_closes_the_old_connection() {
     );
     // The old connection is closed by the router.
     assert!(
-        closed_within(&mut old, 3).await,
+        closed_within(&mut old, Duration::from_secs(3)).await,
         "the handed-over connection stayed open"
     );
 }

@@ -88,11 +88,14 @@ pub fn linger0() -> Options {
 }
 
 /// Reads (and discards) from a raw peer stream until the socket closes it.
-/// False when it is still open after `secs` seconds.
-pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, secs: u64) -> bool {
+/// False when it is still open after `within`.
+pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    within: Duration,
+) -> bool {
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; 4096];
-    tokio::time::timeout(std::time::Duration::from_secs(secs), async {
+    tokio::time::timeout(within, async {
         loop {
             match stream.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
