@@ -13,7 +13,7 @@ use bytes::Bytes;
 use dafka_zmtp::{Limits, Message, Options, Socket, SocketType};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::asyncio::{self, Receivers, Stash, lock};
 use crate::{arrow_batch, errors, runtime};
@@ -367,7 +367,7 @@ fn frame_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
             "frames must be bytes, not str (encode it first)",
         ));
     }
-    if obj.hasattr("tobytes")? {
+    if obj.hasattr(pyo3::intern!(obj.py(), "tobytes"))? {
         let b = obj.call_method0("tobytes")?;
         return Ok(Bytes::copy_from_slice(b.cast::<PyBytes>()?.as_bytes()));
     }
@@ -384,9 +384,13 @@ fn to_message(frames: &Bound<'_, PyAny>) -> PyResult<Message> {
             "a message must be bytes or a sequence of bytes, not str",
         ));
     }
-    let single = frames.is_instance_of::<PyBytes>()
-        || frames.is_instance_of::<PyByteArray>()
-        || frames.hasattr("tobytes")?;
+    // Lists and tuples (the usual multipart form) skip the attribute probe,
+    // which raises and clears an AttributeError for them on every send.
+    let sequence = frames.is_instance_of::<PyList>() || frames.is_instance_of::<PyTuple>();
+    let single = !sequence
+        && (frames.is_instance_of::<PyBytes>()
+            || frames.is_instance_of::<PyByteArray>()
+            || frames.hasattr(pyo3::intern!(frames.py(), "tobytes"))?);
     if single {
         return Ok(Message::from(frame_bytes(frames)?));
     }
