@@ -8,8 +8,8 @@
 //!   from their streams (TCP back-pressure); nothing is ever dropped there.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -31,7 +31,7 @@ impl<T> std::ops::Deref for Padded<T> {
 }
 
 /// One item queued towards a peer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Out {
     /// An application message.
     Msg(Message),
@@ -66,22 +66,22 @@ impl Pipe {
 
     /// Queue a message unless the pipe holds `hwm` items already.
     pub(crate) fn try_push(&self, msg: Message) -> Result<(), Message> {
-        let mut q = lock(&self.queue);
+        let q = lock(&self.queue);
         if q.len() >= self.hwm {
             return Err(msg);
         }
-        q.push_back(Out::Msg(msg));
-        let was_empty = q.len() == 1;
-        drop(q);
-        if was_empty {
-            self.wake.notify_one();
-        }
+        self.push_locked(q, Out::Msg(msg));
         Ok(())
     }
 
     /// Queue an item regardless of the HWM (subscriptions are never dropped).
     pub(crate) fn push_force(&self, item: Out) {
-        let mut q = lock(&self.queue);
+        self.push_locked(lock(&self.queue), item);
+    }
+
+    /// Append to the locked queue; wake the connection task (after unlocking)
+    /// if the queue was empty.
+    fn push_locked(&self, mut q: MutexGuard<'_, VecDeque<Out>>, item: Out) {
         q.push_back(item);
         let was_empty = q.len() == 1;
         drop(q);
@@ -94,18 +94,11 @@ impl Pipe {
         lock(&self.queue).is_empty()
     }
 
-    /// Move every queued item into `into` (which must be empty; the two
+    /// Move every queued item into `into` (O(1) when `into` is empty: the two
     /// deques are swapped). Returns `true` if the pipe was at its HWM, i.e.
     /// blocked senders may now proceed.
     pub(crate) fn take_all(&self, into: &mut VecDeque<Out>) -> bool {
-        let mut q = lock(&self.queue);
-        let was_full = q.len() >= self.hwm;
-        if into.is_empty() {
-            std::mem::swap(&mut *q, into);
-        } else {
-            into.append(&mut q);
-        }
-        was_full
+        self.take_up_to(usize::MAX, into)
     }
 
     /// Move queued items into `into` until `max_msgs` messages were moved

@@ -817,23 +817,21 @@ impl Inner {
         if matches!(self.socket_type, SocketType::Req | SocketType::Rep) {
             return self.try_recv_lockstep();
         }
+        // Only SUB is left (libzmq's XSUB passes every message through): pop
+        // and filter under one lock of the state, in the order `try_recv_lockstep`
+        // takes the locks too.
+        debug_assert_eq!(self.socket_type, SocketType::Sub);
+        let st = lock(&self.state);
+        if st.closed {
+            return Err(Error::Closed);
+        }
         loop {
-            // No state to check: the atomic mirror of `closed` spares a lock per message.
-            if self.is_closed() {
-                return Err(Error::Closed);
-            }
             let Some((_, msg)) = self.inbound.pop() else {
                 return Err(Error::WouldBlock);
             };
-            match self.socket_type {
-                // SUB only: libzmq's XSUB passes every message through.
-                SocketType::Sub => {
-                    let topic = msg.frames().first().cloned().unwrap_or_default();
-                    if lock(&self.state).subs.matches(&topic) {
-                        return Ok(msg);
-                    }
-                }
-                _ => return Ok(msg),
+            let topic = msg.frames().first().map_or(&[][..], |f| &f[..]);
+            if st.subs.matches(topic) {
+                return Ok(msg);
             }
         }
     }
@@ -919,11 +917,7 @@ impl Inner {
             return Ok(());
         };
         for e in st.pipes.iter().filter(|e| e.ready) {
-            e.pipe.push_force(match &item {
-                Out::Sub(p) => Out::Sub(p.clone()),
-                Out::Cancel(p) => Out::Cancel(p.clone()),
-                Out::Msg(m) => Out::Msg(m.clone()),
-            });
+            e.pipe.push_force(item.clone());
         }
         Ok(())
     }
