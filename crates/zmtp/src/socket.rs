@@ -120,8 +120,8 @@ struct State {
     pipes: Vec<PipeEntry>,
     /// Next pipe index for round-robin.
     rr: usize,
-    /// ROUTER: routing id -> pipe id.
-    routes: HashMap<Bytes, u64>,
+    /// ROUTER: routing id -> the pipe to that peer.
+    routes: HashMap<Bytes, Arc<Pipe>>,
     next_routing_id: u32,
     /// SUB/XSUB: our subscriptions. XPUB: for each prefix, how many peers
     /// subscribed to it.
@@ -404,7 +404,7 @@ impl Inner {
                     }
                 };
                 Some(rid)
-            } else if let Some(&old) = st.routes.get(peer_identity) {
+            } else if let Some(old) = st.routes.get(peer_identity).map(|p| p.id) {
                 if !self.options.router_handover {
                     return Err(AttachError::DuplicateRoutingId);
                 }
@@ -426,7 +426,7 @@ impl Inner {
             None => self.new_pipe(),
         };
         if let Some(rid) = &routing_id {
-            st.routes.insert(rid.clone(), pipe.id);
+            st.routes.insert(rid.clone(), pipe.clone());
         }
         let evicted = Arc::new(Stop::default());
         match st.entry_mut(pipe.id) {
@@ -501,7 +501,7 @@ impl Inner {
     /// Drop routing and subscription state of a departed peer.
     fn forget_peer(&self, st: &mut State, entry: PipeEntry) {
         if let Some(rid) = &entry.routing_id
-            && st.routes.get(rid) == Some(&entry.pipe.id)
+            && st.routes.get(rid).map(|p| p.id) == Some(entry.pipe.id)
         {
             st.routes.remove(rid);
         }
@@ -721,13 +721,8 @@ impl Inner {
                     return Err(SendError::Fail(Error::EmptyMessage));
                 };
                 let mandatory = self.options.router_mandatory;
-                let pipe = st
-                    .routes
-                    .get(&rid)
-                    .copied()
-                    .and_then(|id| st.pipes.iter().find(|e| e.pipe.id == id))
-                    .map(|e| e.pipe.clone());
-                match pipe {
+                // Every route is to a pipe in `st.pipes`: `forget_peer` removes it with its pipe.
+                match st.routes.get(&rid) {
                     None if mandatory => Err(SendError::Fail(Error::HostUnreachable(rid))),
                     None => Ok(()),
                     Some(_) if msg.is_empty() => Ok(()),
