@@ -116,7 +116,6 @@ struct PipeEntry {
 
 #[derive(Debug, Default)]
 struct State {
-    closed: bool,
     pipes: Vec<PipeEntry>,
     /// Next pipe index for round-robin.
     rr: usize,
@@ -155,7 +154,8 @@ pub(crate) struct Inner {
     pub(crate) socket_type: SocketType,
     pub(crate) options: Options,
     state: Padded<Mutex<State>>,
-    /// Mirror of `State::closed` for lock-free checks on hot paths.
+    /// Set once, by `close`, under the state lock: readable without the lock
+    /// on hot paths, and stable while the lock is held.
     closed: AtomicBool,
     pub(crate) inbound: Inbound,
     /// Wakes blocked senders (a pipe drained below its HWM, a peer arrived,
@@ -297,7 +297,7 @@ impl Inner {
     pub(crate) fn add_connect_pipe(&self) -> Result<Arc<Pipe>, Error> {
         let pipe = self.new_pipe();
         let mut st = lock(&self.state);
-        if st.closed {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         st.pipes.push(PipeEntry {
@@ -378,7 +378,7 @@ impl Inner {
         let mut st = lock(&self.state);
         // While lingering, connect-side pipes may still complete a handshake
         // to flush; new peers are refused.
-        if st.closed && existing.is_none() {
+        if self.is_closed() && existing.is_none() {
             return Err(AttachError::Closed);
         }
         let own_id = existing.map(|p| p.id);
@@ -665,7 +665,7 @@ impl Inner {
             self.check_message(&msg).map_err(SendError::Fail)?;
         }
         let mut st = lock(&self.state);
-        if st.closed {
+        if self.is_closed() {
             return Err(SendError::Fail(Error::Closed));
         }
         match self.socket_type {
@@ -817,7 +817,7 @@ impl Inner {
         // takes the locks too.
         debug_assert_eq!(self.socket_type, SocketType::Sub);
         let st = lock(&self.state);
-        if st.closed {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         loop {
@@ -836,7 +836,7 @@ impl Inner {
     fn try_recv_lockstep(&self) -> Result<Message, Error> {
         let mut st = lock(&self.state);
         loop {
-            if st.closed {
+            if self.is_closed() {
                 return Err(Error::Closed);
             }
             if self.socket_type == SocketType::Req && st.req_waiting.is_none() {
@@ -898,7 +898,7 @@ impl Inner {
         }
         let prefix = Bytes::copy_from_slice(prefix);
         let mut st = lock(&self.state);
-        if st.closed {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         // libzmq forwards every subscribe, but a cancel only once the last
@@ -926,11 +926,11 @@ impl Inner {
     pub(crate) async fn close(self: &Arc<Self>) {
         let names: Vec<String> = {
             let mut st = lock(&self.state);
-            if st.closed {
+            // Set under the state lock, so a check made under it stays true
+            // until the lock is released.
+            if self.closed.swap(true, Ordering::AcqRel) {
                 Vec::new()
             } else {
-                st.closed = true;
-                self.closed.store(true, Ordering::Release);
                 st.inproc_names.drain(..).collect()
             }
         };
