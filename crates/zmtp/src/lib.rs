@@ -70,6 +70,21 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Resolves once `ready()` holds, re-checking at every notification of
+/// `notify`. The waiter registers before each check, so a notification
+/// between the check and the wait is not lost.
+pub(crate) async fn wait_until(notify: &tokio::sync::Notify, ready: impl Fn() -> bool) {
+    loop {
+        let n = notify.notified();
+        tokio::pin!(n);
+        n.as_mut().enable();
+        if ready() {
+            return;
+        }
+        n.await;
+    }
+}
+
 /// A ZeroMQ socket.
 ///
 /// `Socket` is a cheap handle: clones share the same socket, and it is

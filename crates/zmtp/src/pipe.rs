@@ -15,7 +15,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use crate::Message;
-use crate::lock;
+use crate::{lock, wait_until};
 
 /// Keeps a value on its own cache line(s), so that locks and counters used by
 /// different threads do not slow each other down (false sharing).
@@ -351,15 +351,7 @@ impl Inbound {
 
     /// Wait until the queue is below its HWM.
     pub(crate) async fn wait_space(&self) {
-        loop {
-            let notified = self.space.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.has_space() {
-                return;
-            }
-            notified.await;
-        }
+        wait_until(&self.space, || self.has_space()).await;
     }
 }
 

@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::options::Options;
 use crate::pipe::{Inbound, Out, Padded, Pipe};
 use crate::subs::SubSet;
-use crate::{Message, SocketType, lock};
+use crate::{Message, SocketType, lock, wait_until};
 
 /// Lifecycle of a socket, observed by all of its tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,15 +45,7 @@ impl Stop {
 
     /// Resolves once [`stop`](Stop::stop) was called.
     pub(crate) async fn wait(&self) {
-        loop {
-            let n = self.notify.notified();
-            tokio::pin!(n);
-            n.as_mut().enable();
-            if self.is_stopped() {
-                return;
-            }
-            n.await;
-        }
+        wait_until(&self.notify, || self.is_stopped()).await;
     }
 }
 
@@ -963,30 +955,16 @@ impl Inner {
     /// inproc peers are drained by the peer's tasks, so they are polled).
     async fn wait_flushed(&self) {
         loop {
-            let n = self.tasks_done.notified();
-            tokio::pin!(n);
-            n.as_mut().enable();
-            if self.tasks.load(Ordering::Acquire) == 0 {
-                if self.pipes_empty() {
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                continue;
+            self.wait_tasks().await;
+            if self.pipes_empty() {
+                return;
             }
-            n.await;
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
     }
 
     async fn wait_tasks(&self) {
-        loop {
-            let n = self.tasks_done.notified();
-            tokio::pin!(n);
-            n.as_mut().enable();
-            if self.tasks.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            n.await;
-        }
+        wait_until(&self.tasks_done, || self.tasks.load(Ordering::Acquire) == 0).await;
     }
 }
 
