@@ -210,6 +210,7 @@ where
         }
         // Surface what the last input produced.
         while let Some(ev) = conn.poll_event() {
+            let mut item = None;
             match ev {
                 Event::Ready {
                     peer_socket_type,
@@ -228,31 +229,16 @@ where
                     }
                     Err(e) => break 'conn ConnEnd::Rejected(e),
                 },
-                Event::Message(m) => {
-                    if let Some(l) = &link
-                        && let Err(e) = inner.on_message(l, m, &mut batch)
-                    {
-                        failure = Some(ConnEnd::Subscription(e));
-                        break;
-                    }
-                }
-                Event::Subscribe(p) => {
-                    if let Some(l) = &link
-                        && let Err(e) = inner.on_subscription(l, p, true)
-                    {
-                        failure = Some(ConnEnd::Subscription(e));
-                        break;
-                    }
-                }
-                Event::Cancel(p) => {
-                    if let Some(l) = &link
-                        && let Err(e) = inner.on_subscription(l, p, false)
-                    {
-                        failure = Some(ConnEnd::Subscription(e));
-                        break;
-                    }
-                }
+                Event::Message(m) => item = Some(Out::Msg(m)),
+                Event::Subscribe(p) => item = Some(Out::Sub(p)),
+                Event::Cancel(p) => item = Some(Out::Cancel(p)),
                 _ => {}
+            }
+            if let (Some(l), Some(item)) = (&link, item)
+                && let Err(e) = inner.on_item(l, item, &mut batch)
+            {
+                failure = Some(ConnEnd::Subscription(e));
+                break;
             }
         }
         let woke_consumer = inner.inbound.push_fair(&mut batch);

@@ -249,13 +249,8 @@ fn transfer(
         src.send_space.notify_waiters();
     }
     for item in items.drain(..) {
-        let res = match item {
-            Out::Msg(m) => dst.on_message(dst_link, m, batch),
-            Out::Sub(p) => dst.on_subscription(dst_link, p, true),
-            Out::Cancel(p) => dst.on_subscription(dst_link, p, false),
-        };
         // An in-process peer is not hostile: the subscription is dropped.
-        if let Err(e) = res {
+        if let Err(e) = dst.on_item(dst_link, item, batch) {
             tracing::warn!(error = %e, "inproc: dropping a subscription");
         }
     }

@@ -507,6 +507,22 @@ impl Inner {
         }
     }
 
+    /// An item that arrived from a peer: a message, or a subscription or
+    /// cancellation (command form). Fails when the peer broke a
+    /// subscription limit.
+    pub(crate) fn on_item(
+        &self,
+        link: &Link,
+        item: Out,
+        batch: &mut VecDeque<(u64, Message)>,
+    ) -> Result<(), SubscriptionError> {
+        match item {
+            Out::Msg(m) => self.on_message(link, m, batch),
+            Out::Sub(p) => self.on_subscription(link, p, true),
+            Out::Cancel(p) => self.on_subscription(link, p, false),
+        }
+    }
+
     /// A message arrived from a peer. Decoded messages are appended to
     /// `batch` (pushed to the receive queue once per read). An error means
     /// the peer broke a subscription limit: close its connection.
