@@ -171,6 +171,9 @@ where
     let mut link: Option<Link> = None;
     let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
     let mut phase = inner.phase();
+    // Read again only when it changed (a version check, where reading takes
+    // the channel's lock).
+    let mut ph = *phase.borrow_and_update();
     let mut deadline = conn.poll_timeout();
     // A failure is acted on after the events decoded before it were handled
     // (complete messages that preceded the bad bytes are delivered, as libzmq).
@@ -272,7 +275,9 @@ where
             sleep.as_mut().reset(to_tokio(deadline));
         }
 
-        let ph = *phase.borrow_and_update();
+        if phase.has_changed().unwrap_or(true) {
+            ph = *phase.borrow_and_update();
+        }
         match ph {
             Phase::Terminated => break ConnEnd::Closed,
             Phase::Closing
