@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arrow_pyarrow::ToPyArrow;
 use bytes::Bytes;
-use dafka_zmtp::{Limits, Message, Options, Socket, SocketType};
+use dafka_zmtp::{Limits, Message, Options, SendError, Socket, SocketType};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -102,13 +102,13 @@ impl PySocket {
         self.check_process()?;
         let msg = to_message(frames)?;
         let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
-        // Fast path: queue without leaving the calling thread. `try_send`
-        // consumes its message, so it gets a cheap clone (frames are
-        // reference-counted) and the original is kept for the slow path.
-        match self.socket.try_send(msg.clone()) {
-            Err(dafka_zmtp::Error::WouldBlock) => {}
-            done => return done.map_err(errors::zmtp),
-        }
+        // Fast path: queue without leaving the calling thread; a message that
+        // must wait comes back for the slow path.
+        let msg = match self.socket.try_send_keeping(msg) {
+            Ok(()) => return Ok(()),
+            Err(SendError::Fail(e)) => return Err(errors::zmtp(e)),
+            Err(SendError::Block(msg)) => msg,
+        };
         runtime::wait_for_at_most(py, timeout, self.socket.send(msg))?
             .ok_or_else(|| errors::timeout("send timed out; the message was not sent"))?
             .map_err(errors::zmtp)

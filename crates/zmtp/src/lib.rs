@@ -63,7 +63,8 @@ pub use crate::error::Error;
 pub use crate::options::Options;
 
 use crate::endpoint::Endpoint;
-use crate::socket::{Inner, SendError};
+use crate::socket::Inner;
+pub use crate::socket::SendError;
 
 /// Lock a mutex, ignoring poisoning (no code path panics while holding one).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -316,11 +317,17 @@ impl Socket {
     /// Send without waiting: [`Error::WouldBlock`] when [`send`](Socket::send)
     /// would wait (the message is dropped in that case).
     pub fn try_send(&self, msg: Message) -> Result<(), Error> {
-        match self.inner().try_send(msg) {
-            Ok(()) => Ok(()),
-            Err(SendError::Fail(e)) => Err(e),
-            Err(SendError::Block(_)) => Err(Error::WouldBlock),
-        }
+        self.try_send_keeping(msg).map_err(|e| match e {
+            SendError::Fail(e) => e,
+            SendError::Block(_) => Error::WouldBlock,
+        })
+    }
+
+    /// Like [`try_send`](Socket::try_send), but a message that would have to
+    /// wait is handed back ([`SendError::Block`]), e.g. to wait for room with
+    /// [`send`](Socket::send).
+    pub fn try_send_keeping(&self, msg: Message) -> Result<(), SendError> {
+        self.inner().try_send(msg)
     }
 
     /// Receive the next message. Cancel-safe: if the future is dropped, no

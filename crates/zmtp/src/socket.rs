@@ -133,10 +133,14 @@ impl State {
     }
 }
 
-/// Result of a non-blocking send attempt.
-pub(crate) enum SendError {
-    /// Would block; the message is handed back.
+/// Why [`Socket::try_send_keeping`](crate::Socket::try_send_keeping) did not
+/// queue a message.
+#[derive(Debug)]
+pub enum SendError {
+    /// [`send`](crate::Socket::send) would wait (no peer has room): the
+    /// message is handed back.
     Block(Message),
+    /// The message was refused; it is dropped.
     Fail(Error),
 }
 
