@@ -159,28 +159,30 @@ impl PySocket {
         {
             next = Some(first.map_err(errors::zmtp)?);
         }
-        while let Some(msg) = next {
-            if let Err(msg) = batch.push(msg) {
-                // Full (count or Arrow's 2 GiB of offsets): it opens the next batch.
-                let size = msg.byte_len();
-                lock(&self.stash).push_front(msg);
-                if batch.is_empty() {
-                    return Err(errors::invalid(format!(
-                        "a message of {size} bytes does not fit in an Arrow batch \
-                         (2 GiB at most); receive it with recv()"
-                    )));
+        // Draining what is queued and building the batch need no Python: both
+        // run without the GIL.
+        let built = py.detach(|| {
+            while let Some(msg) = next {
+                if let Err(msg) = batch.push(msg) {
+                    // Full (count or Arrow's 2 GiB of offsets): it opens the next batch.
+                    let size = msg.byte_len();
+                    lock(&self.stash).push_front(msg);
+                    if batch.is_empty() {
+                        return Err(errors::invalid(format!(
+                            "a message of {size} bytes does not fit in an Arrow batch \
+                             (2 GiB at most); receive it with recv()"
+                        )));
+                    }
+                    break;
                 }
-                break;
+                // Nothing more queued, or an error the next call will report:
+                // what was received is returned first, so nothing is lost.
+                next = self.take_stashed().or_else(|| self.socket.try_recv().ok());
             }
-            // Nothing more queued, or an error the next call will report:
-            // what was received is returned first, so nothing is lost.
-            next = self.take_stashed().or_else(|| self.socket.try_recv().ok());
-        }
-        let messages = batch.into_messages();
-        let batch = py
-            .detach(|| arrow_batch::frames_batch(&messages))
-            .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))?;
-        batch.to_pyarrow(py)
+            arrow_batch::frames_batch(&batch.into_messages())
+                .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))
+        })?;
+        built.to_pyarrow(py)
     }
 
     /// Subscribe a SUB socket to messages starting with `prefix` (`b""`: all).
