@@ -49,19 +49,39 @@ pub(crate) fn payload(size: usize) -> Bytes {
         .into()
 }
 
+/// Sends `body` `n` times.
+async fn send_n<B: Backend>(
+    sock: &mut B,
+    body: &Bytes,
+    n: u64,
+    deadline: Instant,
+) -> Result<(), BenchError> {
+    for _ in 0..n {
+        sock.send(body, deadline).await?;
+    }
+    Ok(())
+}
+
+/// One request and its reply.
+async fn round_trip<B: Backend>(
+    sock: &mut B,
+    body: &Bytes,
+    deadline: Instant,
+) -> Result<B::Msg, BenchError> {
+    sock.send(body, deadline).await?;
+    sock.flush(deadline).await?;
+    sock.recv(deadline).await
+}
+
 async fn push<B: Backend>(
     sock: &mut B,
     args: &RunArgs,
     deadline: Instant,
 ) -> Result<Report, BenchError> {
     let body = payload(args.size);
-    for _ in 0..args.warmup {
-        sock.send(&body, deadline).await?;
-    }
+    send_n(sock, &body, args.warmup, deadline).await?;
     let t0 = Instant::now();
-    for _ in 0..args.count {
-        sock.send(&body, deadline).await?;
-    }
+    send_n(sock, &body, args.count, deadline).await?;
     sock.flush(deadline).await?;
     let elapsed = t0.elapsed().as_secs_f64();
     let mut r = Report::default();
@@ -86,12 +106,12 @@ async fn pull<B: Backend>(
             )))
         }
     };
-    for _ in 0..args.warmup {
+    // The clock starts at the first measured message (the one after the warm-up) and stops
+    // at the last one, so connection set-up and warm-up are excluded; `count - 1` intervals
+    // lie in between.
+    for _ in 0..=args.warmup {
         check(B::msg_len(&sock.recv(deadline).await?))?;
     }
-    // The clock starts at the first measured message and stops at the last one, so
-    // connection set-up and warm-up are excluded; `count - 1` intervals lie in between.
-    check(B::msg_len(&sock.recv(deadline).await?))?;
     let t0 = Instant::now();
     for _ in 1..args.count {
         check(B::msg_len(&sock.recv(deadline).await?))?;
@@ -118,9 +138,7 @@ async fn req<B: Backend>(
 ) -> Result<Report, BenchError> {
     let body = payload(args.size);
     for _ in 0..args.warmup {
-        sock.send(&body, deadline).await?;
-        sock.flush(deadline).await?;
-        sock.recv(deadline).await?;
+        round_trip(sock, &body, deadline).await?;
     }
     // Reserve up front for typical runs (so the loop does not reallocate), not for huge counts.
     let capacity = usize::try_from(args.count).map_or(1 << 20, |c| c.min(1 << 20));
@@ -128,9 +146,7 @@ async fn req<B: Backend>(
     let t_all = Instant::now();
     for _ in 0..args.count {
         let t0 = Instant::now();
-        sock.send(&body, deadline).await?;
-        sock.flush(deadline).await?;
-        let reply = sock.recv(deadline).await?;
+        let reply = round_trip(sock, &body, deadline).await?;
         samples.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
         if B::msg_len(&reply) != args.size {
             return Err(BenchError::Peer(format!(

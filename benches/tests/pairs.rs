@@ -107,48 +107,44 @@ fn a_lone_receiver_times_out_and_reports_it() {
     );
 }
 
-#[test]
-fn a_sender_whose_peer_dies_exits_by_itself() {
+/// Starts `peer_role` (which binds), then `role` against it with a 2 s timeout, kills the
+/// peer, and expects `role` to give up by itself, with a failure, well within 10 s.
+fn exits_when_peer_dies(peer_role: &str, role: &str, size: usize) {
     for backend in backends() {
         let port = free_port();
-        let mut pull = spawn("pull", &backend, port, 1024, 10_000_000);
-        let mut push = Command::new(BIN)
-            .args(["push", "--impl", &backend, "--endpoint"])
+        let mut peer = spawn(peer_role, &backend, port, size, 100_000_000);
+        let mut side = Command::new(BIN)
+            .args([role, "--impl", &backend, "--endpoint"])
             .arg(format!("tcp://127.0.0.1:{port}"))
-            .args(["--size", "1024", "--count", "100000000", "--timeout", "2"])
+            .args([
+                "--size",
+                &size.to_string(),
+                "--count",
+                "100000000",
+                "--timeout",
+                "2",
+            ])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        pull.kill().unwrap();
-        let _ = pull.wait();
+        peer.kill().unwrap();
+        let _ = peer.wait();
         let started = Instant::now();
-        let status = push.wait().unwrap();
+        let status = side.wait().unwrap();
         assert!(started.elapsed() < Duration::from_secs(10), "{backend}");
         assert!(!status.success(), "{backend}");
     }
 }
 
 #[test]
+fn a_sender_whose_peer_dies_exits_by_itself() {
+    exits_when_peer_dies("pull", "push", 1024);
+}
+
+#[test]
 fn a_requester_whose_replier_dies_exits_by_itself() {
-    for backend in backends() {
-        let port = free_port();
-        let mut rep = spawn("rep", &backend, port, 64, 100_000_000);
-        let mut req = Command::new(BIN)
-            .args(["req", "--impl", &backend, "--endpoint"])
-            .arg(format!("tcp://127.0.0.1:{port}"))
-            .args(["--size", "64", "--count", "100000000", "--timeout", "2"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        rep.kill().unwrap();
-        let _ = rep.wait();
-        let started = Instant::now();
-        let status = req.wait().unwrap();
-        assert!(started.elapsed() < Duration::from_secs(10), "{backend}");
-        assert!(!status.success(), "{backend}");
-    }
+    exits_when_peer_dies("rep", "req", 64);
 }
 
 #[test]

@@ -33,6 +33,25 @@ pub(crate) fn version() -> String {
     format!("{major}.{minor}.{patch}")
 }
 
+impl Libzmq {
+    /// Sends `body`, retrying while libzmq reports EAGAIN, until `deadline`.
+    fn send_retrying(
+        &self,
+        body: &[u8],
+        deadline: Instant,
+        what: &'static str,
+    ) -> Result<(), BenchError> {
+        loop {
+            match self.socket.send(body, 0) {
+                Ok(()) => return Ok(()),
+                Err(zmq::Error::EAGAIN) if !expired(deadline) => {}
+                Err(zmq::Error::EAGAIN) => return Err(BenchError::Timeout(what)),
+                Err(e) => return Err(err(e)),
+            }
+        }
+    }
+}
+
 impl Backend for Libzmq {
     type Msg = zmq::Message;
 
@@ -58,14 +77,7 @@ impl Backend for Libzmq {
     }
 
     async fn send(&mut self, payload: &Bytes, deadline: Instant) -> Result<(), BenchError> {
-        loop {
-            match self.socket.send(&payload[..], 0) {
-                Ok(()) => return Ok(()),
-                Err(zmq::Error::EAGAIN) if !expired(deadline) => {}
-                Err(zmq::Error::EAGAIN) => return Err(BenchError::Timeout("sending")),
-                Err(e) => return Err(err(e)),
-            }
-        }
+        self.send_retrying(payload, deadline, "sending")
     }
 
     async fn flush(&mut self, _deadline: Instant) -> Result<(), BenchError> {
@@ -90,14 +102,7 @@ impl Backend for Libzmq {
     async fn reply(&mut self, msg: zmq::Message, deadline: Instant) -> Result<(), BenchError> {
         // Sending from a slice copies the body (as `zmq_send` does); that keeps `msg` for a
         // retry after EAGAIN, which a consumed `zmq_msg_t` would not allow.
-        loop {
-            match self.socket.send(&msg[..], 0) {
-                Ok(()) => return Ok(()),
-                Err(zmq::Error::EAGAIN) if !expired(deadline) => {}
-                Err(zmq::Error::EAGAIN) => return Err(BenchError::Timeout("replying")),
-                Err(e) => return Err(err(e)),
-            }
-        }
+        self.send_retrying(&msg, deadline, "replying")
     }
 
     async fn close(self) -> Result<(), BenchError> {
