@@ -378,7 +378,10 @@ impl Connection {
             self.heartbeat_deadline = None;
             self.ttl_deadline = None;
         }
-        let result = self.consume(buf, now, max_messages, sink);
+        let mut result = self.consume_handshake(buf, now);
+        if result.is_ok() && self.state == State::Ready {
+            result = self.consume_ready(buf, now, max_messages, sink);
+        }
         self.unconsumed = buf.len();
         if result.is_err() {
             self.fail();
@@ -386,16 +389,9 @@ impl Connection {
         result
     }
 
-    fn consume<S>(
-        &mut self,
-        buf: &mut BytesMut,
-        now: Instant,
-        max_messages: usize,
-        sink: S,
-    ) -> Result<(), Error>
-    where
-        S: FnMut(&mut VecDeque<Event>, Message),
-    {
+    /// Consumes the greeting and the handshake commands at the front of `buf`; returns once
+    /// more bytes are needed or the connection is ready.
+    fn consume_handshake(&mut self, buf: &mut BytesMut, now: Instant) -> Result<(), Error> {
         loop {
             match self.state {
                 State::Greeting => {
@@ -411,8 +407,8 @@ impl Connection {
                     };
                     self.on_handshake_frame(frame, now)?;
                 }
-                State::Ready => return self.consume_ready(buf, now, max_messages, sink),
-                State::Closed => return Err(CallerError::Closed.into()),
+                // (`handle_input_with` refuses a closed connection before this runs.)
+                State::Ready | State::Closed => return Ok(()),
             }
         }
     }
