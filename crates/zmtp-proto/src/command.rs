@@ -4,7 +4,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{CallerError, MalformedError};
 use crate::frame::{FLAG_COMMAND, put_header};
-use crate::reader::Reader;
+use dafka_wire::Reader;
 
 const READY: &[u8] = b"READY";
 const ERROR: &[u8] = b"ERROR";

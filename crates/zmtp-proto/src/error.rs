@@ -27,6 +27,28 @@ pub enum Error {
     Caller(#[from] CallerError),
 }
 
+/// A field read by the shared [`dafka_wire::Reader`] is reported in ZMTP's terms.
+impl From<dafka_wire::ReadError> for MalformedError {
+    fn from(e: dafka_wire::ReadError) -> Self {
+        match e {
+            dafka_wire::ReadError::Truncated {
+                what,
+                needed,
+                available,
+            } => MalformedError::Truncated {
+                what,
+                needed,
+                available,
+            },
+            dafka_wire::ReadError::TrailingBytes { what, count } => {
+                MalformedError::TrailingBytes { what, count }
+            }
+            // ReadError is non_exhaustive; any later variant is still the peer's bytes.
+            other => MalformedError::Wire(other),
+        }
+    }
+}
+
 /// The peer's bytes break the ZMTP grammar.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
@@ -66,6 +88,9 @@ pub enum MalformedError {
         /// How many bytes were left over.
         count: usize,
     },
+    /// Any other fault of the shared wire reader.
+    #[error("{0}")]
+    Wire(dafka_wire::ReadError),
     /// A command frame had an empty name.
     #[error("command name is empty (ZMTP: a command name is 1 to 255 characters)")]
     EmptyCommandName,

@@ -67,7 +67,6 @@ mod frame;
 mod greeting;
 mod mechanism;
 mod message;
-mod reader;
 mod socket_type;
 
 pub use command::{
