@@ -39,6 +39,14 @@ pub enum ReadError {
         /// How many bytes were left over.
         count: usize,
     },
+    /// A terminated field's terminator byte never came before the end of the body.
+    #[error("{what} has no terminating {terminator:#04x} byte")]
+    Unterminated {
+        /// The field being read.
+        what: &'static str,
+        /// The byte that should have ended it.
+        terminator: u8,
+    },
 }
 
 /// A bounds-checked reader over one body (a frame, a command, a record).
@@ -98,6 +106,34 @@ impl Reader {
     pub fn take(&mut self, n: usize, what: &'static str) -> Result<Bytes, ReadError> {
         self.need(n, what)?;
         Ok(self.rest.split_to(n))
+    }
+
+    /// A field prefixed by its 1-byte length (the `string` of ZRE and Dafka:
+    /// `number-1 *OCTET`), without copying.
+    pub fn short_bytes(&mut self, what: &'static str) -> Result<Bytes, ReadError> {
+        let len = self.u8(what)?;
+        self.take(usize::from(len), what)
+    }
+
+    /// A field prefixed by its 4-byte big-endian length (the `longstr` of ZRE and Dafka:
+    /// `number-4 *OCTET`), without copying. The length is checked against what is left of the
+    /// body before anything is split off, so an announced length never allocates.
+    pub fn long_bytes(&mut self, what: &'static str) -> Result<Bytes, ReadError> {
+        let len = self.u32(what)?;
+        // On a 16-bit target a length that does not fit in usize cannot fit in the body either.
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        self.take(len, what)
+    }
+
+    /// The bytes before the first `terminator`, without copying; the terminator is consumed
+    /// and not returned. Fails if the body has no such byte.
+    pub fn until(&mut self, terminator: u8, what: &'static str) -> Result<Bytes, ReadError> {
+        let Some(end) = self.rest.iter().position(|&b| b == terminator) else {
+            return Err(ReadError::Unterminated { what, terminator });
+        };
+        let field = self.rest.split_to(end);
+        self.rest.advance(1);
+        Ok(field)
     }
 
     /// Exactly `N` bytes, copied into an array (for fixed-size fields: UUIDs, keys, magics).
@@ -172,5 +208,68 @@ mod tests {
             })
         );
         assert_eq!(r.rest(), Bytes::from_static(&[0xEF]));
+    }
+
+    #[test]
+    fn length_prefixed_fields() {
+        let mut r = Reader::new(Bytes::from_static(&[
+            2, b'a', b'b', 0, 0, 0, 1, b'c', 0, 0, 0, 9, b'd',
+        ]));
+        assert_eq!(r.short_bytes("s"), Ok(Bytes::from_static(b"ab")));
+        assert_eq!(r.long_bytes("l"), Ok(Bytes::from_static(b"c")));
+        // An announced length past the end of the body fails before anything is split off.
+        assert_eq!(
+            r.long_bytes("l"),
+            Err(ReadError::Truncated {
+                what: "l",
+                needed: 9,
+                available: 1
+            })
+        );
+        let mut r = Reader::new(Bytes::from_static(&[3, b'x']));
+        assert_eq!(
+            r.short_bytes("s"),
+            Err(ReadError::Truncated {
+                what: "s",
+                needed: 3,
+                available: 1
+            })
+        );
+        assert_eq!(
+            Reader::new(Bytes::new()).short_bytes("s").map(|_| ()),
+            Err(ReadError::Truncated {
+                what: "s",
+                needed: 1,
+                available: 0
+            })
+        );
+    }
+
+    #[test]
+    fn terminated_fields() {
+        let mut r = Reader::new(Bytes::from_static(b"topic\0\x01rest\0"));
+        assert_eq!(r.until(0, "t"), Ok(Bytes::from_static(b"topic")));
+        assert_eq!(r.u8("v"), Ok(1));
+        assert_eq!(r.until(0, "t"), Ok(Bytes::from_static(b"rest")));
+        assert_eq!(
+            r.until(0, "t"),
+            Err(ReadError::Unterminated {
+                what: "t",
+                terminator: 0
+            })
+        );
+        let mut r = Reader::new(Bytes::from_static(b"\0"));
+        assert_eq!(r.until(0, "t"), Ok(Bytes::new()));
+        assert_eq!(r.remaining(), 0);
+        let mut r = Reader::new(Bytes::from_static(b"abc"));
+        assert_eq!(
+            r.until(0, "t"),
+            Err(ReadError::Unterminated {
+                what: "t",
+                terminator: 0
+            })
+        );
+        // Nothing is consumed by a failed read.
+        assert_eq!(r.remaining(), 3);
     }
 }

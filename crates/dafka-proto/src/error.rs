@@ -1,0 +1,155 @@
+//! Errors, split by who is at fault.
+
+use thiserror::Error;
+
+/// A message or beacon could not be decoded.
+///
+/// | Variant | Who is at fault | What a node does |
+/// |---|---|---|
+/// | [`DecodeError::Malformed`] | the peer: bytes that break the Dafka grammar | drop the message, log (rate limited) |
+/// | [`DecodeError::Limit`] | the peer: a well-formed message over [`Limits`](crate::Limits) | drop the message, log |
+///
+/// Neither closes anything: Dafka runs over PUB/SUB, where one bad message says nothing about
+/// the next one.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes do not follow the Dafka grammar.
+    #[error("malformed Dafka message: {0}")]
+    Malformed(#[from] MalformedError),
+    /// The message is well formed but larger than the configured limits.
+    #[error("Dafka message over a limit: {0}")]
+    Limit(#[from] LimitError),
+}
+
+impl From<dafka_wire::ReadError> for DecodeError {
+    fn from(e: dafka_wire::ReadError) -> Self {
+        DecodeError::Malformed(MalformedError::Wire(e))
+    }
+}
+
+/// The peer's bytes break the Dafka grammar (as the reference implementation writes it).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum MalformedError {
+    /// A message with no frame at all.
+    #[error("message has no frame")]
+    NoFrames,
+    /// Frame 1 starts with a byte that is no Dafka command id.
+    #[error("unknown Dafka command id {id:#04x}")]
+    UnknownId {
+        /// The first byte of frame 1.
+        id: u8,
+    },
+    /// The message has the wrong number of frames for its kind.
+    #[error("{kind} has {got} frames, expected {expected}")]
+    FrameCount {
+        /// The message kind (or "beacon").
+        kind: &'static str,
+        /// Frames the kind has on the wire.
+        expected: usize,
+        /// Frames received.
+        got: usize,
+    },
+    /// The version byte after the topic prefix is not `0x01`.
+    #[error("version byte is {version:#04x}, expected 0x01")]
+    Version {
+        /// The byte received.
+        version: u8,
+    },
+    /// A field ran past the end of frame 1 ([`Truncated`](dafka_wire::ReadError::Truncated)),
+    /// frame 1 had bytes left after its last field
+    /// ([`TrailingBytes`](dafka_wire::ReadError::TrailingBytes)), or the topic prefix had no
+    /// terminating NUL ([`Unterminated`](dafka_wire::ReadError::Unterminated)).
+    #[error("{0}")]
+    Wire(#[from] dafka_wire::ReadError),
+    /// An address (node UUID) is not 32 upper-case hexadecimal characters.
+    #[error("{what} is not a node UUID as 32 upper-case hex characters ({len} bytes)")]
+    Address {
+        /// The field (or topic prefix) that should hold the UUID.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// A topic name breaks the rules of [`Topic`](crate::Topic).
+    #[error("{what}: {error}")]
+    Topic {
+        /// The field holding the topic.
+        what: &'static str,
+        /// What is wrong with it.
+        error: TopicError,
+    },
+    /// A RECORD or HEAD whose topic prefix differs from its `subject` field (the reference
+    /// always writes the same topic name in both).
+    #[error("{kind}: the topic prefix and the subject field name different topics")]
+    TopicMismatch {
+        /// The message kind.
+        kind: &'static str,
+    },
+    /// A beacon frame that should be text is not UTF-8.
+    #[error("beacon {what} is not UTF-8")]
+    NotUtf8 {
+        /// The frame.
+        what: &'static str,
+    },
+    /// A node beacon's port frame is not a decimal number from 0 to 65535 without leading zeros.
+    #[error("beacon port {text:?} is not a decimal port number")]
+    Port {
+        /// The frame as received (lossy UTF-8).
+        text: String,
+    },
+    /// A message on the beacon sockets that is neither a beacon (`B`) nor the welcome (`W`).
+    #[error("beacon-socket message starts with an unknown frame ({len} bytes)")]
+    UnknownBeacon {
+        /// Length of its first frame.
+        len: usize,
+    },
+}
+
+/// A well-formed message over a configured [`Limits`](crate::Limits) value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LimitError {
+    /// A record's content is larger than `Limits::max_content`.
+    #[error("record content of {len} bytes is over the limit of {max} bytes")]
+    ContentTooLarge {
+        /// Content length received.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A CONSUMER-HELLO announces more topics than `Limits::max_topics`; refused before any
+    /// list is allocated.
+    #[error("CONSUMER-HELLO announces {count} topics, over the limit of {max}")]
+    TooManyTopics {
+        /// The announced count.
+        count: u32,
+        /// The limit.
+        max: usize,
+    },
+    /// A beacon text field (host, endpoint) is longer than `Limits::max_endpoint`.
+    #[error("beacon {what} of {len} bytes is over the limit of {max} bytes")]
+    BeaconFieldTooLong {
+        /// The frame.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// A topic name that cannot be put on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TopicError {
+    /// Longer than 255 bytes: the `subject` field has a 1-byte length.
+    #[error("topic name is {len} bytes long; at most 255 fit the subject field")]
+    TooLong {
+        /// The length given.
+        len: usize,
+    },
+    /// Contains a NUL byte, which ends the topic prefix of frame 1.
+    #[error("topic name contains a NUL byte, which ends the topic prefix on the wire")]
+    ContainsNul,
+}

@@ -1,0 +1,58 @@
+//! Sans-IO Dafka: the wire format of the reference implementation (zeromq/dafka), and the
+//! producer and consumer state machines. No sockets, no runtime, no clock: the driver passes
+//! frames and the current time in, and takes messages to publish and the next deadline out.
+//!
+//! * [`Message`] and its kinds ([`Record`], [`DirectRecord`], [`Fetch`], [`Ack`], [`Head`],
+//!   [`DirectHead`], [`GetHeads`], [`ConsumerHello`], [`StoreHello`]): one ZeroMQ multipart
+//!   message each (byte tables in the [`message`] docs and `docs/dafka.md`).
+//! * [`BeaconMessage`]: node beacons, tower beacons, the tower's welcome.
+//! * [`subscription`]: the subscription prefixes each node makes or acts on.
+//! * [`NodeId`], [`Topic`]: validated once, so encoding never fails.
+//! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
+//!   [`Limits`] before anything is allocated.
+//!
+//! # Mapping onto ZeroMQ sockets
+//!
+//! | message | frames | from socket | to socket | subscription matched |
+//! |---|---|---|---|---|
+//! | RECORD, HEAD | 2, 1 | producer PUB | consumer / store writer SUB | `'M'`/`'H'` + topic |
+//! | DIRECT-RECORD | 2 | producer PUB, store reader XPUB | consumer / store writer SUB | `'D'` + requester |
+//! | FETCH | 1 | consumer XPUB, store writer PUB | producer / store reader SUB | `'F'` + producer |
+//! | ACK | 1 | store writer PUB | producer SUB | `'K'` + producer |
+//! | GET-HEADS | 1 | consumer XPUB | store reader SUB | `'G'` (+ topic) |
+//! | DIRECT-HEAD | 1 | store reader XPUB | consumer SUB | `'E'` + consumer |
+//! | CONSUMER-HELLO | 1 | consumer XPUB | store reader SUB | `'W'` + store reader |
+//! | STORE-HELLO | 1 | store reader XPUB | consumer SUB | `'L'` + consumer |
+//! | node beacon | 4 | node beacon PUB | tower XSUB | `"B"` |
+//! | tower beacon, welcome | 3, 1 | tower XPUB | node beacon SUB | `"B"`, `"W"` |
+//!
+//! ```
+//! use bytes::Bytes;
+//! use dafka_proto::{Head, Limits, Message, NodeId, Topic};
+//!
+//! let head = Message::Head(Head {
+//!     producer: "986108951EB145A1BFBDC5601975F614".parse()?,
+//!     topic: Topic::try_from("golden")?,
+//!     sequence: 2,
+//! });
+//! let frames = head.to_frames();
+//! assert_eq!(&frames[0][..9], b"Hgolden\x00\x01");
+//! assert_eq!(Message::decode(&frames, &Limits::DEFAULT)?, head);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod beacon;
+mod error;
+mod id;
+pub mod message;
+pub mod subscription;
+
+pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
+pub use error::{DecodeError, LimitError, MalformedError, TopicError};
+pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
+pub use message::{
+    Ack, ConsumerHello, DirectHead, DirectRecord, Fetch, GetHeads, Head, Kind, Limits, Message,
+    PREFIX_END, Record, StoreHello, VERSION,
+};

@@ -1,0 +1,554 @@
+//! The Dafka messages as the reference implementation puts them on the wire.
+//!
+//! Every message is one ZeroMQ multipart message. Frame 1 is the header; RECORD and
+//! DIRECT-RECORD add frame 2, the record's content, exactly as sent (zero-copy both ways):
+//!
+//! ```text
+//! frame 1: | id (1) | topic prefix (n, no 0x00) | 0x00 | version 0x01 | fields ... |
+//! frame 2: | content (RECORD and DIRECT-RECORD only)                               |
+//! ```
+//!
+//! The id byte plus the topic prefix is what a ZeroMQ subscriber matches (PUB/SUB prefix
+//! matching), so the "topic frame" of 46/DAFKA is that prefix inside frame 1. Field types:
+//!
+//! | type | bytes |
+//! |---|---|
+//! | `string` | length (1 byte), then the bytes |
+//! | `address` | a `string` of 32 upper-case hex characters: `0x20` + UUID as hex |
+//! | `number-4`, `number-8` | big-endian unsigned |
+//! | `strings` | count (`number-4`), then each entry as length (`number-4`) + bytes |
+//!
+//! Per kind (`topic prefix` after the id byte; fields after the version byte):
+//!
+//! | id | kind | topic prefix | fields | frames |
+//! |---|---|---|---|---|
+//! | `0x4D` 'M' | RECORD | topic name | address = producer, subject = topic, sequence (8) | 2 |
+//! | `0x44` 'D' | DIRECT-RECORD | requester's UUID | address = producer, subject, sequence (8) | 2 |
+//! | `0x46` 'F' | FETCH | producer's UUID | address = sender, subject, sequence (8), count (4) | 1 |
+//! | `0x4B` 'K' | ACK | producer's UUID | subject, sequence (8) | 1 |
+//! | `0x48` 'H' | HEAD | topic name | address = producer, subject = topic, sequence (8) | 1 |
+//! | `0x45` 'E' | DIRECT-HEAD | requesting consumer's UUID | address = producer, subject, sequence (8) | 1 |
+//! | `0x47` 'G' | GET-HEADS | topic name | address = consumer | 1 |
+//! | `0x57` 'W' | CONSUMER-HELLO | store reader's UUID | address = consumer, subjects = topics | 1 |
+//! | `0x4C` 'L' | STORE-HELLO | consumer's UUID | address = store reader | 1 |
+//!
+//! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
+//! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
+//! listed with the reasons in `docs/dafka.md`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use dafka_wire::Reader;
+
+use crate::error::{DecodeError, LimitError, MalformedError};
+use crate::id::{NODE_ID_HEX_LEN, NodeId, Topic};
+
+/// The version byte that follows the topic prefix's NUL.
+pub const VERSION: u8 = 0x01;
+
+/// The byte that ends the topic prefix.
+pub const PREFIX_END: u8 = 0x00;
+
+/// Limits checked while decoding, before anything is allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Largest record content (frame 2 of RECORD and DIRECT-RECORD), in bytes.
+    pub max_content: usize,
+    /// Most topics in one CONSUMER-HELLO.
+    pub max_topics: usize,
+    /// Longest beacon host or endpoint frame, in bytes.
+    pub max_endpoint: usize,
+}
+
+impl Limits {
+    /// Defaults: 16 MiB of content, 4096 topics, 1024-byte endpoints.
+    pub const DEFAULT: Limits = Limits {
+        max_content: 16 << 20,
+        max_topics: 4096,
+        max_endpoint: 1024,
+    };
+
+    /// The defaults with another content limit.
+    pub const fn with_max_content(mut self, max_content: usize) -> Self {
+        self.max_content = max_content;
+        self
+    }
+
+    /// The defaults with another topic-count limit.
+    pub const fn with_max_topics(mut self, max_topics: usize) -> Self {
+        self.max_topics = max_topics;
+        self
+    }
+
+    /// The defaults with another endpoint-length limit.
+    pub const fn with_max_endpoint(mut self, max_endpoint: usize) -> Self {
+        self.max_endpoint = max_endpoint;
+        self
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULT
+    }
+}
+
+/// Declares [`Kind`] and [`Message`] from one table, so the nine kinds are listed once:
+/// variant (also the name of the body type), id byte, the RFC's name, frames on the wire.
+macro_rules! kinds {
+    ($($variant:ident = $id:literal, $name:literal, $frames:literal;)*) => {
+        /// The kinds of Dafka message, with their id bytes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Kind {
+            $(
+                #[doc = concat!($name, ", id `", stringify!($id), "`.")]
+                $variant,
+            )*
+        }
+
+        impl Kind {
+            /// Every kind.
+            pub const ALL: &'static [Kind] = &[$(Kind::$variant),*];
+
+            /// The id byte that starts frame 1 (and every subscription to the kind).
+            pub const fn id(self) -> u8 {
+                match self {
+                    $(Kind::$variant => $id,)*
+                }
+            }
+
+            /// The kind with this id byte.
+            pub const fn from_id(id: u8) -> Option<Kind> {
+                match id {
+                    $($id => Some(Kind::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The RFC's name of the kind.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Kind::$variant => $name,)*
+                }
+            }
+
+            /// Frames on the wire: 2 for the kinds that carry content, else 1.
+            pub const fn frames(self) -> usize {
+                match self {
+                    $(Kind::$variant => $frames,)*
+                }
+            }
+        }
+
+        /// Any Dafka message.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub enum Message {
+            $(
+                #[doc = concat!($name, ".")]
+                $variant($variant),
+            )*
+        }
+
+        impl Message {
+            /// The kind of this message.
+            pub fn kind(&self) -> Kind {
+                match self {
+                    $(Message::$variant(_) => Kind::$variant,)*
+                }
+            }
+        }
+
+        $(
+            impl From<$variant> for Message {
+                fn from(m: $variant) -> Self {
+                    Message::$variant(m)
+                }
+            }
+        )*
+    };
+}
+
+kinds! {
+    Record = 0x4D, "RECORD", 2;
+    DirectRecord = 0x44, "DIRECT-RECORD", 2;
+    Fetch = 0x46, "FETCH", 1;
+    Ack = 0x4B, "ACK", 1;
+    Head = 0x48, "HEAD", 1;
+    DirectHead = 0x45, "DIRECT-HEAD", 1;
+    GetHeads = 0x47, "GET-HEADS", 1;
+    ConsumerHello = 0x57, "CONSUMER-HELLO", 1;
+    StoreHello = 0x4C, "STORE-HELLO", 1;
+}
+
+/// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The producer, which is also the partition.
+    pub producer: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// Offset in the partition, from 0.
+    pub sequence: u64,
+    /// The record's value (frame 2), shared with the received frame.
+    pub content: Bytes,
+}
+
+/// A record sent to one node in answer to a FETCH: DIRECT-RECORD (`'D'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectRecord {
+    /// The node that asked for it (a consumer or a store writer): the topic prefix.
+    pub to: NodeId,
+    /// The record.
+    pub record: Record,
+}
+
+/// A request for missing records: FETCH (`'F'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    /// The partition (its producer), the topic prefix: the producer and every store reader
+    /// subscribe to it.
+    pub producer: NodeId,
+    /// Who asks (a consumer or a store writer): the answers go to `'D'` + this id.
+    pub sender: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// The first missing offset.
+    pub sequence: u64,
+    /// How many records from `sequence` on.
+    pub count: u32,
+}
+
+/// A store's acknowledgement to a producer: ACK (`'K'`). Cumulative: every offset up to
+/// `sequence` is held by the store that sent it. It names no store (no address field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// The producer acknowledged: the topic prefix.
+    pub producer: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// The highest offset acknowledged.
+    pub sequence: u64,
+}
+
+/// A producer's latest offset, published periodically: HEAD (`'H'`), and the body of
+/// DIRECT-HEAD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The producer (partition).
+    pub producer: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// The last offset the producer published.
+    pub sequence: u64,
+}
+
+/// A head sent to one consumer in answer to GET-HEADS or CONSUMER-HELLO: DIRECT-HEAD (`'E'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectHead {
+    /// The consumer that asked: the topic prefix.
+    pub to: NodeId,
+    /// The head.
+    pub head: Head,
+}
+
+/// A consumer's request for the heads of a topic's partitions: GET-HEADS (`'G'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetHeads {
+    /// The topic: the topic prefix.
+    pub topic: Topic,
+    /// The consumer that asks.
+    pub consumer: NodeId,
+}
+
+/// A consumer's hello to one store reader: CONSUMER-HELLO (`'W'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerHello {
+    /// The store reader greeted: the topic prefix.
+    pub store: NodeId,
+    /// The consumer.
+    pub consumer: NodeId,
+    /// The consumer's topics. The reference sends an empty list (before the consumer has
+    /// subscribed, and always from a "latest" consumer), and sends it more than once.
+    pub topics: Vec<Topic>,
+}
+
+/// A store reader's hello to one consumer: STORE-HELLO (`'L'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreHello {
+    /// The consumer greeted: the topic prefix.
+    pub consumer: NodeId,
+    /// The store reader.
+    pub store: NodeId,
+}
+
+/// The topic prefix of frame 1.
+enum Prefix<'a> {
+    Topic(&'a Topic),
+    Node(&'a NodeId),
+}
+
+impl Message {
+    /// The record content (frame 2), for RECORD and DIRECT-RECORD.
+    pub fn content(&self) -> Option<&Bytes> {
+        match self {
+            Message::Record(r) | Message::DirectRecord(DirectRecord { record: r, .. }) => {
+                Some(&r.content)
+            }
+            _ => None,
+        }
+    }
+
+    fn prefix(&self) -> Prefix<'_> {
+        match self {
+            Message::Record(r) => Prefix::Topic(&r.topic),
+            Message::Head(h) => Prefix::Topic(&h.topic),
+            Message::GetHeads(g) => Prefix::Topic(&g.topic),
+            Message::DirectRecord(d) => Prefix::Node(&d.to),
+            Message::DirectHead(d) => Prefix::Node(&d.to),
+            Message::Fetch(f) => Prefix::Node(&f.producer),
+            Message::Ack(a) => Prefix::Node(&a.producer),
+            Message::ConsumerHello(c) => Prefix::Node(&c.store),
+            Message::StoreHello(s) => Prefix::Node(&s.consumer),
+        }
+    }
+
+    /// Length of frame 1 in bytes.
+    pub fn header_len(&self) -> usize {
+        const ADDRESS: usize = 1 + NODE_ID_HEX_LEN;
+        let prefix = match self.prefix() {
+            Prefix::Topic(t) => t.len(),
+            Prefix::Node(_) => NODE_ID_HEX_LEN,
+        };
+        let fields = match self {
+            Message::Record(Record { topic, .. })
+            | Message::DirectRecord(DirectRecord {
+                record: Record { topic, .. },
+                ..
+            })
+            | Message::Head(Head { topic, .. })
+            | Message::DirectHead(DirectHead {
+                head: Head { topic, .. },
+                ..
+            }) => ADDRESS + 1 + topic.len() + 8,
+            Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
+            Message::Ack(a) => 1 + a.topic.len() + 8,
+            Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
+            Message::ConsumerHello(c) => {
+                ADDRESS + 4 + c.topics.iter().map(|t| 4 + t.len()).sum::<usize>()
+            }
+        };
+        1 + prefix + 2 + fields
+    }
+
+    /// Appends frame 1 (the header) to `out`. Encoding cannot fail: every field was validated
+    /// when its type was built.
+    pub fn encode_header(&self, out: &mut BytesMut) {
+        out.reserve(self.header_len());
+        out.put_u8(self.kind().id());
+        match self.prefix() {
+            Prefix::Topic(t) => out.put_slice(t.as_bytes()),
+            Prefix::Node(n) => out.put_slice(&n.to_hex()),
+        }
+        out.put_u8(PREFIX_END);
+        out.put_u8(VERSION);
+        match self {
+            Message::Record(r) | Message::DirectRecord(DirectRecord { record: r, .. }) => {
+                put_position(out, &r.producer, &r.topic, r.sequence)
+            }
+            Message::Head(h) | Message::DirectHead(DirectHead { head: h, .. }) => {
+                put_position(out, &h.producer, &h.topic, h.sequence)
+            }
+            Message::Fetch(f) => {
+                put_position(out, &f.sender, &f.topic, f.sequence);
+                out.put_u32(f.count);
+            }
+            Message::Ack(a) => {
+                a.topic.put_string(out);
+                out.put_u64(a.sequence);
+            }
+            Message::GetHeads(g) => g.consumer.put_string(out),
+            Message::ConsumerHello(c) => {
+                c.consumer.put_string(out);
+                // A list longer than u32::MAX topics cannot be built in memory.
+                out.put_u32(c.topics.len() as u32);
+                for t in &c.topics {
+                    out.put_u32(t.len() as u32);
+                    out.put_slice(t.as_bytes());
+                }
+            }
+            Message::StoreHello(s) => s.store.put_string(out),
+        }
+    }
+
+    /// The frames of the ZeroMQ multipart message: frame 1, then the content for RECORD and
+    /// DIRECT-RECORD (shared, not copied).
+    pub fn to_frames(&self) -> Vec<Bytes> {
+        let mut header = BytesMut::with_capacity(self.header_len());
+        self.encode_header(&mut header);
+        let mut frames = Vec::with_capacity(self.kind().frames());
+        frames.push(header.freeze());
+        if let Some(content) = self.content() {
+            frames.push(content.clone());
+        }
+        frames
+    }
+
+    /// Decodes one ZeroMQ multipart message. Frame 1 must be used up exactly; the content
+    /// frame is kept as received (zero-copy) and checked against `limits.max_content`.
+    pub fn decode(frames: &[Bytes], limits: &Limits) -> Result<Message, DecodeError> {
+        let Some(header) = frames.first() else {
+            return Err(MalformedError::NoFrames.into());
+        };
+        let mut r = Reader::new(header.clone());
+        let id = r.u8("command id")?;
+        let kind = Kind::from_id(id).ok_or(MalformedError::UnknownId { id })?;
+        if frames.len() != kind.frames() {
+            return Err(MalformedError::FrameCount {
+                kind: kind.name(),
+                expected: kind.frames(),
+                got: frames.len(),
+            }
+            .into());
+        }
+        let prefix = r.until(PREFIX_END, "topic prefix")?;
+        let version = r.u8("version")?;
+        if version != VERSION {
+            return Err(MalformedError::Version { version }.into());
+        }
+        let message = match kind {
+            Kind::Record | Kind::Head => {
+                let (producer, topic, sequence) = position(&mut r)?;
+                if prefix != topic.as_bytes() {
+                    return Err(MalformedError::TopicMismatch { kind: kind.name() }.into());
+                }
+                if kind == Kind::Record {
+                    Message::Record(Record {
+                        producer,
+                        topic,
+                        sequence,
+                        content: content(frames, limits)?,
+                    })
+                } else {
+                    Message::Head(Head {
+                        producer,
+                        topic,
+                        sequence,
+                    })
+                }
+            }
+            Kind::DirectRecord => {
+                let to = NodeId::decode(&prefix, "topic prefix")?;
+                let (producer, topic, sequence) = position(&mut r)?;
+                Message::DirectRecord(DirectRecord {
+                    to,
+                    record: Record {
+                        producer,
+                        topic,
+                        sequence,
+                        content: content(frames, limits)?,
+                    },
+                })
+            }
+            Kind::DirectHead => {
+                let to = NodeId::decode(&prefix, "topic prefix")?;
+                let (producer, topic, sequence) = position(&mut r)?;
+                Message::DirectHead(DirectHead {
+                    to,
+                    head: Head {
+                        producer,
+                        topic,
+                        sequence,
+                    },
+                })
+            }
+            Kind::Fetch => {
+                let producer = NodeId::decode(&prefix, "topic prefix")?;
+                let (sender, topic, sequence) = position(&mut r)?;
+                let count = r.u32("count")?;
+                Message::Fetch(Fetch {
+                    producer,
+                    sender,
+                    topic,
+                    sequence,
+                    count,
+                })
+            }
+            Kind::Ack => {
+                let producer = NodeId::decode(&prefix, "topic prefix")?;
+                let topic = Topic::decode(r.short_bytes("subject")?, "subject")?;
+                let sequence = r.u64("sequence")?;
+                Message::Ack(Ack {
+                    producer,
+                    topic,
+                    sequence,
+                })
+            }
+            Kind::GetHeads => Message::GetHeads(GetHeads {
+                topic: Topic::decode(prefix, "topic prefix")?,
+                consumer: address(&mut r)?,
+            }),
+            Kind::ConsumerHello => {
+                let store = NodeId::decode(&prefix, "topic prefix")?;
+                let consumer = address(&mut r)?;
+                let count = r.u32("subjects count")?;
+                if usize::try_from(count).map_or(true, |n| n > limits.max_topics) {
+                    return Err(LimitError::TooManyTopics {
+                        count,
+                        max: limits.max_topics,
+                    }
+                    .into());
+                }
+                // Never reserve from the announced count: each entry takes at least 4 bytes.
+                let mut topics = Vec::with_capacity((count as usize).min(r.remaining() / 4));
+                for _ in 0..count {
+                    topics.push(Topic::decode(r.long_bytes("subject")?, "subject")?);
+                }
+                Message::ConsumerHello(ConsumerHello {
+                    store,
+                    consumer,
+                    topics,
+                })
+            }
+            Kind::StoreHello => Message::StoreHello(StoreHello {
+                consumer: NodeId::decode(&prefix, "topic prefix")?,
+                store: address(&mut r)?,
+            }),
+        };
+        r.finish("frame 1")?;
+        Ok(message)
+    }
+}
+
+fn put_position(out: &mut BytesMut, node: &NodeId, topic: &Topic, sequence: u64) {
+    node.put_string(out);
+    topic.put_string(out);
+    out.put_u64(sequence);
+}
+
+fn address(r: &mut Reader) -> Result<NodeId, DecodeError> {
+    Ok(NodeId::decode(&r.short_bytes("address")?, "address")?)
+}
+
+/// `address`, `subject`, `sequence`: the fields RECORD, HEAD and their direct forms share,
+/// and FETCH starts with.
+fn position(r: &mut Reader) -> Result<(NodeId, Topic, u64), DecodeError> {
+    let node = address(r)?;
+    let topic = Topic::decode(r.short_bytes("subject")?, "subject")?;
+    let sequence = r.u64("sequence")?;
+    Ok((node, topic, sequence))
+}
+
+fn content(frames: &[Bytes], limits: &Limits) -> Result<Bytes, DecodeError> {
+    // The frame count was checked against the kind before any field was read.
+    let content = frames.get(1).cloned().unwrap_or_default();
+    if content.len() > limits.max_content {
+        return Err(LimitError::ContentTooLarge {
+            len: content.len(),
+            max: limits.max_content,
+        }
+        .into());
+    }
+    Ok(content)
+}

@@ -1,0 +1,302 @@
+//! Exact errors for malformed, truncated and oversized input.
+
+use bytes::Bytes;
+use dafka_proto::{
+    BeaconMessage, DecodeError, LimitError, Limits, MalformedError, Message, TopicError,
+};
+use dafka_wire::ReadError;
+
+const P: &[u8; 32] = b"986108951EB145A1BFBDC5601975F614";
+const C: &[u8; 32] = b"660520E1F67543BCABA0796BBDC733D2";
+
+fn frame(parts: &[&[u8]]) -> Bytes {
+    Bytes::from(parts.concat())
+}
+
+/// HEAD of P on "golden", offset 2, as captured from the reference.
+fn head() -> Vec<u8> {
+    [
+        &b"Hgolden\x00\x01\x20"[..],
+        P,
+        b"\x06golden",
+        &2u64.to_be_bytes(),
+    ]
+    .concat()
+}
+
+fn record(content: &[u8]) -> Vec<Bytes> {
+    let mut h = head();
+    h[0] = b'M';
+    vec![Bytes::from(h), Bytes::copy_from_slice(content)]
+}
+
+fn decode(frames: &[Bytes]) -> Result<Message, DecodeError> {
+    Message::decode(frames, &Limits::DEFAULT)
+}
+
+fn malformed(e: MalformedError) -> Result<Message, DecodeError> {
+    Err(DecodeError::Malformed(e))
+}
+
+#[test]
+fn frame_structure() {
+    assert_eq!(decode(&[]), malformed(MalformedError::NoFrames));
+    assert_eq!(
+        decode(&[Bytes::new()]),
+        malformed(MalformedError::Wire(ReadError::Truncated {
+            what: "command id",
+            needed: 1,
+            available: 0
+        }))
+    );
+    assert_eq!(
+        decode(&[frame(&[b"\xAA\xA5Hgolden"])]),
+        malformed(MalformedError::UnknownId { id: 0xAA })
+    );
+    // RECORD without its content frame, HEAD with one.
+    assert_eq!(
+        decode(&record(b"x")[..1]),
+        malformed(MalformedError::FrameCount {
+            kind: "RECORD",
+            expected: 2,
+            got: 1
+        })
+    );
+    assert_eq!(
+        decode(&[Bytes::from(head()), Bytes::new()]),
+        malformed(MalformedError::FrameCount {
+            kind: "HEAD",
+            expected: 1,
+            got: 2
+        })
+    );
+    assert_eq!(
+        decode(&[frame(&[b"Hgolden"])]),
+        malformed(MalformedError::Wire(ReadError::Unterminated {
+            what: "topic prefix",
+            terminator: 0
+        }))
+    );
+    let mut h = head();
+    h[8] = 0x30; // 46/DAFKA's "%x30" version: never sent by the reference.
+    assert_eq!(
+        decode(&[Bytes::from(h)]),
+        malformed(MalformedError::Version { version: 0x30 })
+    );
+}
+
+#[test]
+fn truncated_and_trailing_fields() {
+    let full = head();
+    assert_eq!(
+        decode(&[Bytes::copy_from_slice(&full[..full.len() - 1])]),
+        malformed(MalformedError::Wire(ReadError::Truncated {
+            what: "sequence",
+            needed: 8,
+            available: 7
+        }))
+    );
+    assert_eq!(
+        decode(&[Bytes::copy_from_slice(&full[..9])]),
+        malformed(MalformedError::Wire(ReadError::Truncated {
+            what: "address",
+            needed: 1,
+            available: 0
+        }))
+    );
+    assert_eq!(
+        decode(&[Bytes::copy_from_slice(&full[..20])]),
+        malformed(MalformedError::Wire(ReadError::Truncated {
+            what: "address",
+            needed: 32,
+            available: 10
+        }))
+    );
+    let mut long = full.clone();
+    long.push(0);
+    assert_eq!(
+        decode(&[Bytes::from(long)]),
+        malformed(MalformedError::Wire(ReadError::TrailingBytes {
+            what: "frame 1",
+            count: 1
+        }))
+    );
+    // Every proper prefix of a valid frame 1 fails, for every kind: no field is optional.
+    for cut in 0..full.len() {
+        assert!(decode(&[Bytes::copy_from_slice(&full[..cut])]).is_err());
+    }
+}
+
+#[test]
+fn field_contents() {
+    let mut h = head();
+    h[10..42].make_ascii_lowercase();
+    assert_eq!(
+        decode(&[Bytes::from(h)]),
+        malformed(MalformedError::Address {
+            what: "address",
+            len: 32
+        })
+    );
+    assert_eq!(
+        decode(&[frame(&[b"Lgolden\x00\x01\x20", C])]),
+        malformed(MalformedError::Address {
+            what: "topic prefix",
+            len: 6
+        })
+    );
+    // The subject of HEAD names another topic than its prefix.
+    let mut h = head();
+    h[48] = b'G';
+    assert_eq!(
+        decode(&[Bytes::from(h)]),
+        malformed(MalformedError::TopicMismatch { kind: "HEAD" })
+    );
+    // A NUL inside an ACK's subject.
+    let ack = frame(&[b"K", P, b"\x00\x01\x03a\x00b", &5u64.to_be_bytes()]);
+    assert_eq!(
+        decode(&[ack]),
+        malformed(MalformedError::Topic {
+            what: "subject",
+            error: TopicError::ContainsNul
+        })
+    );
+}
+
+#[test]
+fn consumer_hello_topic_list() {
+    let hello = |count: u32, entries: &[u8]| {
+        vec![frame(&[
+            b"W",
+            P,
+            b"\x00\x01\x20",
+            C,
+            &count.to_be_bytes(),
+            entries,
+        ])]
+    };
+    assert!(decode(&hello(0, b"")).is_ok());
+    // A huge count is refused by the limit before any list is allocated.
+    assert_eq!(
+        decode(&hello(u32::MAX, b"")),
+        Err(DecodeError::Limit(LimitError::TooManyTopics {
+            count: u32::MAX,
+            max: 4096
+        }))
+    );
+    let limits = Limits::DEFAULT.with_max_topics(1);
+    assert_eq!(
+        Message::decode(&hello(2, b"\0\0\0\x01a\0\0\0\x01b"), &limits),
+        Err(DecodeError::Limit(LimitError::TooManyTopics {
+            count: 2,
+            max: 1
+        }))
+    );
+    // Within the limit, but the entries are not there.
+    assert_eq!(
+        decode(&hello(3, b"\0\0\0\x01a")),
+        malformed(MalformedError::Wire(ReadError::Truncated {
+            what: "subject",
+            needed: 4,
+            available: 0
+        }))
+    );
+    // An entry announcing more bytes than the frame holds.
+    assert_eq!(
+        decode(&hello(1, b"\xff\xff\xff\xffab")),
+        malformed(MalformedError::Wire(ReadError::Truncated {
+            what: "subject",
+            needed: 0xFFFF_FFFF,
+            available: 2
+        }))
+    );
+    // An entry too long to be a topic (the subject field elsewhere has a 1-byte length).
+    let long = [&256u32.to_be_bytes()[..], &[b'x'; 256]].concat();
+    assert_eq!(
+        decode(&hello(1, &long)),
+        malformed(MalformedError::Topic {
+            what: "subject",
+            error: TopicError::TooLong { len: 256 }
+        })
+    );
+}
+
+#[test]
+fn content_limit() {
+    let limits = Limits::DEFAULT.with_max_content(4);
+    assert!(Message::decode(&record(b"1234"), &limits).is_ok());
+    assert_eq!(
+        Message::decode(&record(b"12345"), &limits),
+        Err(DecodeError::Limit(LimitError::ContentTooLarge {
+            len: 5,
+            max: 4
+        }))
+    );
+}
+
+#[test]
+fn beacons() {
+    let d = |frames: &[&[u8]]| {
+        let frames: Vec<Bytes> = frames.iter().map(|f| Bytes::copy_from_slice(f)).collect();
+        BeaconMessage::decode(&frames, &Limits::DEFAULT)
+    };
+    let port = |text: &str| {
+        Err(DecodeError::Malformed(MalformedError::Port {
+            text: text.to_owned(),
+        }))
+    };
+    assert!(d(&[b"B", P, b"127.0.0.1", b"49152"]).is_ok());
+    assert!(d(&[b"B", P, b"127.0.0.1", b"0"]).is_ok());
+    assert_eq!(d(&[b"B", P, b"127.0.0.1", b"65536"]), port("65536"));
+    assert_eq!(d(&[b"B", P, b"127.0.0.1", b"049152"]), port("049152"));
+    assert_eq!(d(&[b"B", P, b"127.0.0.1", b""]), port(""));
+    assert_eq!(d(&[b"B", P, b"127.0.0.1", b"+1"]), port("+1"));
+    assert_eq!(
+        d(&[b"B", P, b"\xff", b"1"]),
+        Err(DecodeError::Malformed(MalformedError::NotUtf8 {
+            what: "host"
+        }))
+    );
+    let long = vec![b'h'; 1025];
+    assert_eq!(
+        d(&[b"B", P, &long]),
+        Err(DecodeError::Limit(LimitError::BeaconFieldTooLong {
+            what: "endpoint",
+            len: 1025,
+            max: 1024
+        }))
+    );
+    assert_eq!(
+        d(&[b"B", P]),
+        Err(DecodeError::Malformed(MalformedError::FrameCount {
+            kind: "beacon",
+            expected: 4,
+            got: 2
+        }))
+    );
+    assert_eq!(
+        d(&[b"W", b""]),
+        Err(DecodeError::Malformed(MalformedError::FrameCount {
+            kind: "welcome",
+            expected: 1,
+            got: 2
+        }))
+    );
+    assert_eq!(
+        d(&[b"X"]),
+        Err(DecodeError::Malformed(MalformedError::UnknownBeacon {
+            len: 1
+        }))
+    );
+    assert_eq!(
+        d(&[]),
+        Err(DecodeError::Malformed(MalformedError::NoFrames))
+    );
+    assert_eq!(
+        d(&[b"B", &P[..31], b"tcp://a:1"]),
+        Err(DecodeError::Malformed(MalformedError::Address {
+            what: "beacon UUID",
+            len: 31
+        }))
+    );
+}

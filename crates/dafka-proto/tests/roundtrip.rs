@@ -1,0 +1,132 @@
+//! Property tests: every message and beacon survives encode -> decode unchanged, and arbitrary
+//! frames never panic the decoders; whatever decodes re-encodes to the same bytes.
+
+use bytes::Bytes;
+use dafka_proto::{
+    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectRecord, Fetch, GetHeads, Head, Limits,
+    Message, NodeBeacon, NodeId, Record, StoreHello, Topic, TowerBeacon,
+};
+use proptest::prelude::*;
+
+fn node_id() -> impl Strategy<Value = NodeId> {
+    any::<[u8; 16]>().prop_map(NodeId::from_bytes)
+}
+
+fn topic() -> impl Strategy<Value = Topic> {
+    prop::collection::vec(1u8..=255, 0..=255).prop_map(|v| Topic::new(v).unwrap())
+}
+
+fn content() -> impl Strategy<Value = Bytes> {
+    prop::collection::vec(any::<u8>(), 0..512).prop_map(Bytes::from)
+}
+
+fn record() -> impl Strategy<Value = Record> {
+    (node_id(), topic(), any::<u64>(), content()).prop_map(
+        |(producer, topic, sequence, content)| Record {
+            producer,
+            topic,
+            sequence,
+            content,
+        },
+    )
+}
+
+fn head() -> impl Strategy<Value = Head> {
+    (node_id(), topic(), any::<u64>()).prop_map(|(producer, topic, sequence)| Head {
+        producer,
+        topic,
+        sequence,
+    })
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        record().prop_map(Message::Record),
+        (node_id(), record()).prop_map(|(to, record)| DirectRecord { to, record }.into()),
+        (node_id(), node_id(), topic(), any::<u64>(), any::<u32>()).prop_map(
+            |(producer, sender, topic, sequence, count)| Fetch {
+                producer,
+                sender,
+                topic,
+                sequence,
+                count
+            }
+            .into()
+        ),
+        (node_id(), topic(), any::<u64>()).prop_map(|(producer, topic, sequence)| Ack {
+            producer,
+            topic,
+            sequence
+        }
+        .into()),
+        head().prop_map(Message::Head),
+        (node_id(), head()).prop_map(|(to, head)| DirectHead { to, head }.into()),
+        (topic(), node_id()).prop_map(|(topic, consumer)| GetHeads { topic, consumer }.into()),
+        (node_id(), node_id(), prop::collection::vec(topic(), 0..8)).prop_map(
+            |(store, consumer, topics)| ConsumerHello {
+                store,
+                consumer,
+                topics
+            }
+            .into()
+        ),
+        (node_id(), node_id()).prop_map(|(consumer, store)| StoreHello { consumer, store }.into()),
+    ]
+}
+
+fn beacon() -> impl Strategy<Value = BeaconMessage> {
+    prop_oneof![
+        Just(BeaconMessage::Welcome),
+        (node_id(), "[a-z0-9.:-]{0,64}", any::<u16>())
+            .prop_map(|(node, host, port)| BeaconMessage::Node(NodeBeacon { node, host, port })),
+        (node_id(), "tcp://[a-z0-9.]{1,32}:[0-9]{1,5}")
+            .prop_map(|(node, endpoint)| BeaconMessage::Tower(TowerBeacon { node, endpoint })),
+    ]
+}
+
+/// Arbitrary frames that often look like Dafka: a real id byte and a NUL-terminated prefix.
+fn frames() -> impl Strategy<Value = Vec<Bytes>> {
+    let id = prop::sample::select(b"MDFKHEGWLBx".to_vec());
+    let frame1 = (id, prop::collection::vec(any::<u8>(), 0..120)).prop_map(|(id, rest)| {
+        let mut f = vec![id];
+        f.extend(rest);
+        Bytes::from(f)
+    });
+    (frame1, prop::collection::vec(content(), 0..4)).prop_map(|(first, rest)| {
+        let mut frames = vec![first];
+        frames.extend(rest);
+        frames
+    })
+}
+
+proptest! {
+    #[test]
+    fn messages_round_trip(m in message()) {
+        let frames = m.to_frames();
+        prop_assert_eq!(frames.len(), m.kind().frames());
+        prop_assert_eq!(frames[0].len(), m.header_len());
+        prop_assert_eq!(Message::decode(&frames, &Limits::DEFAULT), Ok(m));
+    }
+
+    #[test]
+    fn beacons_round_trip(b in beacon()) {
+        prop_assert_eq!(BeaconMessage::decode(&b.to_frames(), &Limits::DEFAULT), Ok(b));
+    }
+
+    #[test]
+    fn arbitrary_frames_decode_to_what_they_encode(frames in frames()) {
+        let limits = Limits::DEFAULT.with_max_content(256).with_max_topics(4);
+        if let Ok(m) = Message::decode(&frames, &limits) {
+            prop_assert_eq!(m.to_frames(), frames.clone());
+            if let Some(content) = m.content() {
+                prop_assert!(content.len() <= 256);
+            }
+            if let Message::ConsumerHello(c) = &m {
+                prop_assert!(c.topics.len() <= 4);
+            }
+        }
+        if let Ok(b) = BeaconMessage::decode(&frames, &limits) {
+            prop_assert_eq!(b.to_frames(), frames);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! Dafka message and beacon decoding from arbitrary multipart messages, with small limits.
+//!
+//! Input: byte 0 sets `max_content` (x4), byte 1 `max_topics`, byte 2 `max_endpoint`; the rest
+//! is a sequence of frames, each a 2-byte big-endian length and that many bytes (a short last
+//! frame takes what is left). Invariants: no panic; a decoded message or beacon re-encodes to
+//! exactly the input frames, and those decode equal again; record contents, topic lists (their
+//! allocated capacity included) and beacon text stay within the limits.
+#![no_main]
+
+use bytes::Bytes;
+use dafka_proto::{BeaconMessage, Limits, Message};
+use libfuzzer_sys::fuzz_target;
+
+fn split_frames(mut rest: &[u8]) -> Vec<Bytes> {
+    let mut frames = Vec::new();
+    while let [hi, lo, tail @ ..] = rest {
+        let len = usize::from(u16::from_be_bytes([*hi, *lo])).min(tail.len());
+        frames.push(Bytes::copy_from_slice(&tail[..len]));
+        rest = &tail[len..];
+    }
+    frames
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [a, b, c, rest @ ..] = data else {
+        return;
+    };
+    let limits = Limits::DEFAULT
+        .with_max_content(usize::from(*a) * 4)
+        .with_max_topics(usize::from(*b))
+        .with_max_endpoint(usize::from(*c));
+    let frames = split_frames(rest);
+    if let Ok(m) = Message::decode(&frames, &limits) {
+        assert_eq!(m.to_frames(), frames, "re-encoding changed the bytes");
+        assert_eq!(m.header_len(), frames[0].len());
+        assert_eq!(Message::decode(&m.to_frames(), &limits).as_ref(), Ok(&m));
+        if let Some(content) = m.content() {
+            assert!(content.len() <= limits.max_content);
+        }
+        if let Message::ConsumerHello(hello) = &m {
+            assert!(hello.topics.capacity() <= limits.max_topics);
+        }
+    }
+    if let Ok(beacon) = BeaconMessage::decode(&frames, &limits) {
+        assert_eq!(beacon.to_frames(), frames, "re-encoding changed the bytes");
+        assert_eq!(BeaconMessage::decode(&frames, &limits).as_ref(), Ok(&beacon));
+        match &beacon {
+            BeaconMessage::Node(n) => assert!(n.host.len() <= limits.max_endpoint),
+            BeaconMessage::Tower(t) => assert!(t.endpoint.len() <= limits.max_endpoint),
+            _ => {}
+        }
+    }
+});
