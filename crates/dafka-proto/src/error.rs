@@ -153,3 +153,78 @@ pub enum TopicError {
     #[error("topic name contains a NUL byte, which ends the topic prefix on the wire")]
     ContainsNul,
 }
+
+/// Well-formed messages that a peer should not have sent to this node. The state machine
+/// ignores them (its state is unchanged); the driver logs the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PeerError {
+    /// A message about another topic than this node's.
+    #[error("{kind} for topic {got:?}, this node's topic is {ours:?}")]
+    WrongTopic {
+        /// The message kind.
+        kind: &'static str,
+        /// The topic received (lossy UTF-8).
+        got: String,
+        /// This node's topic (lossy UTF-8).
+        ours: String,
+    },
+    /// A message addressed to another partition or node (a subscription prefix matched more
+    /// than it should, or a peer sent it to the wrong node).
+    #[error("{kind} addressed to {to}, not to this node")]
+    NotForUs {
+        /// The message kind.
+        kind: &'static str,
+        /// The node it names.
+        to: crate::NodeId,
+    },
+    /// An ACK for an offset this producer has not produced yet.
+    #[error("ACK for offset {acked}, but the next offset to produce is {next}")]
+    AckBeyondHead {
+        /// The offset acknowledged.
+        acked: u64,
+        /// This producer's next offset.
+        next: u64,
+    },
+}
+
+/// The local program used the API wrongly.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum CallerError {
+    /// A record larger than the configured maximum.
+    #[error("record of {len} bytes is over the maximum of {max} bytes")]
+    RecordTooLarge {
+        /// The record's length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A configuration value out of range.
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+}
+
+/// A record could not be queued.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The unacknowledged buffer is full (records or bytes): wait for ACKs (the driver waits up
+    /// to its send timeout) and retry.
+    #[error(
+        "unacknowledged buffer full: {records} records, {bytes} bytes (limits {max_records}, {max_bytes})"
+    )]
+    Full {
+        /// Records held.
+        records: usize,
+        /// Bytes held.
+        bytes: usize,
+        /// The record limit.
+        max_records: usize,
+        /// The byte limit.
+        max_bytes: usize,
+    },
+    /// The caller's mistake (the record is too large).
+    #[error(transparent)]
+    Caller(#[from] CallerError),
+}

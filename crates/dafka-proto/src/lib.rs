@@ -1,5 +1,5 @@
 //! Sans-IO Dafka: the wire format of the reference implementation (zeromq/dafka), and the
-//! producer and consumer state machines. No sockets, no runtime, no clock: the driver passes
+//! node state machines. No sockets, no runtime, no clock: the driver passes
 //! frames and the current time in, and takes messages to publish and the next deadline out.
 //!
 //! * [`Message`] and its kinds ([`Record`], [`DirectRecord`], [`Fetch`], [`Ack`], [`Head`],
@@ -8,6 +8,8 @@
 //! * [`BeaconMessage`]: node beacons, tower beacons, the tower's welcome.
 //! * [`subscription`]: the subscription prefixes each node makes or acts on.
 //! * [`NodeId`], [`Topic`]: validated once, so encoding never fails.
+//! * [`Producer`]: offsets, the HEAD timer, the bounded unacknowledged buffer, FETCH answers,
+//!   cumulative ACKs from `min_acks` stores.
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
@@ -47,12 +49,16 @@ mod beacon;
 mod error;
 mod id;
 pub mod message;
+pub mod producer;
 pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
-pub use error::{DecodeError, LimitError, MalformedError, TopicError};
+pub use error::{
+    CallerError, DecodeError, LimitError, MalformedError, PeerError, SendError, TopicError,
+};
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
     Ack, ConsumerHello, DirectHead, DirectRecord, Fetch, GetHeads, Head, Kind, Limits, Message,
     PREFIX_END, Record, StoreHello, VERSION,
 };
+pub use producer::{Producer, ProducerConfig};

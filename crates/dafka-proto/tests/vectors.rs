@@ -2,67 +2,13 @@
 //! ../shared/vectors/dafka/ by scripts/extract_dafka_vectors.py) decodes to the fields the
 //! capture's own decoder saw, and re-encodes to exactly the captured bytes.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use common::{data, hex, unhex, vectors};
 use dafka_proto::{BEACON_TOPIC, BeaconMessage, Kind, Limits, Message, NodeId, subscription};
-
-fn data(name: &str) -> String {
-    let path = format!(
-        "{}/../../tests/data/dafka/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex {s}");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-struct Vector {
-    kind: String,
-    frames: Vec<Bytes>,
-    fields: BTreeMap<String, String>,
-}
-
-fn vectors() -> Vec<Vector> {
-    data("messages.tsv")
-        .lines()
-        .map(|line| {
-            let mut cols = line.split('\t');
-            let kind = cols.next().unwrap().to_owned();
-            let frames = cols
-                .next()
-                .unwrap()
-                .split(' ')
-                .map(|f| Bytes::from(unhex(f)))
-                .collect();
-            let fields = cols
-                .next()
-                .unwrap_or("")
-                .split(';')
-                .filter(|kv| !kv.is_empty())
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap();
-                    (k.to_owned(), v.to_owned())
-                })
-                .collect();
-            Vector {
-                kind,
-                frames,
-                fields,
-            }
-        })
-        .collect()
-}
 
 /// The fields of a decoded Dafka message, named as the capture's decoder names them.
 fn fields_of(m: &Message) -> BTreeMap<String, String> {

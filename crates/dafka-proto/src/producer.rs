@@ -1,0 +1,403 @@
+//! The producer state machine: one topic, one partition (named by the producer's id).
+//!
+//! * [`Producer::send`] gives a record the next offset (from [`ProducerConfig::first_offset`],
+//!   0 for a new partition) and queues a RECORD.
+//! * After the first record, a HEAD with the last offset is due every
+//!   [`ProducerConfig::head_interval`], forever (as the reference does, so a consumer or store
+//!   that missed the tail learns of it).
+//! * Records stay in a bounded unacknowledged buffer ([`ProducerConfig::max_unacked_records`],
+//!   [`ProducerConfig::max_unacked_bytes`]); a full buffer refuses [`Producer::send`] with
+//!   [`SendError::Full`] (the driver waits for ACKs up to its timeout, then raises).
+//! * FETCH is answered with DIRECT-RECORDs from that buffer, in ascending order, each carrying
+//!   the content of its own offset (the reference serves wrong contents past its first 256
+//!   unacknowledged records; `tests/producer.rs` checks ours does not). Answers are generated
+//!   lazily from at most [`ProducerConfig::max_pending_fetches`] pending ranges, so a flood of
+//!   FETCHes costs no memory beyond that.
+//! * ACKs are cumulative. Records are released once [`ProducerConfig::min_acks`] distinct stores
+//!   have acknowledged them. A reference ACK names no store, so the driver says which store
+//!   sent it when it knows (`store` in [`Producer::handle_ack`]); every ACK without a store
+//!   counts as one and the same store.
+//!
+//! Time is passed in; the driver calls [`Producer::handle_timeout`] at
+//! [`Producer::poll_timeout`] and publishes every message [`Producer::poll_transmit`] returns
+//! on its PUB socket.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::Kind;
+use crate::error::{CallerError, PeerError, SendError};
+use crate::id::{NodeId, Topic};
+use crate::message::{Ack, DirectRecord, Fetch, Head, Message, Record};
+use crate::subscription;
+
+/// Settings of a [`Producer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProducerConfig {
+    /// The producer's id, which names its partition.
+    pub id: NodeId,
+    /// The one topic it produces to.
+    pub topic: Topic,
+    /// The offset of the first record: 0 for a new partition, one past the highest offset the
+    /// stores hold when resuming a saved partition id.
+    pub first_offset: u64,
+    /// Interval between HEADs (the reference: 1 s).
+    pub head_interval: Duration,
+    /// Most records held unacknowledged.
+    pub max_unacked_records: usize,
+    /// Most content bytes held unacknowledged.
+    pub max_unacked_bytes: usize,
+    /// Largest record accepted by [`Producer::send`].
+    pub max_record: usize,
+    /// Distinct stores that must acknowledge a record before it is released.
+    pub min_acks: usize,
+    /// Most FETCH answers waiting to be sent; further FETCHes are dropped (their senders retry).
+    pub max_pending_fetches: usize,
+    /// Most distinct stores whose ACK positions are tracked.
+    pub max_stores: usize,
+}
+
+impl ProducerConfig {
+    /// Defaults: offset 0, HEAD every second, 1 000 000 records or 256 MiB unacknowledged,
+    /// records up to 16 MiB, one ACK suffices, 64 pending FETCH answers, 64 stores.
+    pub fn new(id: NodeId, topic: Topic) -> Self {
+        ProducerConfig {
+            id,
+            topic,
+            first_offset: 0,
+            head_interval: Duration::from_secs(1),
+            max_unacked_records: 1_000_000,
+            max_unacked_bytes: 256 << 20,
+            max_record: 16 << 20,
+            min_acks: 1,
+            max_pending_fetches: 64,
+            max_stores: 64,
+        }
+    }
+
+    fn validate(&self) -> Result<(), CallerError> {
+        if self.min_acks == 0 {
+            return Err(CallerError::Config("min_acks must be at least 1"));
+        }
+        if self.min_acks > self.max_stores {
+            return Err(CallerError::Config("min_acks must not exceed max_stores"));
+        }
+        if self.max_unacked_records == 0 || self.max_unacked_bytes == 0 {
+            return Err(CallerError::Config(
+                "the unacknowledged buffer must hold a record",
+            ));
+        }
+        if self.head_interval.is_zero() {
+            return Err(CallerError::Config("head_interval must not be zero"));
+        }
+        Ok(())
+    }
+}
+
+/// A FETCH answer still being sent: DIRECT-RECORDs `next..end` to `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Answer {
+    to: NodeId,
+    next: u64,
+    end: u64,
+}
+
+/// The producer state machine. See the [module docs](self).
+#[derive(Debug)]
+pub struct Producer {
+    config: ProducerConfig,
+    /// Contents of offsets `base..next_offset`, oldest first.
+    unacked: VecDeque<Bytes>,
+    unacked_bytes: usize,
+    /// The lowest offset still held.
+    base: u64,
+    /// Offsets below this have gone out as RECORDs.
+    sent_upto: u64,
+    /// The offset the next record gets.
+    next_offset: u64,
+    /// When the next HEAD is due; `None` until the first record.
+    next_head: Option<Instant>,
+    head_due: bool,
+    answers: VecDeque<Answer>,
+    dropped_fetches: u64,
+    /// Highest offset each store acknowledged (`None`: a store that did not say who it is).
+    store_acks: Vec<(Option<NodeId>, u64)>,
+}
+
+impl Producer {
+    /// A producer with `config`, or the reason the configuration is invalid.
+    pub fn new(config: ProducerConfig) -> Result<Self, CallerError> {
+        config.validate()?;
+        let first = config.first_offset;
+        Ok(Producer {
+            config,
+            unacked: VecDeque::new(),
+            unacked_bytes: 0,
+            base: first,
+            sent_upto: first,
+            next_offset: first,
+            next_head: None,
+            head_due: false,
+            answers: VecDeque::new(),
+            dropped_fetches: 0,
+            store_acks: Vec::new(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.config
+    }
+
+    /// The subscriptions of the producer's SUB socket: `'K'` and `'F'` + its id.
+    pub fn subscriptions(&self) -> [Bytes; 2] {
+        [
+            subscription::node(Kind::Ack, &self.config.id),
+            subscription::node(Kind::Fetch, &self.config.id),
+        ]
+    }
+
+    /// Queues a record and returns its offset.
+    pub fn send(&mut self, content: Bytes, now: Instant) -> Result<u64, SendError> {
+        if content.len() > self.config.max_record {
+            return Err(CallerError::RecordTooLarge {
+                len: content.len(),
+                max: self.config.max_record,
+            }
+            .into());
+        }
+        if self.unacked.len() >= self.config.max_unacked_records
+            || self.unacked_bytes + content.len() > self.config.max_unacked_bytes
+        {
+            return Err(SendError::Full {
+                records: self.unacked.len(),
+                bytes: self.unacked_bytes,
+                max_records: self.config.max_unacked_records,
+                max_bytes: self.config.max_unacked_bytes,
+            });
+        }
+        let offset = self.next_offset;
+        self.unacked_bytes += content.len();
+        self.unacked.push_back(content);
+        self.next_offset += 1;
+        if self.next_head.is_none() {
+            // 46/DAFKA: "After the producer published its first record it SHALL send HEAD
+            // commands at a fixed interval."
+            self.next_head = Some(now + self.config.head_interval);
+        }
+        Ok(offset)
+    }
+
+    /// Handles a message from the producer's SUB socket (ACK or FETCH; anything else is not for
+    /// a producer and is ignored). `store` is the ACK's sender when the driver knows it.
+    pub fn handle_message(
+        &mut self,
+        message: &Message,
+        store: Option<NodeId>,
+    ) -> Result<(), PeerError> {
+        match message {
+            Message::Ack(ack) => self.handle_ack(ack, store),
+            Message::Fetch(fetch) => self.handle_fetch(fetch),
+            _ => Ok(()),
+        }
+    }
+
+    /// A store acknowledges every offset up to `ack.sequence`.
+    pub fn handle_ack(&mut self, ack: &Ack, store: Option<NodeId>) -> Result<(), PeerError> {
+        self.check_addressed(Kind::Ack, &ack.producer, &ack.topic)?;
+        if ack.sequence >= self.next_offset {
+            return Err(PeerError::AckBeyondHead {
+                acked: ack.sequence,
+                next: self.next_offset,
+            });
+        }
+        match self.store_acks.iter_mut().find(|(s, _)| *s == store) {
+            Some((_, seq)) => *seq = (*seq).max(ack.sequence),
+            None => {
+                if self.store_acks.len() >= self.config.max_stores {
+                    // Forget the store furthest behind: it counts least towards min_acks.
+                    if let Some(i) =
+                        (0..self.store_acks.len()).min_by_key(|&i| self.store_acks[i].1)
+                    {
+                        self.store_acks.swap_remove(i);
+                    }
+                }
+                self.store_acks.push((store, ack.sequence));
+            }
+        }
+        if let Some(acked) = self.acked_through() {
+            self.release_through(acked);
+        }
+        Ok(())
+    }
+
+    /// A consumer or store asks for `fetch.count` records from `fetch.sequence` on. Records
+    /// still held (sent and not yet released) are answered, lazily, by
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_fetch(&mut self, fetch: &Fetch) -> Result<(), PeerError> {
+        self.check_addressed(Kind::Fetch, &fetch.producer, &fetch.topic)?;
+        let next = fetch.sequence.max(self.base);
+        let end = fetch
+            .sequence
+            .saturating_add(u64::from(fetch.count))
+            .min(self.sent_upto);
+        if next >= end {
+            return Ok(());
+        }
+        // The same requester asking again (the reference retries on every HEAD and RECORD):
+        // widen the pending answer instead of queueing a second copy.
+        if let Some(a) = self.answers.iter_mut().find(|a| a.to == fetch.sender) {
+            a.next = a.next.min(next);
+            a.end = a.end.max(end);
+            return Ok(());
+        }
+        if self.answers.len() >= self.config.max_pending_fetches {
+            self.dropped_fetches += 1;
+            return Ok(());
+        }
+        self.answers.push_back(Answer {
+            to: fetch.sender,
+            next,
+            end,
+        });
+        Ok(())
+    }
+
+    fn check_addressed(
+        &self,
+        kind: Kind,
+        producer: &NodeId,
+        topic: &Topic,
+    ) -> Result<(), PeerError> {
+        if *producer != self.config.id {
+            return Err(PeerError::NotForUs {
+                kind: kind.name(),
+                to: *producer,
+            });
+        }
+        if *topic != self.config.topic {
+            return Err(PeerError::WrongTopic {
+                kind: kind.name(),
+                got: topic.to_string(),
+                ours: self.config.topic.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Marks a HEAD due when its time has come.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(due) = self.next_head
+            && now >= due
+        {
+            self.head_due = true;
+            let next = due + self.config.head_interval;
+            // A driver that woke late does not get a burst of HEADs.
+            self.next_head = Some(if next > now {
+                next
+            } else {
+                now + self.config.head_interval
+            });
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due: the next HEAD.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_head
+    }
+
+    /// The next message to publish: RECORDs in offset order, then a due HEAD, then FETCH
+    /// answers.
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        if self.sent_upto < self.next_offset {
+            let offset = self.sent_upto;
+            self.sent_upto += 1;
+            return Some(Message::Record(self.record(offset)?));
+        }
+        if self.head_due {
+            self.head_due = false;
+            return Some(Message::Head(Head {
+                producer: self.config.id,
+                topic: self.config.topic.clone(),
+                sequence: self.next_offset - 1,
+            }));
+        }
+        while let Some(answer) = self.answers.front_mut() {
+            // Records released since the FETCH are skipped: the stores that acked them answer.
+            let offset = answer.next.max(self.base);
+            if offset >= answer.end {
+                self.answers.pop_front();
+                continue;
+            }
+            answer.next = offset + 1;
+            let to = answer.to;
+            if answer.next >= answer.end {
+                self.answers.pop_front();
+            }
+            let record = self.record(offset)?;
+            return Some(Message::DirectRecord(DirectRecord { to, record }));
+        }
+        None
+    }
+
+    fn record(&self, offset: u64) -> Option<Record> {
+        let index = usize::try_from(offset.checked_sub(self.base)?).ok()?;
+        Some(Record {
+            producer: self.config.id,
+            topic: self.config.topic.clone(),
+            sequence: offset,
+            content: self.unacked.get(index)?.clone(),
+        })
+    }
+
+    fn release_through(&mut self, acked: u64) {
+        while self.base <= acked {
+            let Some(content) = self.unacked.pop_front() else {
+                break;
+            };
+            self.unacked_bytes -= content.len();
+            self.base += 1;
+        }
+        // An ACK can only cover records already sent, but keep the invariant base <= sent_upto.
+        self.sent_upto = self.sent_upto.max(self.base);
+    }
+
+    /// The highest offset acknowledged by at least `min_acks` distinct stores.
+    pub fn acked_through(&self) -> Option<u64> {
+        let mut seqs: Vec<u64> = self.store_acks.iter().map(|&(_, s)| s).collect();
+        if seqs.len() < self.config.min_acks {
+            return None;
+        }
+        seqs.sort_unstable_by(|a, b| b.cmp(a));
+        seqs.get(self.config.min_acks - 1).copied()
+    }
+
+    /// Whether every record sent so far is acknowledged by `min_acks` stores (what `flush`
+    /// waits for).
+    pub fn is_flushed(&self) -> bool {
+        self.unacked.is_empty()
+    }
+
+    /// The offset the next record gets.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Records held unacknowledged.
+    pub fn unacked_records(&self) -> usize {
+        self.unacked.len()
+    }
+
+    /// Content bytes held unacknowledged.
+    pub fn unacked_bytes(&self) -> usize {
+        self.unacked_bytes
+    }
+
+    /// FETCHes dropped because [`ProducerConfig::max_pending_fetches`] answers were pending.
+    pub fn dropped_fetches(&self) -> u64 {
+        self.dropped_fetches
+    }
+}

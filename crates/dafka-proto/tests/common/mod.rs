@@ -1,0 +1,76 @@
+//! Reading the captured reference vectors in tests/data/dafka/.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+pub fn data(name: &str) -> String {
+    let path = format!(
+        "{}/../../tests/data/dafka/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+pub fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd hex {s}");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub struct Vector {
+    pub kind: String,
+    pub frames: Vec<Bytes>,
+    pub fields: BTreeMap<String, String>,
+}
+
+pub fn vectors() -> Vec<Vector> {
+    data("messages.tsv")
+        .lines()
+        .map(|line| {
+            let mut cols = line.split('\t');
+            let kind = cols.next().unwrap().to_owned();
+            let frames = cols
+                .next()
+                .unwrap()
+                .split(' ')
+                .map(|f| Bytes::from(unhex(f)))
+                .collect();
+            let fields = cols
+                .next()
+                .unwrap_or("")
+                .split(';')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    (k.to_owned(), v.to_owned())
+                })
+                .collect();
+            Vector {
+                kind,
+                frames,
+                fields,
+            }
+        })
+        .collect()
+}
+
+/// The captured message of `kind` whose fields include every `key=value` of `fields`.
+pub fn find(kind: &str, fields: &[(&str, &str)]) -> Vector {
+    vectors()
+        .into_iter()
+        .find(|v| {
+            v.kind == kind
+                && fields
+                    .iter()
+                    .all(|(k, val)| v.fields.get(*k).map(String::as_str) == Some(*val))
+        })
+        .unwrap_or_else(|| panic!("no captured {kind} with {fields:?}"))
+}
