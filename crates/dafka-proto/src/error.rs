@@ -178,6 +178,12 @@ pub enum PeerError {
         /// The node it names.
         to: crate::NodeId,
     },
+    /// A message of a new partition while the consumer already tracks its maximum.
+    #[error("a new partition would exceed the limit of {max} partitions")]
+    PartitionLimit {
+        /// The limit.
+        max: usize,
+    },
     /// An ACK for an offset this producer has not produced yet.
     #[error("ACK for offset {acked}, but the next offset to produce is {next}")]
     AckBeyondHead {

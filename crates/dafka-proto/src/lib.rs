@@ -10,6 +10,8 @@
 //! * [`NodeId`], [`Topic`]: validated once, so encoding never fails.
 //! * [`Producer`]: offsets, the HEAD timer, the bounded unacknowledged buffer, FETCH answers,
 //!   cumulative ACKs from `min_acks` stores.
+//! * [`Consumer`]: exact topics, earliest/latest/explicit start, gap FETCHes retried on a timer
+//!   with backoff, a bounded reorder buffer, duplicates dropped, in-order delivery.
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
@@ -46,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod beacon;
+pub mod consumer;
 mod error;
 mod id;
 pub mod message;
@@ -53,6 +56,7 @@ pub mod producer;
 pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
+pub use consumer::{Consumer, ConsumerConfig, Delivery, OffsetReset};
 pub use error::{
     CallerError, DecodeError, LimitError, MalformedError, PeerError, SendError, TopicError,
 };

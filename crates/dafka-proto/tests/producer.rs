@@ -10,17 +10,10 @@ use dafka_proto::{
     SendError, Topic,
 };
 
-const P1: &str = "986108951EB145A1BFBDC5601975F614";
-const S1_WRITER: &str = "1748C8B2F2144DC9B299CD0ACE78283B";
-const S2_WRITER: &str = "556B317F73DA4B2D96019CBC20CB20D6";
-const C1: &str = "660520E1F67543BCABA0796BBDC733D2";
-
-fn id(s: &str) -> NodeId {
-    s.parse().unwrap()
-}
+use common::{C1, P1, S1_WRITER, S2_WRITER, id};
 
 fn golden() -> Topic {
-    Topic::try_from("golden").unwrap()
+    common::topic("golden")
 }
 
 fn config() -> ProducerConfig {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use dafka_proto::{NodeId, Topic};
 
 pub fn data(name: &str) -> String {
     let path = format!(
@@ -73,4 +74,20 @@ pub fn find(kind: &str, fields: &[(&str, &str)]) -> Vector {
                     .all(|(k, val)| v.fields.get(*k).map(String::as_str) == Some(*val))
         })
         .unwrap_or_else(|| panic!("no captured {kind} with {fields:?}"))
+}
+
+/// Node ids of the captured scenario (see ../shared/vectors/dafka/README.md).
+pub const P1: &str = "986108951EB145A1BFBDC5601975F614";
+pub const C1: &str = "660520E1F67543BCABA0796BBDC733D2";
+pub const C2: &str = "DB0FDA0F98DC4F439ED7D405E0B07403";
+pub const S1_WRITER: &str = "1748C8B2F2144DC9B299CD0ACE78283B";
+pub const S2_WRITER: &str = "556B317F73DA4B2D96019CBC20CB20D6";
+pub const S2_READER: &str = "980AC53FA7794EF586F9A1E90246290C";
+
+pub fn id(hex: &str) -> NodeId {
+    hex.parse().unwrap()
+}
+
+pub fn topic(name: &str) -> Topic {
+    Topic::try_from(name).unwrap()
 }

@@ -1,0 +1,492 @@
+//! The consumer state machine: in-order, exactly-once delivery per partition.
+//!
+//! * Topics match exactly: a RECORD of `hello2` reaching a `hello` consumer (ZeroMQ prefix
+//!   matching lets it through) is dropped, not delivered as the reference does.
+//! * A partition is learnt from its first RECORD, HEAD or DIRECT-HEAD. With
+//!   [`OffsetReset::Earliest`] delivery starts at offset 0 (the consumer also sends GET-HEADS
+//!   when it subscribes); with [`OffsetReset::Latest`] at the offset that message names (the
+//!   head record itself is delivered, as the reference does). [`Consumer::set_position`] starts
+//!   a partition at an explicit offset.
+//! * Records arriving ahead of the next offset wait in a bounded reorder buffer
+//!   ([`ConsumerConfig::max_reorder`] records per partition, [`ConsumerConfig::max_reorder_bytes`]
+//!   overall; past that they are dropped and fetched again later); the gap is FETCHed at once
+//!   and FETCHed again on a timer with exponential backoff
+//!   ([`ConsumerConfig::fetch_retry`] doubling up to [`ConsumerConfig::fetch_retry_max`]) until
+//!   it closes. The reference instead discards such records and retries only when the next
+//!   RECORD or HEAD arrives.
+//! * Records below the next offset (duplicates from several answerers) are dropped.
+//! * A STORE-HELLO, or a store reader's `'W'` + id subscription reaching the consumer's XPUB, is
+//!   answered with CONSUMER-HELLO listing the consumer's topics.
+//!
+//! Time is passed in; the driver calls [`Consumer::handle_timeout`] at
+//! [`Consumer::poll_timeout`], publishes every [`Consumer::poll_transmit`] message on its XPUB
+//! and hands every [`Consumer::poll_record`] to the application.
+
+use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::error::{CallerError, PeerError};
+use crate::id::{NodeId, Topic};
+use crate::message::{ConsumerHello, Fetch, GetHeads, Kind, Message, Record};
+use crate::subscription;
+
+/// Where a consumer starts in a partition it has no position for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffsetReset {
+    /// From offset 0.
+    Earliest,
+    /// From the offset of the first RECORD, HEAD or DIRECT-HEAD seen (the reference's default).
+    #[default]
+    Latest,
+}
+
+/// Settings of a [`Consumer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerConfig {
+    /// The consumer's id (DIRECT-RECORDs and DIRECT-HEADs are addressed to it).
+    pub id: NodeId,
+    /// Where to start in a new partition.
+    pub offset_reset: OffsetReset,
+    /// Most out-of-order records held per partition.
+    pub max_reorder: usize,
+    /// Most content bytes held out of order, over all partitions.
+    pub max_reorder_bytes: usize,
+    /// First FETCH retry delay.
+    pub fetch_retry: Duration,
+    /// Longest FETCH retry delay (the backoff doubles up to it).
+    pub fetch_retry_max: Duration,
+    /// Most partitions tracked; messages of further partitions are refused.
+    pub max_partitions: usize,
+}
+
+impl ConsumerConfig {
+    /// Defaults: offset reset "latest", 4096 records per partition and 64 MiB held out of
+    /// order, FETCH retried after 200 ms doubling up to 5 s, 65 536 partitions.
+    pub fn new(id: NodeId) -> Self {
+        ConsumerConfig {
+            id,
+            offset_reset: OffsetReset::Latest,
+            max_reorder: 4096,
+            max_reorder_bytes: 64 << 20,
+            fetch_retry: Duration::from_millis(200),
+            fetch_retry_max: Duration::from_secs(5),
+            max_partitions: 65_536,
+        }
+    }
+
+    fn validate(&self) -> Result<(), CallerError> {
+        if self.fetch_retry.is_zero() || self.fetch_retry_max < self.fetch_retry {
+            return Err(CallerError::Config(
+                "fetch_retry must be positive and at most fetch_retry_max",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A record delivered in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The topic.
+    pub topic: Topic,
+    /// The partition (its producer's id).
+    pub partition: NodeId,
+    /// The record's offset.
+    pub offset: u64,
+    /// The record's value.
+    pub content: Bytes,
+}
+
+/// The FETCH state of a partition with a gap.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    /// The next offset when last checked: progress past it resets the backoff.
+    from: u64,
+    /// One past the last offset asked for: a gap starting below it is already requested.
+    end: u64,
+    at: Instant,
+    backoff: Duration,
+}
+
+#[derive(Debug)]
+struct Partition {
+    /// The next offset to deliver.
+    next: u64,
+    /// The highest offset known to exist (from HEADs and records), if any.
+    head: Option<u64>,
+    reorder: BTreeMap<u64, Bytes>,
+    retry: Option<Retry>,
+}
+
+impl Partition {
+    /// The missing range `next..end`, if any.
+    fn gap(&self) -> Option<(u64, u64)> {
+        let end = match self.reorder.keys().next() {
+            Some(&first) => first,
+            None => self.head?.checked_add(1)?,
+        };
+        (end > self.next).then_some((self.next, end))
+    }
+}
+
+/// The consumer state machine. See the [module docs](self).
+#[derive(Debug)]
+pub struct Consumer {
+    config: ConsumerConfig,
+    topics: Vec<Topic>,
+    partitions: HashMap<(Topic, NodeId), Partition>,
+    reorder_bytes: usize,
+    deliveries: VecDeque<Delivery>,
+    transmit: VecDeque<Message>,
+    dropped: u64,
+}
+
+impl Consumer {
+    /// A consumer with `config`, or the reason the configuration is invalid.
+    pub fn new(config: ConsumerConfig) -> Result<Self, CallerError> {
+        config.validate()?;
+        Ok(Consumer {
+            config,
+            topics: Vec::new(),
+            partitions: HashMap::new(),
+            reorder_bytes: 0,
+            deliveries: VecDeque::new(),
+            transmit: VecDeque::new(),
+            dropped: 0,
+        })
+    }
+
+    /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
+    /// `'D'`, `'E'` and `'L'` + its id.
+    pub fn subscriptions(&self) -> [Bytes; 3] {
+        let id = &self.config.id;
+        [
+            subscription::node(Kind::DirectRecord, id),
+            subscription::node(Kind::DirectHead, id),
+            subscription::node(Kind::StoreHello, id),
+        ]
+    }
+
+    /// Subscribes to `topic`; returns the SUB subscriptions to add (`'M'` and `'H'` + topic +
+    /// `0x00`: exact). An "earliest" consumer also sends GET-HEADS.
+    pub fn subscribe(&mut self, topic: Topic) -> [Bytes; 2] {
+        let subs = topic_subscriptions(&topic);
+        if !self.topics.contains(&topic) {
+            if self.config.offset_reset == OffsetReset::Earliest {
+                self.transmit.push_back(Message::GetHeads(GetHeads {
+                    topic: topic.clone(),
+                    consumer: self.config.id,
+                }));
+            }
+            self.topics.push(topic);
+        }
+        subs
+    }
+
+    /// Unsubscribes from `topic` and forgets its partitions; returns the SUB subscriptions to
+    /// cancel.
+    pub fn unsubscribe(&mut self, topic: &Topic) -> [Bytes; 2] {
+        self.topics.retain(|t| t != topic);
+        let mut freed = 0;
+        self.partitions.retain(|(t, _), p| {
+            let keep = t != topic;
+            if !keep {
+                freed += p.reorder.values().map(Bytes::len).sum::<usize>();
+            }
+            keep
+        });
+        self.reorder_bytes -= freed;
+        topic_subscriptions(topic)
+    }
+
+    /// The topics subscribed.
+    pub fn topics(&self) -> &[Topic] {
+        &self.topics
+    }
+
+    /// Starts (or moves) `partition` of `topic` at offset `next`.
+    pub fn set_position(&mut self, topic: Topic, partition: NodeId, next: u64) {
+        let p = self
+            .partitions
+            .entry((topic, partition))
+            .or_insert_with(|| Partition {
+                next,
+                head: None,
+                reorder: BTreeMap::new(),
+                retry: None,
+            });
+        p.next = next;
+        p.retry = None;
+        let stale: Vec<u64> = p.reorder.range(..next).map(|(&o, _)| o).collect();
+        for o in stale {
+            if let Some(c) = p.reorder.remove(&o) {
+                self.reorder_bytes -= c.len();
+            }
+        }
+    }
+
+    /// The next offset to deliver, per (topic, partition).
+    pub fn positions(&self) -> impl Iterator<Item = (&Topic, &NodeId, u64)> {
+        self.partitions.iter().map(|((t, n), p)| (t, n, p.next))
+    }
+
+    /// Handles a message from the consumer's SUB socket.
+    pub fn handle_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+        match message {
+            Message::Record(r) => self.on_record(r, now),
+            Message::DirectRecord(d) => {
+                self.check_to(Kind::DirectRecord, &d.to)?;
+                self.on_record(&d.record, now)
+            }
+            Message::Head(h) => self.on_head(&h.topic, h.producer, h.sequence, now),
+            Message::DirectHead(d) => {
+                self.check_to(Kind::DirectHead, &d.to)?;
+                self.on_head(&d.head.topic, d.head.producer, d.head.sequence, now)
+            }
+            Message::StoreHello(s) => {
+                self.check_to(Kind::StoreHello, &s.consumer)?;
+                self.hello(s.store);
+                Ok(())
+            }
+            // Not for a consumer: the driver's subscriptions never let these through.
+            _ => Ok(()),
+        }
+    }
+
+    /// A subscription reached the consumer's XPUB: `'W'` + a store reader's id asks for a
+    /// CONSUMER-HELLO. Every other subscription is ignored.
+    pub fn handle_subscription(&mut self, subscription: &[u8]) {
+        if let Some((Kind::ConsumerHello, store)) = subscription::parse_node(subscription) {
+            self.hello(store);
+        }
+    }
+
+    fn hello(&mut self, store: NodeId) {
+        self.transmit
+            .push_back(Message::ConsumerHello(ConsumerHello {
+                store,
+                consumer: self.config.id,
+                topics: self.topics.clone(),
+            }));
+    }
+
+    fn check_to(&self, kind: Kind, to: &NodeId) -> Result<(), PeerError> {
+        if *to == self.config.id {
+            Ok(())
+        } else {
+            Err(PeerError::NotForUs {
+                kind: kind.name(),
+                to: *to,
+            })
+        }
+    }
+
+    /// The key of a message's partition, created at `start` if new. `None`: the topic is not
+    /// subscribed (exact match), so the message is dropped.
+    fn partition(
+        &mut self,
+        topic: &Topic,
+        producer: NodeId,
+        start: u64,
+    ) -> Result<Option<(Topic, NodeId)>, PeerError> {
+        if !self.topics.contains(topic) {
+            self.dropped += 1;
+            return Ok(None);
+        }
+        let key = (topic.clone(), producer);
+        if !self.partitions.contains_key(&key) {
+            if self.partitions.len() >= self.config.max_partitions {
+                return Err(PeerError::PartitionLimit {
+                    max: self.config.max_partitions,
+                });
+            }
+            let next = match self.config.offset_reset {
+                OffsetReset::Earliest => 0,
+                OffsetReset::Latest => start,
+            };
+            self.partitions.insert(
+                key.clone(),
+                Partition {
+                    next,
+                    head: None,
+                    reorder: BTreeMap::new(),
+                    retry: None,
+                },
+            );
+        }
+        Ok(Some(key))
+    }
+
+    fn on_head(
+        &mut self,
+        topic: &Topic,
+        producer: NodeId,
+        sequence: u64,
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        let Some(key) = self.partition(topic, producer, sequence)? else {
+            return Ok(());
+        };
+        if let Some(p) = self.partitions.get_mut(&key) {
+            p.head = Some(p.head.map_or(sequence, |h| h.max(sequence)));
+        }
+        self.refetch(&key, now);
+        Ok(())
+    }
+
+    fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
+        let Some(key) = self.partition(&record.topic, record.producer, record.sequence)? else {
+            return Ok(());
+        };
+        let Some(p) = self.partitions.get_mut(&key) else {
+            return Ok(());
+        };
+        let seq = record.sequence;
+        p.head = Some(p.head.map_or(seq, |h| h.max(seq)));
+        if seq < p.next || p.reorder.contains_key(&seq) {
+            self.dropped += 1;
+            return Ok(());
+        }
+        if seq > p.next {
+            let room = self.config.max_reorder_bytes - self.reorder_bytes;
+            if p.reorder.len() < self.config.max_reorder && record.content.len() <= room {
+                p.reorder.insert(seq, record.content.clone());
+                self.reorder_bytes += record.content.len();
+            } else {
+                // No room: it is fetched again once the gap before it closes.
+                self.dropped += 1;
+            }
+        } else {
+            let mut content = record.content.clone();
+            loop {
+                self.deliveries.push_back(Delivery {
+                    topic: record.topic.clone(),
+                    partition: record.producer,
+                    offset: p.next,
+                    content,
+                });
+                p.next += 1;
+                match p.reorder.first_entry() {
+                    Some(entry) if *entry.key() == p.next => {
+                        content = entry.remove();
+                        self.reorder_bytes -= content.len();
+                    }
+                    _ => break,
+                }
+            }
+        }
+        self.refetch(&key, now);
+        Ok(())
+    }
+
+    /// After a partition changed: FETCH a gap not asked for yet at once; forget the retry once
+    /// the gap closed.
+    fn refetch(&mut self, key: &(Topic, NodeId), now: Instant) {
+        let first_retry = self.config.fetch_retry;
+        let Some(p) = self.partitions.get_mut(key) else {
+            return;
+        };
+        let Some((from, end)) = p.gap() else {
+            p.retry = None;
+            return;
+        };
+        if let Some(r) = &mut p.retry
+            && from < r.end
+        {
+            // Already asked for: the answer is on its way. Progress restarts the timer, so a
+            // long answer streaming in is not asked for again record by record.
+            if from > r.from {
+                *r = Retry {
+                    from,
+                    end: r.end,
+                    at: now + first_retry,
+                    backoff: first_retry,
+                };
+            }
+            return;
+        }
+        p.retry = Some(Retry {
+            from,
+            end,
+            at: now + first_retry,
+            backoff: first_retry,
+        });
+        self.transmit
+            .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
+    }
+
+    /// Retries every FETCH whose time has come, doubling its backoff.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let max = self.config.fetch_retry_max;
+        for ((topic, producer), p) in &mut self.partitions {
+            let Some(retry) = p.retry else {
+                continue;
+            };
+            if now < retry.at {
+                continue;
+            }
+            let Some((from, end)) = p.gap() else {
+                p.retry = None;
+                continue;
+            };
+            let backoff = (retry.backoff * 2).min(max);
+            p.retry = Some(Retry {
+                from,
+                end,
+                at: now + backoff,
+                backoff,
+            });
+            self.transmit
+                .push_back(fetch_for(self.config.id, topic, *producer, from, end));
+        }
+    }
+
+    /// The earliest FETCH retry.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.partitions
+            .values()
+            .filter_map(|p| p.retry.map(|r| r.at))
+            .min()
+    }
+
+    /// The next message to publish (FETCH, GET-HEADS, CONSUMER-HELLO).
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        self.transmit.pop_front()
+    }
+
+    /// The next record, in offset order per partition.
+    pub fn poll_record(&mut self) -> Option<Delivery> {
+        self.deliveries.pop_front()
+    }
+
+    /// Records dropped: duplicates, other topics (prefix matches), no room to reorder.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Content bytes held out of order.
+    pub fn reorder_bytes(&self) -> usize {
+        self.reorder_bytes
+    }
+}
+
+fn topic_subscriptions(topic: &Topic) -> [Bytes; 2] {
+    [
+        subscription::topic_exact(Kind::Record, topic),
+        subscription::topic_exact(Kind::Head, topic),
+    ]
+}
+
+fn fetch_for(sender: NodeId, topic: &Topic, producer: NodeId, from: u64, end: u64) -> Message {
+    Message::Fetch(Fetch {
+        producer,
+        sender,
+        topic: topic.clone(),
+        sequence: from,
+        count: u32::try_from(end - from).unwrap_or(u32::MAX),
+    })
+}

@@ -1,0 +1,441 @@
+//! The consumer state machine under a virtual clock, alone and wired to a producer in memory.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dafka_proto::{
+    Consumer, ConsumerConfig, Delivery, DirectRecord, Head, Limits, Message, OffsetReset,
+    PeerError, Producer, ProducerConfig, Record, StoreHello, subscription,
+};
+
+use common::{C1, C2, P1, S2_READER, id, topic};
+
+/// A consumer subscribed to "golden", with `edit` applied to its default configuration.
+fn consumer_with(me: &str, edit: impl FnOnce(&mut ConsumerConfig)) -> Consumer {
+    let mut cfg = ConsumerConfig::new(id(me));
+    edit(&mut cfg);
+    let mut c = Consumer::new(cfg).unwrap();
+    c.subscribe(topic("golden"));
+    c
+}
+
+fn consumer(me: &str, reset: OffsetReset) -> Consumer {
+    consumer_with(me, |cfg| cfg.offset_reset = reset)
+}
+
+/// An "earliest" consumer of "golden" whose GET-HEADS was already sent.
+fn earliest() -> Consumer {
+    let mut c = consumer(C1, OffsetReset::Earliest);
+    assert!(matches!(&sent(&mut c)[..], [Message::GetHeads(_)]));
+    c
+}
+
+fn record_in(t: &str, seq: u64) -> Message {
+    Message::Record(Record {
+        producer: id(P1),
+        topic: topic(t),
+        sequence: seq,
+        content: Bytes::from(format!("{t}-r{seq:03}")),
+    })
+}
+
+fn record(seq: u64) -> Message {
+    record_in("golden", seq)
+}
+
+fn head(seq: u64) -> Message {
+    Message::Head(Head {
+        producer: id(P1),
+        topic: topic("golden"),
+        sequence: seq,
+    })
+}
+
+/// Hands the consumer the RECORDs of "golden" with these offsets.
+fn feed(c: &mut Consumer, offsets: &[u64], now: Instant) {
+    for &seq in offsets {
+        c.handle_message(&record(seq), now).unwrap();
+    }
+}
+
+fn delivered(c: &mut Consumer) -> Vec<u64> {
+    std::iter::from_fn(|| c.poll_record())
+        .map(|d| d.offset)
+        .collect()
+}
+
+fn sent(c: &mut Consumer) -> Vec<Message> {
+    std::iter::from_fn(|| c.poll_transmit()).collect()
+}
+
+/// The FETCHes among the consumer's messages: (sequence, count).
+fn fetches(c: &mut Consumer) -> Vec<(u64, u32)> {
+    sent(c)
+        .into_iter()
+        .map(|m| match m {
+            Message::Fetch(f) => (f.sequence, f.count),
+            other => panic!("expected a FETCH, got {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn topics_match_exactly() {
+    let t0 = Instant::now();
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let subs = c.subscribe(topic("hello"));
+    // The subscriptions end with the prefix's NUL, so the publisher filters exactly too.
+    assert_eq!(subs[0].as_ref(), b"Mhello\0");
+    assert_eq!(subs[1].as_ref(), b"Hhello\0");
+    // A RECORD of "hello2" that a plain "Mhello" subscription would let through is dropped.
+    c.handle_message(&record_in("hello2", 0), t0).unwrap();
+    c.handle_message(&record_in("hello", 0), t0).unwrap();
+    let got: Vec<Delivery> = std::iter::from_fn(|| c.poll_record()).collect();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].topic, topic("hello"));
+    assert_eq!(got[0].content, Bytes::from_static(b"hello-r000"));
+    assert_eq!(c.dropped(), 1);
+}
+
+#[test]
+fn latest_starts_at_the_first_record_seen() {
+    let t0 = Instant::now();
+    let mut c = consumer(C2, OffsetReset::Latest);
+    c.handle_message(&record(5), t0).unwrap();
+    c.handle_message(&record(6), t0).unwrap();
+    assert_eq!(delivered(&mut c), vec![5, 6]);
+    assert!(sent(&mut c).is_empty(), "no GET-HEADS, no FETCH");
+    let pos: Vec<_> = c.positions().map(|(t, p, n)| (t.clone(), *p, n)).collect();
+    assert_eq!(pos, vec![(topic("golden"), id(P1), 7)]);
+}
+
+#[test]
+fn latest_fetches_the_head_record_itself() {
+    // As captured: C2 ("latest") sees HEAD(11), FETCHes 11 and gets DIRECT-RECORD 11 from P1.
+    let t0 = Instant::now();
+    let mut c = consumer(C2, OffsetReset::Latest);
+    let captured_head = common::find("HEAD", &[("sequence", "11")]);
+    let head = Message::decode(&captured_head.frames, &Limits::DEFAULT).unwrap();
+    c.handle_message(&head, t0).unwrap();
+    let out = sent(&mut c);
+    let [Message::Fetch(f)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    // The reference asks for 100000 - 11 % 100000 records; we ask for the gap: one.
+    assert_eq!(
+        (f.producer, f.sender, f.sequence, f.count),
+        (id(P1), id(C2), 11, 1)
+    );
+    let answer = common::find("DIRECT-RECORD", &[("topic_prefix", C2), ("sequence", "11")]);
+    let answer = Message::decode(&answer.frames, &Limits::DEFAULT).unwrap();
+    c.handle_message(&answer, t0).unwrap();
+    let d = c.poll_record().unwrap();
+    assert_eq!(
+        (d.offset, d.content),
+        (11, Bytes::from_static(b"golden-r011"))
+    );
+    assert_eq!(c.poll_timeout(), None, "gap closed, no retry pending");
+}
+
+#[test]
+fn earliest_sends_get_heads_and_fetches_from_zero() {
+    // As captured: C1 (--from-beginning) sends GET-HEADS, gets DIRECT-HEAD(5) from S1's
+    // reader, FETCHes from 0 and receives DIRECT-RECORD 0-5.
+    let t0 = Instant::now();
+    let limits = Limits::DEFAULT;
+    let mut c = consumer(C1, OffsetReset::Earliest);
+    let out = sent(&mut c);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to_frames(), common::find("GET-HEADS", &[]).frames);
+
+    let dh = common::find("DIRECT-HEAD", &[("topic_prefix", C1), ("sequence", "5")]);
+    c.handle_message(&Message::decode(&dh.frames, &limits).unwrap(), t0)
+        .unwrap();
+    assert_eq!(fetches(&mut c), vec![(0, 6)]);
+    for seq in 0..6 {
+        let v = common::find(
+            "DIRECT-RECORD",
+            &[("topic_prefix", C1), ("sequence", &seq.to_string())],
+        );
+        c.handle_message(&Message::decode(&v.frames, &limits).unwrap(), t0)
+            .unwrap();
+    }
+    let got: Vec<(u64, Bytes)> = std::iter::from_fn(|| c.poll_record())
+        .map(|d| (d.offset, d.content))
+        .collect();
+    let expected: Vec<(u64, Bytes)> = (0..6)
+        .map(|i| (i, Bytes::from(format!("golden-r{i:03}"))))
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn gaps_are_reordered_and_fetched_once_until_the_timer() {
+    let t0 = Instant::now();
+    let mut c = earliest();
+    feed(&mut c, &[0, 2, 3], t0);
+    assert_eq!(delivered(&mut c), vec![0]);
+    // One FETCH for the gap, not one per out-of-order record.
+    assert_eq!(fetches(&mut c), vec![(1, 1)]);
+    assert_eq!(c.reorder_bytes(), 2 * 11);
+    c.handle_message(&record(1), t0).unwrap();
+    assert_eq!(delivered(&mut c), vec![1, 2, 3]);
+    assert_eq!(c.reorder_bytes(), 0);
+    assert_eq!(c.poll_timeout(), None);
+    assert!(sent(&mut c).is_empty());
+}
+
+#[test]
+fn fetch_is_retried_on_a_timer_with_backoff() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut c = consumer_with(C1, |cfg| {
+        cfg.fetch_retry = ms(100);
+        cfg.fetch_retry_max = ms(500);
+    });
+    c.handle_message(&record(0), t0).unwrap();
+    c.handle_message(&head(4), t0).unwrap();
+    assert_eq!(fetches(&mut c), vec![(1, 4)]);
+    // Retries at +100, then 200, 400, 500 (capped), 500 ms apart: no new record needed.
+    let mut at = t0;
+    for gap in [100, 200, 400, 500, 500] {
+        at += ms(gap);
+        assert_eq!(c.poll_timeout(), Some(at));
+        c.handle_timeout(at - ms(1));
+        assert!(sent(&mut c).is_empty(), "not before its time");
+        c.handle_timeout(at);
+        assert_eq!(fetches(&mut c), vec![(1, 4)]);
+    }
+    // Progress within the range asked for sends nothing new but restarts the backoff.
+    c.handle_message(&record(1), at).unwrap();
+    assert!(sent(&mut c).is_empty());
+    assert_eq!(c.poll_timeout(), Some(at + ms(100)));
+    at += ms(100);
+    c.handle_timeout(at);
+    assert_eq!(fetches(&mut c), vec![(2, 3)]);
+    // A gap beyond what was asked for is fetched at once.
+    c.handle_message(&head(6), at).unwrap();
+    assert!(
+        sent(&mut c).is_empty(),
+        "2..=4 still asked for; 5..=6 once they are reached"
+    );
+    for seq in 2..=4 {
+        c.handle_message(&record(seq), at).unwrap();
+    }
+    assert_eq!(fetches(&mut c), vec![(5, 2)]);
+    for seq in 5..=6 {
+        c.handle_message(&record(seq), at).unwrap();
+    }
+    assert_eq!(delivered(&mut c), vec![0, 1, 2, 3, 4, 5, 6]);
+    assert_eq!(c.poll_timeout(), None);
+}
+
+#[test]
+fn duplicates_are_dropped() {
+    let t0 = Instant::now();
+    let mut c = earliest();
+    // The same records twice, as from a store's answer and the producer's.
+    feed(&mut c, &[0, 2, 0, 2], t0);
+    let direct = |seq| {
+        let Message::Record(r) = record(seq) else {
+            unreachable!()
+        };
+        Message::DirectRecord(DirectRecord {
+            to: id(C1),
+            record: r,
+        })
+    };
+    c.handle_message(&direct(1), t0).unwrap();
+    c.handle_message(&direct(1), t0).unwrap();
+    assert_eq!(delivered(&mut c), vec![0, 1, 2]);
+    assert_eq!(c.dropped(), 3);
+}
+
+#[test]
+fn the_reorder_buffer_is_bounded() {
+    let t0 = Instant::now();
+    let mut c = consumer_with(C1, |cfg| {
+        cfg.offset_reset = OffsetReset::Earliest;
+        cfg.max_reorder = 2;
+        cfg.max_reorder_bytes = 1000;
+    });
+    sent(&mut c);
+    for seq in [2, 3, 4] {
+        c.handle_message(&record(seq), t0).unwrap();
+    }
+    assert_eq!(c.reorder_bytes(), 2 * 11, "4 found no room");
+    assert_eq!(fetches(&mut c), vec![(0, 2)]);
+    c.handle_message(&record(0), t0).unwrap();
+    c.handle_message(&record(1), t0).unwrap();
+    assert_eq!(delivered(&mut c), vec![0, 1, 2, 3]);
+    // 4 was dropped but is known to exist: it is fetched.
+    assert_eq!(fetches(&mut c), vec![(4, 1)]);
+
+    // The byte bound holds over all partitions.
+    let mut c = consumer_with(C1, |cfg| {
+        cfg.offset_reset = OffsetReset::Earliest;
+        cfg.max_reorder_bytes = 15;
+    });
+    c.handle_message(&record(1), t0).unwrap();
+    c.handle_message(&record(2), t0).unwrap();
+    assert_eq!(c.reorder_bytes(), 11);
+}
+
+#[test]
+fn hellos_list_the_topics() {
+    let t0 = Instant::now();
+    let mut c = consumer(C1, OffsetReset::Latest);
+    // A store reader's subscription W<reader> reaching our XPUB asks for a CONSUMER-HELLO.
+    c.handle_subscription(&subscription::node(
+        dafka_proto::Kind::ConsumerHello,
+        &id(S2_READER),
+    ));
+    // As captured: C1 -> S2.reader listing "golden".
+    let captured = common::find("CONSUMER-HELLO", &[("topic_prefix", S2_READER)]);
+    let out = sent(&mut c);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to_frames(), captured.frames);
+    // STORE-HELLO gets the same answer; other subscriptions get none.
+    c.handle_message(
+        &Message::StoreHello(StoreHello {
+            consumer: id(C1),
+            store: id(S2_READER),
+        }),
+        t0,
+    )
+    .unwrap();
+    c.handle_subscription(b"Mgolden");
+    c.handle_subscription(b"");
+    let out = sent(&mut c);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to_frames(), captured.frames);
+}
+
+#[test]
+fn messages_for_other_consumers_are_refused() {
+    let t0 = Instant::now();
+    let mut c = consumer(C1, OffsetReset::Latest);
+    let Message::Record(r) = record(0) else {
+        unreachable!()
+    };
+    let other = Message::DirectRecord(DirectRecord {
+        to: id(C2),
+        record: r,
+    });
+    assert_eq!(
+        c.handle_message(&other, t0),
+        Err(PeerError::NotForUs {
+            kind: "DIRECT-RECORD",
+            to: id(C2)
+        })
+    );
+    assert!(c.poll_record().is_none());
+}
+
+#[test]
+fn explicit_positions_and_unsubscribe() {
+    let t0 = Instant::now();
+    let mut c = consumer(C1, OffsetReset::Latest);
+    c.set_position(topic("golden"), id(P1), 3);
+    c.handle_message(&record(5), t0).unwrap();
+    assert_eq!(fetches(&mut c), vec![(3, 2)]);
+    assert_eq!(c.reorder_bytes(), 11);
+    let cancel = c.unsubscribe(&topic("golden"));
+    assert_eq!(cancel[0].as_ref(), b"Mgolden\0");
+    assert_eq!(c.reorder_bytes(), 0);
+    assert_eq!(c.positions().count(), 0);
+    assert_eq!(c.poll_timeout(), None);
+    c.handle_message(&record(6), t0).unwrap();
+    assert!(c.poll_record().is_none());
+}
+
+#[test]
+fn partitions_are_bounded() {
+    let t0 = Instant::now();
+    let mut c = consumer_with(C1, |cfg| cfg.max_partitions = 1);
+    c.handle_message(&record(0), t0).unwrap();
+    let mut other = record(0);
+    if let Message::Record(r) = &mut other {
+        r.producer = id(C2);
+    }
+    assert_eq!(
+        c.handle_message(&other, t0),
+        Err(PeerError::PartitionLimit { max: 1 })
+    );
+    assert_eq!(delivered(&mut c), vec![0]);
+}
+
+/// A small deterministic generator (xorshift), so the lossy network is reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// A producer and an "earliest" consumer wired in memory through a network that drops 30% of
+/// the messages each way and delivers the rest in a shuffled order, under a virtual clock. The
+/// consumer still gets every record exactly once, in order.
+#[test]
+fn lossy_reordering_network_delivers_everything_once_in_order() {
+    for seed in 1..=20u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut now = Instant::now();
+        let mut p = Producer::new(ProducerConfig::new(id(P1), topic("golden"))).unwrap();
+        let mut c = consumer_with(C1, |cfg| {
+            cfg.offset_reset = OffsetReset::Earliest;
+            cfg.max_reorder = 8;
+        });
+        let total = 200u64;
+        let mut produced = 0;
+        let mut got = Vec::new();
+        for _round in 0..20_000 {
+            // The producer writes a few records per round.
+            for _ in 0..(rng.next() % 4) {
+                if produced < total {
+                    p.send(Bytes::from(format!("v{produced}")), now).unwrap();
+                    produced += 1;
+                }
+            }
+            let mut to_consumer: Vec<Message> = std::iter::from_fn(|| p.poll_transmit())
+                .filter(|_| !rng.chance(30))
+                .collect();
+            // Shuffle what survived.
+            for i in (1..to_consumer.len()).rev() {
+                to_consumer.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+            }
+            for m in &to_consumer {
+                c.handle_message(m, now).unwrap();
+            }
+            for m in std::iter::from_fn(|| c.poll_transmit()) {
+                if let Message::Fetch(f) = &m
+                    && !rng.chance(30)
+                {
+                    p.handle_fetch(f).unwrap();
+                }
+            }
+            got.extend(std::iter::from_fn(|| c.poll_record()));
+            if got.len() as u64 == total {
+                break;
+            }
+            now += Duration::from_millis(50);
+            p.handle_timeout(now);
+            c.handle_timeout(now);
+        }
+        let offsets: Vec<u64> = got.iter().map(|d| d.offset).collect();
+        assert_eq!(offsets, (0..total).collect::<Vec<_>>(), "seed {seed}");
+        for d in &got {
+            assert_eq!(d.content, Bytes::from(format!("v{}", d.offset)));
+        }
+    }
+}
