@@ -113,6 +113,31 @@ proptest! {
         prop_assert_eq!(BeaconMessage::decode(&b.to_frames(), &Limits::DEFAULT), Ok(b));
     }
 
+    /// Valid messages with one byte of frame 1 changed, or frame 1 cut short: whatever still
+    /// decodes re-encodes to the same bytes; nothing panics.
+    #[test]
+    fn damaged_messages_decode_to_what_they_encode(
+        m in message(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        cut in any::<bool>(),
+    ) {
+        let mut frames = m.to_frames();
+        let mut header = frames[0].to_vec();
+        let i = at.index(header.len());
+        if cut {
+            header.truncate(i);
+        } else {
+            header[i] = byte;
+        }
+        frames[0] = Bytes::from(header);
+        if let Ok(decoded) = Message::decode(&frames, &Limits::DEFAULT) {
+            prop_assert_eq!(decoded.to_frames(), frames);
+        } else {
+            prop_assert!(cut || header_changed(&m, &frames));
+        }
+    }
+
     #[test]
     fn arbitrary_frames_decode_to_what_they_encode(frames in frames()) {
         let limits = Limits::DEFAULT.with_max_content(256).with_max_topics(4);
@@ -129,4 +154,8 @@ proptest! {
             prop_assert_eq!(b.to_frames(), frames);
         }
     }
+}
+
+fn header_changed(m: &Message, frames: &[Bytes]) -> bool {
+    m.to_frames()[0] != frames[0]
 }
