@@ -22,8 +22,7 @@
 //! [`Consumer::poll_timeout`], publishes every [`Consumer::poll_transmit`] message on its XPUB
 //! and hands every [`Consumer::poll_record`] to the application.
 
-use std::collections::VecDeque;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -123,6 +122,15 @@ struct Partition {
 }
 
 impl Partition {
+    fn new(next: u64) -> Self {
+        Partition {
+            next,
+            head: None,
+            reorder: BTreeMap::new(),
+            retry: None,
+        }
+    }
+
     /// The missing range `next..end`, if any.
     fn gap(&self) -> Option<(u64, u64)> {
         let end = match self.reorder.keys().next() {
@@ -208,17 +216,14 @@ impl Consumer {
         &self.topics
     }
 
-    /// Starts (or moves) `partition` of `topic` at offset `next`.
+    /// Starts (or moves) `partition` of `topic` at offset `next` (explicit start offsets, or a
+    /// position saved earlier). A gap up to the known head is fetched when the partition's next
+    /// RECORD or HEAD arrives (HEADs come every second).
     pub fn set_position(&mut self, topic: Topic, partition: NodeId, next: u64) {
         let p = self
             .partitions
             .entry((topic, partition))
-            .or_insert_with(|| Partition {
-                next,
-                head: None,
-                reorder: BTreeMap::new(),
-                retry: None,
-            });
+            .or_insert_with(|| Partition::new(next));
         p.next = next;
         p.retry = None;
         let stale: Vec<u64> = p.reorder.range(..next).map(|(&o, _)| o).collect();
@@ -308,15 +313,7 @@ impl Consumer {
                 OffsetReset::Earliest => 0,
                 OffsetReset::Latest => start,
             };
-            self.partitions.insert(
-                key.clone(),
-                Partition {
-                    next,
-                    head: None,
-                    reorder: BTreeMap::new(),
-                    retry: None,
-                },
-            );
+            self.partitions.insert(key.clone(), Partition::new(next));
         }
         Ok(Some(key))
     }

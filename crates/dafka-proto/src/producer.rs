@@ -27,10 +27,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::Kind;
 use crate::error::{CallerError, PeerError, SendError};
 use crate::id::{NodeId, Topic};
-use crate::message::{Ack, DirectRecord, Fetch, Head, Message, Record};
+use crate::message::{Ack, DirectRecord, Fetch, Head, Kind, Message, Record};
 use crate::subscription;
 
 /// Settings of a [`Producer`].
