@@ -984,8 +984,8 @@ impl Writer {
                 SyncPolicy::Never => {}
             }
 
-            let mut st = self.shared.lock();
-            let st = &mut *st;
+            let mut guard = self.shared.lock();
+            let st = &mut *guard;
             if let Some(seg) = rolled {
                 st.segments.push_back(seg);
             }
@@ -1025,6 +1025,7 @@ impl Writer {
                     true
                 }
             });
+            drop(guard);
             self.shared.done.notify_all();
             if full {
                 apply_retention(&self.shared, now_ms());
