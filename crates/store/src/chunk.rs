@@ -33,6 +33,20 @@ impl<'a> ChunkReader<'a> {
 
     /// The bytes `[pos, pos + len)`, or `None` if they run past the end.
     pub(crate) fn get(&mut self, pos: u64, len: usize) -> io::Result<Option<Bytes>> {
+        Ok(self
+            .range(pos, len)?
+            .map(|(start, end)| self.chunk.slice(start..end)))
+    }
+
+    /// Like [`get`](Self::get), borrowed (no reference count taken on the chunk).
+    pub(crate) fn peek(&mut self, pos: u64, len: usize) -> io::Result<Option<&[u8]>> {
+        Ok(self
+            .range(pos, len)?
+            .map(|(start, end)| &self.chunk[start..end]))
+    }
+
+    /// Makes `[pos, pos + len)` part of the chunk; returns where it is in the chunk.
+    fn range(&mut self, pos: u64, len: usize) -> io::Result<Option<(usize, usize)>> {
         let Some(stop) = pos.checked_add(len as u64) else {
             return Ok(None);
         };
@@ -49,6 +63,6 @@ impl<'a> ChunkReader<'a> {
             self.chunk_pos = pos;
         }
         let start = (pos - self.chunk_pos) as usize;
-        Ok(Some(self.chunk.slice(start..start + len)))
+        Ok(Some((start, start + len)))
     }
 }

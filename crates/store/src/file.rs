@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// One segment file, shared by the writer thread and readers.
 pub trait SegmentFile: Send + Sync + 'static {
     /// Current length in bytes.
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
     /// Reads up to `buf.len()` bytes at `pos`; returns how many were read (0 at the end).
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize>;
     /// Writes all of `data` at `pos`.
@@ -75,7 +75,7 @@ impl FsDir {
 }
 
 impl SegmentFile for File {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.metadata()?.len())
     }
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
@@ -179,7 +179,7 @@ impl MemDir {
 }
 
 impl SegmentFile for MemFile {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self
             .data
             .lock()

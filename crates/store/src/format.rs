@@ -287,12 +287,25 @@ impl EntryPrefix {
     }
 }
 
-/// Reads an entry prefix from the start of `bytes` (which may hold more).
-pub fn decode_prefix(bytes: &Bytes) -> Result<EntryPrefix, FormatError> {
-    let mut r = Reader::new(bytes.slice(..bytes.len().min(ENTRY_PREFIX_LEN)));
-    let body_len = r.u32("entry length")? as usize;
-    let crc = r.u32("entry CRC")?;
-    Ok(EntryPrefix { body_len, crc })
+/// Reads an entry prefix from the start of `bytes` (which may hold more). Two fixed
+/// integers read from a bounds-checked slice: the hot read path calls this for every
+/// entry it steps over, so it takes no reference to a shared buffer.
+pub fn decode_prefix(bytes: &[u8]) -> Result<EntryPrefix, FormatError> {
+    let field = |at: usize, what| {
+        bytes
+            .get(at..at + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_be_bytes)
+            .ok_or(FormatError::Read(ReadError::Truncated {
+                what,
+                needed: ENTRY_PREFIX_LEN,
+                available: bytes.len(),
+            }))
+    };
+    Ok(EntryPrefix {
+        body_len: field(0, "entry length")? as usize,
+        crc: field(4, "entry CRC")?,
+    })
 }
 
 /// Decodes one whole entry: `entry` is exactly the prefix and the body (its length

@@ -135,7 +135,7 @@ fn walk(file: &dyn SegmentFile, name: &str, end: u64) -> Result<Vec<Item>, OpenE
             });
             break;
         };
-        let prefix = match format::decode_prefix(&prefix) {
+        let prefix = match format::decode_prefix(&prefix[..]) {
             Ok(p) => p,
             Err(error) => {
                 items.push(Item::Stop { pos, error });
@@ -186,7 +186,7 @@ pub(crate) fn recover(dir: &dyn Dir, config: &Config) -> Result<Recovered, OpenE
     for (i, (base, name)) in bases.into_iter().enumerate() {
         let tail = i + 1 == count;
         let file = dir.open(&name).map_err(io_err("open", &name))?;
-        let mut len = file.len().map_err(io_err("stat", &name))?;
+        let mut len = file.size().map_err(io_err("stat", &name))?;
         let mut header = [0u8; HEADER_LEN];
         let header_read = len >= HEADER_LEN as u64
             && file

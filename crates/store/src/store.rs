@@ -74,7 +74,7 @@ impl Default for Config {
             sync: SyncPolicy::Always,
             segment_bytes: 128 << 20,
             max_record_bytes: 1 << 20,
-            max_pending_bytes: 64 << 20,
+            max_pending_bytes: 8 << 20,
             index_interval_bytes: 4096,
             retention: Retention::default(),
         }
@@ -641,23 +641,29 @@ impl Store {
             };
             let mut reader = ChunkReader::new(&*file, len, chunk);
             let mut pos = start.saturating_sub(base).max(HEADER_LEN as u64);
-            while let Some(prefix_bytes) = reader.get(pos, ENTRY_PREFIX_LEN).map_err(io)? {
-                let Ok(prefix) = format::decode_prefix(&prefix_bytes) else {
+            let wanted = partition.0.to_be_bytes();
+            // A commit entry (the last of every segment) is shorter than this peek.
+            while let Some(first) = reader.peek(pos, ENTRY_PREFIX_LEN + 5).map_err(io)? {
+                let Ok(prefix) = format::decode_prefix(first) else {
                     break;
                 };
+                // Look at kind and partition before paying for the CRC; whatever is served
+                // is checked by `decode_entry`.
+                let ours = first.get(ENTRY_PREFIX_LEN) == Some(&KIND_RECORD)
+                    && prefix.body_len >= RECORD_FIXED_LEN
+                    && first.get(9..13) == Some(&wanted[..]);
                 let entry_len = prefix.entry_len();
+                if !ours {
+                    if pos + entry_len as u64 > reader.end() {
+                        break;
+                    }
+                    pos += entry_len as u64;
+                    continue;
+                }
                 let Some(entry) = reader.get(pos, entry_len).map_err(io)? else {
                     break; // damage found at open: the segment's readable end is before it
                 };
                 pos += entry_len as u64;
-                // Look at kind and partition before paying for the CRC; whatever is served
-                // is checked by `decode_entry`.
-                if entry.get(ENTRY_PREFIX_LEN) != Some(&KIND_RECORD)
-                    || prefix.body_len < RECORD_FIXED_LEN
-                    || entry.get(9..13) != Some(&partition.0.to_be_bytes()[..])
-                {
-                    continue;
-                }
                 let record = match format::decode_entry(entry) {
                     Ok(Entry::Record(r)) => r,
                     Ok(_) => continue,

@@ -237,7 +237,7 @@ fn interval_and_never_policies_acknowledge() {
         let syncs = store.stats().syncs;
         match sync {
             SyncPolicy::Never => assert_eq!(syncs, 0),
-            _ => assert!(syncs >= 1 && syncs < 10, "{syncs} syncs"),
+            _ => assert!(syncs >= 1, "the interval sync ran"),
         }
         store.close();
         let store = Store::open(Arc::new(dir), Config::default()).unwrap();

@@ -27,8 +27,8 @@ struct FailingFile {
 }
 
 impl SegmentFile for FailingFile {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
     }
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
         self.inner.read_at(buf, pos)
