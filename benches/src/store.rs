@@ -169,7 +169,7 @@ fn engine(
             heads[p] += 1;
             p = (p + 1) % ids.len();
             count += 1;
-            if count % SAMPLE_EVERY == 0 {
+            if count.is_multiple_of(SAMPLE_EVERY) {
                 samples.push((ticket.batch(), Instant::now()));
             }
             last = Some(ticket);

@@ -158,6 +158,15 @@ fn walk(file: &dyn SegmentFile, name: &str, end: u64) -> Result<Vec<Item>, OpenE
             break;
         };
         match format::decode_entry(bytes) {
+            // Keep no value: it would hold its whole read chunk until the segment is done.
+            Ok(Entry::Record(mut r)) => {
+                r.value = bytes::Bytes::new();
+                items.push(Item::Good {
+                    pos,
+                    entry: Entry::Record(r),
+                    size,
+                });
+            }
             Ok(entry) => items.push(Item::Good { pos, entry, size }),
             Err(error) => items.push(Item::Bad { pos, error }),
         }
