@@ -68,9 +68,12 @@ def render(data: dict) -> str:
         "the previous `write` + `fdatasync`). *Raw* writes the engine's mean batch size (record "
         "headers and commit entries included) with `write` + `fdatasync` into a fresh file for the "
         "same time: the disk's limit at that batch size. Engine and raw runs alternate, three of "
-        "each per case, and the medians are shown (on a shared disk one `fdatasync` may pay for "
-        "other processes' dirty data through the ext4 journal, so single runs swing both ways). "
-        "*Ratio* is the engine's disk bytes/s over raw's. "
+        "each per case, and the medians are shown (single runs on this shared, virtualised disk "
+        "swung between 0.5x and 4x). *Ratio* is the engine's disk bytes/s over raw's. On this "
+        "machine `fdatasync` is cheap (a profile puts most of the time in the kernel's copy into "
+        "the page cache and ext4 block allocation, not in the sync), so raw is bound by memory "
+        "copies in one thread, and the engine, which encodes on the appender's thread while its "
+        "writer writes and syncs, can exceed it. "
         "Ack latency: append call to acknowledgement, every 16th record. CPU: user + system "
         "time of the whole process (appender, writer, waiter) per record.",
         "",
@@ -89,7 +92,7 @@ def render(data: dict) -> str:
     L += [
         "",
         "Sequential read of one partition, start to end, right after writing it (page cache), "
-        "values as `Bytes` slices of 8 MiB read buffers, CRC checked on every record:",
+        "values as `Bytes` slices of 1 MiB read buffers, CRC checked on every record:",
         "",
         "| record | records | GB/s | records/s |",
         "|---:|---:|---:|---:|",

@@ -61,8 +61,7 @@ pub(crate) fn run(args: &StoreArgs) -> Result<(), BenchError> {
     for &size in sizes {
         for &partitions in &args.partitions {
             // Engine and raw runs alternate, REPS times each, and the medians are kept:
-            // on a shared disk one `fdatasync` can pay for other processes' dirty data
-            // (an ext4 journal commit), so single runs swing both ways.
+            // single runs on a shared, virtualised disk swing both ways.
             let mut runs = Vec::new();
             let mut raws = Vec::new();
             let mut last = None;
