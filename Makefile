@@ -22,12 +22,13 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-store fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
 	@echo "make test   - run every test (fmt, clippy, cargo test, fuzz build, wheel, ruff, pytest)"
 	@echo "make bench  - run the side-by-side benchmarks and rewrite BENCHMARKS.md"
+	@echo "make bench-store - the storage engine against raw write+fdatasync (BENCHMARKS.md, Storage)"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
 
 # --- bootstrap -------------------------------------------------------------
@@ -83,7 +84,7 @@ fuzz-build:
 	@# are not built twice.
 	$(CARGO) build --manifest-path fuzz/Cargo.toml --locked --target-dir $(TARGET_DIR)
 	@# Replay every seed input once: each target asserts its invariants on them.
-	@for t in greeting frame_decoder command connection dafka_message; do \
+	@for t in greeting frame_decoder command connection dafka_message store_open; do \
 	  $(TARGET_DIR)/debug/$$t fuzz/corpus/$$t/* >$(TARGET_DIR)/fuzz-$$t.log 2>&1 \
 	    || { cat $(TARGET_DIR)/fuzz-$$t.log; echo "fuzz $$t: a seed input failed"; exit 1; }; \
 	  echo "fuzz $$t: $$(ls fuzz/corpus/$$t | wc -l) seed inputs replayed, invariants held"; done
@@ -100,6 +101,14 @@ fuzz:
 bench: venv sysdeps
 	$(CARGO) build --release --locked -p dafka-benches
 	$(PY) benches/run.py --bin $(TARGET_DIR)/release/dafka-bench
+	$(MAKE) bench-store
+
+# The storage engine: 3 s per case, then a memory run of STORE_MEMORY_SECONDS (10 min).
+STORE_MEMORY_SECONDS ?= 600
+bench-store: venv
+	$(CARGO) build --release --locked -p dafka-benches
+	$(PY) benches/store.py --bin $(TARGET_DIR)/release/dafka-bench \
+	  --memory-seconds $(STORE_MEMORY_SECONDS)
 
 clean:
 	$(CARGO) clean

@@ -220,6 +220,28 @@ def warmup_for(count: int) -> int:
 # --------------------------------------------------------------------------- machine
 
 
+# benches/store.py owns the Storage section of BENCHMARKS.md; this script keeps it.
+STORAGE_BEGIN = "<!-- storage:begin (benches/store.py) -->"
+STORAGE_END = "<!-- storage:end -->"
+
+
+def storage_section(text: str) -> str:
+    """The Storage section of a BENCHMARKS.md text (markers included), or ""."""
+    start = text.find(STORAGE_BEGIN)
+    end = text.find(STORAGE_END, start)
+    if start < 0 or end < 0:
+        return ""
+    return text[start : end + len(STORAGE_END)]
+
+
+def splice_storage_section(text: str, section: str) -> str:
+    """`text` with its Storage section replaced by `section` (appended if absent)."""
+    old = storage_section(text)
+    if old:
+        return text.replace(old, section)
+    return text.rstrip("\n") + "\n\n" + section + "\n"
+
+
 def read(path: str) -> str:
     try:
         return Path(path).read_text()
@@ -784,6 +806,9 @@ def write_markdown(
         for c, e in failures:
             L.append(f"- {LABELS[c.backend]} {c.test} {human_size(c.size)}: {e}")
         L.append("")
+    kept = storage_section(out.read_text()) if out.exists() else ""
+    if kept:
+        L += [kept, ""]
     out.write_text("\n".join(L))
 
 

@@ -103,3 +103,13 @@ def test_summary_takes_the_median_and_ignores_failed_runs():
     assert s["spread"] == pytest.approx(2 / 3)
     # (3 + 1) CPU seconds over 1000 messages, the median of 2, 4 and 6 ms per message
     assert s["cpu_ns_per_msg"] == pytest.approx(4e6)
+
+
+def test_storage_section_is_kept_and_replaced():
+    section = run.STORAGE_BEGIN + "\n## Storage\nold\n" + run.STORAGE_END
+    text = "# Benchmarks\n\nbody\n\n" + section + "\n"
+    assert run.storage_section(text) == section
+    assert run.storage_section("# Benchmarks\n") == ""
+    new = run.STORAGE_BEGIN + "\nnew\n" + run.STORAGE_END
+    assert run.splice_storage_section(text, new) == "# Benchmarks\n\nbody\n\n" + new + "\n"
+    assert run.splice_storage_section("# B\n", new) == "# B\n\n" + new + "\n"

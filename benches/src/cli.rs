@@ -1,9 +1,11 @@
 //! Command-line parsing (hand-rolled: the harness has a handful of flags).
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::BenchError;
+use crate::store::StoreArgs;
 
 /// Which side of which test this process plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +135,8 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Print the backends and library versions of this build as JSON.
     Info,
+    /// Measure the storage engine against the disk (`dafka-bench store`).
+    Store(StoreArgs),
     /// Print usage.
     Help,
 }
@@ -142,7 +146,55 @@ pub(crate) const USAGE: &str = "\
 usage: dafka-bench <push|pull|req|rep> --impl NAME --endpoint tcp://127.0.0.1:PORT
                    --size BYTES --count N [--warmup N] [--timeout SECS] [--hold] [--workers N]
        dafka-bench info
-PULL and REP bind, PUSH and REQ connect. Each process prints one JSON line on stdout.";
+       dafka-bench store --dir DIR [--seconds S] [--sizes 100,1024] [--partitions 1,16,1000]
+                         [--memory-seconds N] [--no-cases]
+PULL and REP bind, PUSH and REQ connect. Each process prints one JSON line on stdout
+(`store` prints one per measurement).";
+
+fn parse_list<T: std::str::FromStr>(flag: &str, value: &str) -> Result<Vec<T>, BenchError> {
+    value.split(',').map(|v| parse_num(flag, v)).collect()
+}
+
+fn parse_store(args: &[String]) -> Result<Command, BenchError> {
+    let mut out = StoreArgs {
+        dir: PathBuf::new(),
+        seconds: 3.0,
+        sizes: vec![100, 1024],
+        partitions: vec![1, 16, 1000],
+        memory_seconds: 0,
+        cases: true,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if flag == "--no-cases" {
+            out.cases = false;
+            continue;
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| BenchError::Usage(format!("{flag} needs a value")))?;
+        match flag.as_str() {
+            "--dir" => out.dir = PathBuf::from(value),
+            "--seconds" => out.seconds = parse_num(flag, value)?,
+            "--sizes" => out.sizes = parse_list(flag, value)?,
+            "--partitions" => out.partitions = parse_list(flag, value)?,
+            "--memory-seconds" => out.memory_seconds = parse_num(flag, value)?,
+            _ => return Err(BenchError::Usage(format!("unknown flag `{flag}`"))),
+        }
+    }
+    if out.dir.as_os_str().is_empty() {
+        return Err(BenchError::Usage("--dir is required".into()));
+    }
+    if !(out.seconds > 0.0 && out.seconds <= 3600.0)
+        || out.sizes.iter().any(|&s| s == 0 || s > MAX_SIZE)
+        || out.partitions.iter().any(|&p| p == 0 || p > 1_000_000)
+    {
+        return Err(BenchError::Usage(
+            "--seconds in (0, 3600], sizes in 1..=16 MiB, partitions in 1..=1000000".into(),
+        ));
+    }
+    Ok(Command::Store(out))
+}
 
 fn parse_num<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, BenchError> {
     value
@@ -157,6 +209,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, BenchError> {
     };
     match first.as_str() {
         "info" => return Ok(Command::Info),
+        "store" => return parse_store(&args[1..]),
         "help" | "-h" | "--help" => return Ok(Command::Help),
         _ => {}
     }
@@ -285,5 +338,24 @@ mod tests {
             .is_err()
         );
         assert!(matches!(parse(&args("info")), Ok(Command::Info)));
+    }
+
+    #[test]
+    fn parses_the_store_mode() {
+        let Ok(Command::Store(s)) = parse(&args(
+            "store --dir /tmp/x --seconds 0.5 --sizes 100 --partitions 1,16 --memory-seconds 9",
+        )) else {
+            panic!("expected a store command");
+        };
+        assert_eq!(s.dir, PathBuf::from("/tmp/x"));
+        assert_eq!((s.seconds, s.memory_seconds), (0.5, 9));
+        assert_eq!((s.sizes, s.partitions), (vec![100], vec![1, 16]));
+        assert!(s.cases);
+        let Ok(Command::Store(s)) = parse(&args("store --dir x --no-cases")) else {
+            panic!("expected a store command");
+        };
+        assert!(!s.cases);
+        assert!(parse(&args("store --seconds 1")).is_err());
+        assert!(parse(&args("store --dir x --partitions 0")).is_err());
     }
 }

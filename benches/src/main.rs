@@ -1,4 +1,5 @@
-//! `dafka-bench`: one side of one benchmark (PUSH, PULL, REQ or REP) with one implementation.
+//! `dafka-bench`: one side of one benchmark (PUSH, PULL, REQ or REP) with one implementation,
+//! or (`dafka-bench store`) the storage engine against the disk's limit.
 //!
 //! `benches/run.py` starts the two sides as separate processes over loopback TCP, repeats
 //! every pairing, and writes `BENCHMARKS.md`. Each process prints exactly one JSON line on
@@ -13,6 +14,7 @@ mod cli;
 mod error;
 mod report;
 mod runner;
+mod store;
 
 use cli::{Command, RunArgs};
 use error::BenchError;
@@ -30,6 +32,17 @@ fn main() -> ExitCode {
             0
         }
         Ok(Command::Run(run)) => execute(&run),
+        Ok(Command::Store(args)) => match store::run(&args) {
+            Ok(()) => 0,
+            Err(e) => {
+                let mut line = Report::default();
+                line.str("mode", "store")
+                    .bool("ok", false)
+                    .str("error", e.to_string());
+                println!("{}", line.to_json());
+                e.exit_code()
+            }
+        },
         Err(e) => {
             eprintln!("{e}\n{}", cli::USAGE);
             e.exit_code()

@@ -99,11 +99,17 @@ fn push_json_str(out: &mut String, s: &str) {
 /// or `None` where that file is missing (non-Linux).
 pub(crate) fn peak_rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    parse_vmhwm(&status)
+    parse_status_kib(&status, "VmHWM:")
 }
 
-fn parse_vmhwm(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+/// Current resident set size of this process in KiB (`VmRSS`).
+pub(crate) fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_status_kib(&status, "VmRSS:")
+}
+
+fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let mut parts = line.split_whitespace().skip(1);
     let value: u64 = parts.next()?.parse().ok()?;
     match parts.next() {
@@ -225,8 +231,10 @@ mod tests {
     #[test]
     fn parses_vmhwm() {
         let status = "Name:\tx\nVmPeak:\t  100 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1 kB\n";
-        assert_eq!(parse_vmhwm(status), Some(2048));
-        assert_eq!(parse_vmhwm("Name: x\n"), None);
+        assert_eq!(parse_status_kib(status, "VmHWM:"), Some(2048));
+        assert_eq!(parse_status_kib(status, "VmRSS:"), Some(1));
+        assert_eq!(parse_status_kib("Name: x\n", "VmHWM:"), None);
         assert!(peak_rss_kib().is_some_and(|k| k > 0));
+        assert!(rss_kib().is_some_and(|k| k > 0));
     }
 }

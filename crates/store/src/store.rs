@@ -1,0 +1,1115 @@
+//! The engine: appends, group commit on the writer thread, reads, retention.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::chunk::ChunkReader;
+use crate::error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
+use crate::file::{Dir, FsDir, SegmentFile};
+use crate::format::{
+    self, ENTRY_PREFIX_LEN, Entry, HEADER_LEN, KIND_RECORD, MAX_TOPIC_LEN, RECORD_FIXED_LEN,
+    SegmentHeader,
+};
+use crate::recovery::{self, RecoveryReport};
+use crate::{PartitionId, PartitionKey};
+
+/// The hard ceiling on [`Config::max_record_bytes`]; recovery treats a longer entry as
+/// damage, so a record this size can never be mistaken for garbage.
+pub const MAX_RECORD_BYTES_LIMIT: usize = 64 << 20;
+
+/// When appended records are acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SyncPolicy {
+    /// Acknowledge a batch after its `fdatasync` returned (the default): an
+    /// acknowledged record survives a power cut.
+    #[default]
+    Always,
+    /// Acknowledge after the `write`; `fdatasync` at most this often. A process crash
+    /// loses nothing acknowledged, a power cut up to one interval.
+    Interval(Duration),
+    /// Acknowledge after the `write`; never sync (the OS writes back when it likes).
+    Never,
+}
+
+/// Retention: whole segments are dropped, oldest first, never the one being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retention {
+    /// Drop a segment once its newest record's receive timestamp is older than this.
+    pub max_age: Option<Duration>,
+    /// Drop the oldest segments while the log is larger than this.
+    pub max_bytes: Option<u64>,
+}
+
+/// Store settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// When appends are acknowledged.
+    pub sync: SyncPolicy,
+    /// A new segment is started before a batch would take the current one past this.
+    pub segment_bytes: u64,
+    /// The largest record value accepted.
+    pub max_record_bytes: usize,
+    /// Appends block while the batch being formed is larger than this (the writer is
+    /// busy with the previous one).
+    pub max_pending_bytes: usize,
+    /// A sparse index entry per partition every this many bytes of its records.
+    pub index_interval_bytes: usize,
+    /// Retention limits.
+    pub retention: Retention,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sync: SyncPolicy::Always,
+            segment_bytes: 128 << 20,
+            max_record_bytes: 1 << 20,
+            max_pending_bytes: 8 << 20,
+            index_interval_bytes: 4096,
+            retention: Retention::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The default configuration with another sync policy.
+    pub fn with_sync(sync: SyncPolicy) -> Self {
+        Config {
+            sync,
+            ..Config::default()
+        }
+    }
+
+    fn check(&self) -> Result<(), OpenError> {
+        if self.max_record_bytes > MAX_RECORD_BYTES_LIMIT {
+            return Err(OpenError::Config("max_record_bytes is above 64 MiB"));
+        }
+        if self.segment_bytes < (HEADER_LEN + format::record_size(self.max_record_bytes)) as u64 {
+            return Err(OpenError::Config(
+                "segment_bytes cannot hold one record of max_record_bytes",
+            ));
+        }
+        if self.index_interval_bytes == 0 {
+            return Err(OpenError::Config("index_interval_bytes is zero"));
+        }
+        Ok(())
+    }
+}
+
+/// One record to append.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendRecord<'a> {
+    /// Its partition.
+    pub partition: PartitionId,
+    /// Its offset: the partition's head (offsets are contiguous from 0).
+    pub offset: u64,
+    /// When it was received, milliseconds since the Unix epoch (retention uses it).
+    pub timestamp_ms: u64,
+    /// Its value.
+    pub value: &'a [u8],
+}
+
+/// One record read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Offset within its partition.
+    pub offset: u64,
+    /// Receive timestamp, milliseconds since the Unix epoch.
+    pub timestamp_ms: u64,
+    /// The value: a slice of the buffer the segment was read into.
+    pub value: Bytes,
+}
+
+/// What [`Store::partitions`] lists for each partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Compact id.
+    pub id: PartitionId,
+    /// Topic and producer.
+    pub key: PartitionKey,
+    /// First offset still stored.
+    pub low_water: u64,
+    /// Next offset after the last acknowledged record.
+    pub head: u64,
+}
+
+/// Counters since the store was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Group-commit batches written (one `write` each).
+    pub batches: u64,
+    /// Bytes written, segment headers and commit entries included.
+    pub bytes_written: u64,
+    /// `fdatasync` calls on segments.
+    pub syncs: u64,
+    /// Records acknowledged.
+    pub records: u64,
+    /// Segments dropped by retention.
+    pub segments_dropped: u64,
+}
+
+pub(crate) struct Partition {
+    pub(crate) key: PartitionKey,
+    /// Next offset an append must carry.
+    pub(crate) accepted: u64,
+    /// Next offset after the last acknowledged record.
+    pub(crate) durable: u64,
+    pub(crate) low_water: u64,
+    /// Whether its declaration is acknowledged (then later segments redeclare it).
+    pub(crate) declared_durable: bool,
+    /// Sparse index: (offset, global position), ascending.
+    pub(crate) index: Vec<(u64, u64)>,
+    /// Record bytes since the last index entry (`None`: no entry yet).
+    pub(crate) since_index: Option<usize>,
+    /// The batch that last touched the partition, and where in its `touched` list.
+    touched: (u64, usize),
+}
+
+impl Partition {
+    pub(crate) fn new(key: PartitionKey, next_offset: u64, declared_durable: bool) -> Self {
+        Partition {
+            key,
+            accepted: next_offset,
+            durable: next_offset,
+            low_water: next_offset,
+            declared_durable,
+            index: Vec::new(),
+            since_index: None,
+            touched: (u64::MAX, 0),
+        }
+    }
+
+    /// Whether a record of `size` bytes gets an index entry.
+    pub(crate) fn index_due(&mut self, size: usize, interval: usize) -> bool {
+        match self.since_index {
+            Some(n) if n + size < interval => {
+                self.since_index = Some(n + size);
+                false
+            }
+            _ => {
+                self.since_index = Some(0);
+                true
+            }
+        }
+    }
+}
+
+pub(crate) struct Segment {
+    pub(crate) base: u64,
+    pub(crate) name: String,
+    pub(crate) file: Arc<dyn SegmentFile>,
+    /// Readable (acknowledged, undamaged) length of the file.
+    pub(crate) len: u64,
+    /// Newest record timestamp (0: no record).
+    pub(crate) max_ts: u64,
+    /// The first declaration of each partition in this segment: (id, next offset).
+    pub(crate) start_heads: Vec<(u32, u64)>,
+}
+
+/// The batch being formed by appenders.
+struct Pending {
+    seq: u64,
+    buf: BytesMut,
+    /// Index candidates: (partition, offset, position in `buf`).
+    index: Vec<(u32, u64, u32)>,
+    /// Partitions with records in the batch, and their head after it.
+    touched: Vec<(u32, u64)>,
+    /// Partitions first declared in the batch.
+    declared: Vec<u32>,
+    records: u64,
+    max_ts: u64,
+}
+
+impl Pending {
+    fn new(seq: u64, buf: BytesMut) -> Self {
+        Pending {
+            seq,
+            buf,
+            index: Vec::new(),
+            touched: Vec::new(),
+            declared: Vec::new(),
+            records: 0,
+            max_ts: 0,
+        }
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) partitions: HashMap<u32, Partition>,
+    pub(crate) by_key: HashMap<PartitionKey, u32>,
+    pub(crate) next_id: u32,
+    pub(crate) segments: VecDeque<Segment>,
+    pending: Pending,
+    /// The buffer of the batch written last, emptied, for the batch after next: reusing
+    /// it spares a fresh allocation (page faults) and its growth by doubling per batch.
+    spare: Option<BytesMut>,
+    /// The last batch acknowledged.
+    durable_seq: u64,
+    poisoned: Option<Arc<PoisonCause>>,
+    closing: bool,
+    writer_done: bool,
+    wakers: Vec<(u64, Waker)>,
+    stats: Stats,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The writer waits here for work.
+    work: Condvar,
+    /// Tickets and blocked appenders wait here.
+    done: Condvar,
+    config: Config,
+    dir: Arc<dyn Dir>,
+    recovery: RecoveryReport,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Stops the writer when the last [`Store`] handle goes.
+struct Owner {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Owner {
+    fn close(&self) {
+        self.shared.lock().closing = true;
+        self.shared.work.notify_all();
+        let handle = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            // The writer does not panic; if it did, its tickets already fail as Closed.
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A store: one segmented log shared by every partition. Cheap to clone; the writer
+/// thread stops (after writing what was appended) when the last clone is dropped or
+/// [`Store::close`] is called.
+#[derive(Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+    owner: Arc<Owner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Store {
+    /// Opens (or creates) the store in the directory at `path`.
+    pub fn open_path(path: impl AsRef<std::path::Path>, config: Config) -> Result<Self, OpenError> {
+        let dir = FsDir::new(path.as_ref()).map_err(|source| OpenError::Io {
+            op: "create directory",
+            file: path.as_ref().display().to_string(),
+            source,
+        })?;
+        Self::open(Arc::new(dir), config)
+    }
+
+    /// Opens (or creates) the store in `dir`, recovering what is there: see
+    /// [`RecoveryReport`] and `docs/storage.md`.
+    pub fn open(dir: Arc<dyn Dir>, config: Config) -> Result<Self, OpenError> {
+        config.check()?;
+        let recovered = recovery::recover(&*dir, &config)?;
+        let state = State {
+            partitions: recovered.partitions,
+            by_key: recovered.by_key,
+            next_id: recovered.next_id,
+            segments: recovered.segments,
+            pending: Pending::new(1, BytesMut::new()),
+            spare: None,
+            durable_seq: 0,
+            poisoned: None,
+            closing: false,
+            writer_done: false,
+            wakers: Vec::new(),
+            stats: Stats::default(),
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            config,
+            dir,
+            recovery: recovered.report,
+        });
+        let writer_shared = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("dafka-store-writer".into())
+            .spawn(move || Writer::new(writer_shared).run())
+            .map_err(|source| OpenError::Io {
+                op: "spawn writer thread",
+                file: String::new(),
+                source,
+            })?;
+        let owner = Arc::new(Owner {
+            shared: shared.clone(),
+            writer: Mutex::new(Some(writer)),
+        });
+        Ok(Store { shared, owner })
+    }
+
+    /// What recovery found and did when the store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.shared.recovery
+    }
+
+    /// The id of `key`'s partition, declaring it (offsets from 0) if it is new. The
+    /// declaration is written with the next batch, before any of its records.
+    pub fn declare(&self, key: &PartitionKey) -> Result<PartitionId, AppendError> {
+        if key.topic.len() > MAX_TOPIC_LEN {
+            return Err(AppendError::TopicTooLong(key.topic.len()));
+        }
+        let mut st = self.shared.lock();
+        if let Some(&id) = st.by_key.get(key) {
+            return Ok(PartitionId(id));
+        }
+        usable(&st)?;
+        let id = st.next_id;
+        st.next_id = id
+            .checked_add(1)
+            .ok_or(AppendError::UnknownPartition(PartitionId(id)))?;
+        let was_empty = st.pending.buf.is_empty();
+        format::encode_declare(&mut st.pending.buf, id, 0, &key.producer, &key.topic);
+        st.pending.declared.push(id);
+        st.partitions
+            .insert(id, Partition::new(key.clone(), 0, false));
+        st.by_key.insert(key.clone(), id);
+        drop(st);
+        if was_empty {
+            self.shared.work.notify_one();
+        }
+        Ok(PartitionId(id))
+    }
+
+    /// The id of `key`'s partition, if declared.
+    pub fn lookup(&self, key: &PartitionKey) -> Option<PartitionId> {
+        self.shared
+            .lock()
+            .by_key
+            .get(key)
+            .map(|&id| PartitionId(id))
+    }
+
+    /// Appends `records` (of any partitions, each partition's in ascending offset
+    /// order) to the batch being formed. All or nothing: a refused record refuses the
+    /// call. The returned ticket completes when the records are acknowledged under the
+    /// sync policy. Blocks while the batch being formed is over
+    /// [`Config::max_pending_bytes`].
+    pub fn append(&self, records: &[AppendRecord<'_>]) -> Result<Ticket, AppendError> {
+        let max = self.shared.config.max_record_bytes;
+        if let Some(r) = records.iter().find(|r| r.value.len() > max) {
+            return Err(AppendError::RecordTooLarge {
+                size: r.value.len(),
+                max,
+            });
+        }
+        let mut st = self.shared.lock();
+        usable(&st)?;
+        while st.pending.buf.len() > self.shared.config.max_pending_bytes {
+            st = self
+                .shared
+                .done
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+            usable(&st)?;
+        }
+        // Check every offset first, moving heads forward; undo on a refusal.
+        for (i, r) in records.iter().enumerate() {
+            let refusal = match st.partitions.get_mut(&r.partition.0) {
+                None => Some(AppendError::UnknownPartition(r.partition)),
+                Some(p) if r.offset == p.accepted => {
+                    p.accepted += 1;
+                    None
+                }
+                Some(p) => Some(if r.offset > p.accepted {
+                    AppendError::Gap {
+                        partition: r.partition,
+                        offset: r.offset,
+                        head: p.accepted,
+                    }
+                } else {
+                    AppendError::Repeat {
+                        partition: r.partition,
+                        offset: r.offset,
+                        head: p.accepted,
+                    }
+                }),
+            };
+            if let Some(refusal) = refusal {
+                for done in records[..i].iter().rev() {
+                    if let Some(p) = st.partitions.get_mut(&done.partition.0) {
+                        p.accepted = done.offset;
+                    }
+                }
+                return Err(refusal);
+            }
+        }
+        let st = &mut *st;
+        let was_empty = st.pending.buf.is_empty();
+        let interval = self.shared.config.index_interval_bytes;
+        let pending = &mut st.pending;
+        for r in records {
+            let pos = pending.buf.len() as u32;
+            format::encode_record(
+                &mut pending.buf,
+                r.partition.0,
+                r.offset,
+                r.timestamp_ms,
+                r.value,
+            );
+            let Some(p) = st.partitions.get_mut(&r.partition.0) else {
+                continue; // checked above
+            };
+            if p.index_due(format::record_size(r.value.len()), interval) {
+                pending.index.push((r.partition.0, r.offset, pos));
+            }
+            if p.touched.0 == pending.seq {
+                pending.touched[p.touched.1].1 = r.offset + 1;
+            } else {
+                p.touched = (pending.seq, pending.touched.len());
+                pending.touched.push((r.partition.0, r.offset + 1));
+            }
+            pending.max_ts = pending.max_ts.max(r.timestamp_ms);
+        }
+        pending.records += records.len() as u64;
+        let ticket = Ticket {
+            shared: self.shared.clone(),
+            seq: pending.seq,
+        };
+        if was_empty {
+            self.shared.work.notify_one();
+        }
+        Ok(ticket)
+    }
+
+    /// Next offset after the partition's last acknowledged record.
+    pub fn head(&self, partition: PartitionId) -> Option<u64> {
+        self.shared
+            .lock()
+            .partitions
+            .get(&partition.0)
+            .map(|p| p.durable)
+    }
+
+    /// The offset the partition's next append must carry (acknowledged or not).
+    pub fn next_offset(&self, partition: PartitionId) -> Option<u64> {
+        self.shared
+            .lock()
+            .partitions
+            .get(&partition.0)
+            .map(|p| p.accepted)
+    }
+
+    /// The partition's first offset still stored (retention moves it forward).
+    pub fn low_water(&self, partition: PartitionId) -> Option<u64> {
+        self.shared
+            .lock()
+            .partitions
+            .get(&partition.0)
+            .map(|p| p.low_water)
+    }
+
+    /// Every partition the store holds, by id.
+    pub fn partitions(&self) -> Vec<PartitionInfo> {
+        let st = self.shared.lock();
+        let mut out: Vec<PartitionInfo> = st
+            .partitions
+            .iter()
+            .map(|(&id, p)| PartitionInfo {
+                id: PartitionId(id),
+                key: p.key.clone(),
+                low_water: p.low_water,
+                head: p.durable,
+            })
+            .collect();
+        out.sort_by_key(|p| p.id);
+        out
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> Stats {
+        self.shared.lock().stats
+    }
+
+    /// The last batch acknowledged (see [`Ticket::batch`]).
+    pub fn durable_batch(&self) -> u64 {
+        self.shared.lock().durable_seq
+    }
+
+    /// Waits until a batch after `batch` is acknowledged, or `timeout`; returns the
+    /// last batch acknowledged (used by benchmarks to time acknowledgements).
+    pub fn wait_durable_after(&self, batch: u64, timeout: Duration) -> u64 {
+        let st = self.shared.lock();
+        let (st, _) = self
+            .shared
+            .done
+            .wait_timeout_while(st, timeout, |st| {
+                st.durable_seq <= batch && st.poisoned.is_none() && !st.writer_done
+            })
+            .unwrap_or_else(PoisonError::into_inner);
+        st.durable_seq
+    }
+
+    /// The cause, if a failed write or sync poisoned the store.
+    pub fn poisoned(&self) -> Option<Arc<PoisonCause>> {
+        self.shared.lock().poisoned.clone()
+    }
+
+    /// Reads acknowledged records of `partition` from offset `from`, in ascending
+    /// order: at most `max_records`, and stopping once `max_bytes` of values are
+    /// gathered (at least one record is returned if any is there). Empty at the head.
+    pub fn read(
+        &self,
+        partition: PartitionId,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>, ReadError> {
+        let st = self.shared.lock();
+        let p = st
+            .partitions
+            .get(&partition.0)
+            .ok_or(ReadError::UnknownPartition(partition))?;
+        if from < p.low_water {
+            return Err(ReadError::BelowLowWater {
+                offset: from,
+                low_water: p.low_water,
+            });
+        }
+        if from > p.durable {
+            return Err(ReadError::BeyondHead {
+                offset: from,
+                head: p.durable,
+            });
+        }
+        let head = p.durable;
+        if from == head || max_records == 0 {
+            return Ok(Vec::new());
+        }
+        let first_base = st.segments.front().map_or(0, |s| s.base);
+        let start = match p.index.partition_point(|&(o, _)| o <= from) {
+            0 => first_base,
+            i => p.index[i - 1].1.max(first_base),
+        };
+        let segments: Vec<(u64, String, Arc<dyn SegmentFile>, u64)> = st
+            .segments
+            .iter()
+            .filter(|s| s.base + s.len > start)
+            .map(|s| (s.base, s.name.clone(), s.file.clone(), s.len))
+            .collect();
+        drop(st);
+
+        let chunk = max_bytes.clamp(64 << 10, 1 << 20);
+        let mut out = Vec::new();
+        let mut next = from;
+        let mut bytes = 0usize;
+        for (base, name, file, len) in segments {
+            let io = |source| ReadError::Io {
+                file: name.clone(),
+                source,
+            };
+            let mut reader = ChunkReader::new(&*file, len, chunk);
+            let mut pos = start.saturating_sub(base).max(HEADER_LEN as u64);
+            let wanted = partition.0.to_be_bytes();
+            // A commit entry (the last of every segment) is shorter than this peek.
+            while let Some(first) = reader.peek(pos, ENTRY_PREFIX_LEN + 5).map_err(io)? {
+                let Ok(prefix) = format::decode_prefix(first) else {
+                    break;
+                };
+                // Look at kind and partition before paying for the CRC; whatever is served
+                // is checked by `decode_entry`.
+                let ours = first.get(ENTRY_PREFIX_LEN) == Some(&KIND_RECORD)
+                    && prefix.body_len >= RECORD_FIXED_LEN
+                    && first.get(9..13) == Some(&wanted[..]);
+                let entry_len = prefix.entry_len();
+                if !ours {
+                    if pos + entry_len as u64 > reader.end() {
+                        break;
+                    }
+                    pos += entry_len as u64;
+                    continue;
+                }
+                let Some(entry) = reader.get(pos, entry_len).map_err(io)? else {
+                    break; // damage found at open: the segment's readable end is before it
+                };
+                pos += entry_len as u64;
+                let record = match format::decode_entry(entry) {
+                    Ok(Entry::Record(r)) => r,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(segment = %name, position = pos, error = %e,
+                            "damaged entry skipped while reading");
+                        continue;
+                    }
+                };
+                if record.offset < next {
+                    continue;
+                }
+                if record.offset > next {
+                    if out.is_empty() {
+                        return Err(ReadError::Lost {
+                            from: next,
+                            to: record.offset,
+                        });
+                    }
+                    return Ok(out);
+                }
+                bytes += record.value.len();
+                next += 1;
+                out.push(Record {
+                    offset: record.offset,
+                    timestamp_ms: record.timestamp_ms,
+                    value: record.value,
+                });
+                if next >= head || out.len() >= max_records || bytes >= max_bytes {
+                    return Ok(out);
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(ReadError::Lost {
+                from: next,
+                to: head,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Drops the oldest segments beyond the retention limits, with `now_ms` as the
+    /// current time, and advances low-water marks. The writer also runs this at every
+    /// new segment with the system clock. Returns how many segments were dropped.
+    pub fn apply_retention(&self, now_ms: u64) -> usize {
+        apply_retention(&self.shared, now_ms)
+    }
+
+    /// Writes what was appended, stops the writer and waits for it.
+    pub fn close(self) {
+        self.owner.close();
+    }
+}
+
+fn usable(st: &State) -> Result<(), AppendError> {
+    if let Some(cause) = &st.poisoned {
+        return Err(AppendError::Poisoned(cause.clone()));
+    }
+    if st.closing || st.writer_done {
+        return Err(AppendError::Closed);
+    }
+    Ok(())
+}
+
+fn apply_retention(shared: &Shared, now_ms: u64) -> usize {
+    let retention = shared.config.retention;
+    let mut st = shared.lock();
+    let mut total: u64 = st.segments.iter().map(|s| s.len).sum();
+    let mut dropped = Vec::new();
+    while st.segments.len() > 1 {
+        let first = &st.segments[0];
+        let too_old = retention
+            .max_age
+            .is_some_and(|age| first.max_ts.saturating_add(age.as_millis() as u64) < now_ms);
+        let too_big = retention.max_bytes.is_some_and(|max| total > max);
+        if !too_old && !too_big {
+            break;
+        }
+        if let Some(seg) = st.segments.pop_front() {
+            total -= seg.len;
+            dropped.push(seg);
+        }
+    }
+    if dropped.is_empty() {
+        return 0;
+    }
+    {
+        let st = &mut *st;
+        if let Some(first) = st.segments.front() {
+            for &(id, next) in &first.start_heads {
+                if let Some(p) = st.partitions.get_mut(&id) {
+                    p.low_water = p.low_water.max(next);
+                }
+            }
+            let base = first.base;
+            for p in st.partitions.values_mut() {
+                let keep = p.index.partition_point(|&(_, pos)| pos < base);
+                p.index.drain(..keep);
+            }
+        }
+        st.stats.segments_dropped += dropped.len() as u64;
+    }
+    let n = dropped.len();
+    let names: Vec<String> = dropped.into_iter().map(|s| s.name).collect();
+    drop(st);
+    for name in names {
+        match shared.dir.remove(&name) {
+            Ok(()) => tracing::info!(segment = %name, "segment dropped by retention"),
+            Err(e) => {
+                tracing::warn!(segment = %name, error = %e, "removing a dropped segment failed")
+            }
+        }
+    }
+    n
+}
+
+/// A promise that appended records will be acknowledged: wait for it blocking
+/// ([`Ticket::wait`]) or `.await` it (it is a [`Future`] that needs no runtime).
+#[derive(Clone)]
+pub struct Ticket {
+    shared: Arc<Shared>,
+    seq: u64,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket").field("batch", &self.seq).finish()
+    }
+}
+
+impl Ticket {
+    /// The group-commit batch the records are in.
+    pub fn batch(&self) -> u64 {
+        self.seq
+    }
+
+    fn check(&self, st: &State) -> Option<Result<(), DurabilityError>> {
+        if st.durable_seq >= self.seq {
+            Some(Ok(()))
+        } else if let Some(cause) = &st.poisoned {
+            Some(Err(DurabilityError::Poisoned(cause.clone())))
+        } else if st.writer_done {
+            Some(Err(DurabilityError::Closed))
+        } else {
+            None
+        }
+    }
+
+    /// Whether the records are acknowledged already (errors count as done).
+    pub fn is_done(&self) -> bool {
+        self.check(&self.shared.lock()).is_some()
+    }
+
+    /// Blocks until the records are acknowledged, their write failed, or `timeout`.
+    pub fn wait(&self, timeout: Duration) -> Result<(), DurabilityError> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(result) = self.check(&st) {
+                return result;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(DurabilityError::Timeout);
+            }
+            st = self
+                .shared
+                .done
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl Future for Ticket {
+    type Output = Result<(), DurabilityError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut st = self.shared.lock();
+        if let Some(result) = self.check(&st) {
+            return Poll::Ready(result);
+        }
+        if let Some(slot) = st.wakers.iter_mut().find(|(_, w)| w.will_wake(cx.waker())) {
+            slot.0 = slot.0.max(self.seq);
+        } else {
+            st.wakers.push((self.seq, cx.waker().clone()));
+        }
+        Poll::Pending
+    }
+}
+
+/// The writer thread: takes the whole pending batch, writes it with one `write` and
+/// covers it with one `fdatasync`, then acknowledges it.
+struct Writer {
+    shared: Arc<Shared>,
+    /// The segment being written: its file, name, base and write position.
+    active: Option<(Arc<dyn SegmentFile>, String, u64, u64)>,
+    last_sync: Instant,
+    dirty: bool,
+}
+
+impl Writer {
+    fn new(shared: Arc<Shared>) -> Self {
+        let active = shared
+            .lock()
+            .segments
+            .back()
+            .map(|s| (s.file.clone(), s.name.clone(), s.base, s.len));
+        Writer {
+            shared,
+            active,
+            last_sync: Instant::now(),
+            dirty: false,
+        }
+    }
+
+    fn run(mut self) {
+        if let Err(cause) = self.serve() {
+            tracing::error!(error = %cause, "store poisoned: no further appends are accepted");
+            let mut st = self.shared.lock();
+            st.poisoned = Some(Arc::new(cause));
+            finish(&mut st);
+        } else {
+            finish(&mut self.shared.lock());
+        }
+        self.shared.done.notify_all();
+        self.shared.work.notify_all();
+
+        fn finish(st: &mut State) {
+            st.writer_done = true;
+            for (_, waker) in st.wakers.drain(..) {
+                waker.wake();
+            }
+        }
+    }
+
+    fn serve(&mut self) -> Result<(), PoisonCause> {
+        let config = self.shared.config.clone();
+        loop {
+            let mut st = self.shared.lock();
+            loop {
+                if !st.pending.buf.is_empty() {
+                    break;
+                }
+                if st.closing {
+                    drop(st);
+                    return self.sync_if_dirty();
+                }
+                match config.sync {
+                    SyncPolicy::Interval(every) if self.dirty => {
+                        let deadline = self.last_sync + every;
+                        let now = Instant::now();
+                        if now >= deadline {
+                            drop(st);
+                            self.sync_if_dirty()?;
+                            st = self.shared.lock();
+                        } else {
+                            st = self
+                                .shared
+                                .work
+                                .wait_timeout(st, deadline - now)
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .0;
+                        }
+                    }
+                    _ => {
+                        st = self
+                            .shared
+                            .work
+                            .wait(st)
+                            .unwrap_or_else(PoisonError::into_inner)
+                    }
+                }
+            }
+            let buf = st.spare.take().unwrap_or_default();
+            let next = Pending::new(st.pending.seq + 1, buf);
+            let mut batch = std::mem::replace(&mut st.pending, next);
+            format::encode_commit(&mut batch.buf);
+            let full = self.active.as_ref().is_none_or(|(_, _, _, pos)| {
+                *pos > HEADER_LEN as u64 && *pos + batch.buf.len() as u64 > config.segment_bytes
+            });
+            // Partitions acknowledged so far are redeclared at the start of a new segment.
+            let redeclare: Vec<(u32, PartitionKey, u64)> = if full {
+                let mut v: Vec<_> = st
+                    .partitions
+                    .iter()
+                    .filter(|(_, p)| p.declared_durable)
+                    .map(|(&id, p)| (id, p.key.clone(), p.durable))
+                    .collect();
+                v.sort_by_key(|e| e.0);
+                v
+            } else {
+                Vec::new()
+            };
+            drop(st);
+            self.shared.done.notify_all(); // appenders blocked on a full batch
+
+            let rolled = if full {
+                Some(self.roll(&redeclare)?)
+            } else {
+                None
+            };
+            let Some((file, name, base, pos)) = self.active.as_mut() else {
+                continue; // roll() always sets it
+            };
+            let batch_pos = *pos;
+            file.write_all_at(&batch.buf, batch_pos)
+                .map_err(|source| PoisonCause {
+                    op: "write",
+                    file: name.clone(),
+                    source,
+                })?;
+            *pos += batch.buf.len() as u64;
+            let (seg_base, seg_len) = (*base, *pos);
+            let mut syncs = 0;
+            match config.sync {
+                SyncPolicy::Always => {
+                    self.dirty = true;
+                    self.sync_if_dirty()?;
+                    syncs = 1;
+                }
+                SyncPolicy::Interval(_) => self.dirty = true,
+                SyncPolicy::Never => {}
+            }
+
+            let mut guard = self.shared.lock();
+            let st = &mut *guard;
+            if let Some(seg) = rolled {
+                st.segments.push_back(seg);
+            }
+            let abs = seg_base + batch_pos;
+            if let Some(seg) = st.segments.back_mut() {
+                seg.len = seg_len;
+                seg.max_ts = seg.max_ts.max(batch.max_ts);
+                seg.start_heads
+                    .extend(batch.declared.iter().map(|&id| (id, 0)));
+            }
+            for &id in &batch.declared {
+                if let Some(p) = st.partitions.get_mut(&id) {
+                    p.declared_durable = true;
+                }
+            }
+            for &(id, head) in &batch.touched {
+                if let Some(p) = st.partitions.get_mut(&id) {
+                    p.durable = head;
+                }
+            }
+            for &(id, offset, rel) in &batch.index {
+                if let Some(p) = st.partitions.get_mut(&id) {
+                    p.index.push((offset, abs + u64::from(rel)));
+                }
+            }
+            st.durable_seq = batch.seq;
+            let written = batch.buf.len() as u64;
+            let mut buf = std::mem::take(&mut batch.buf);
+            if buf.capacity() <= 2 * self.shared.config.max_pending_bytes {
+                buf.clear();
+                st.spare = Some(buf);
+            }
+            st.stats.batches += 1;
+            st.stats.bytes_written += written;
+            st.stats.syncs += syncs;
+            st.stats.records += batch.records;
+            let seq = batch.seq;
+            st.wakers.retain(|(s, w)| {
+                if *s <= seq {
+                    w.wake_by_ref();
+                    false
+                } else {
+                    true
+                }
+            });
+            drop(guard);
+            self.shared.done.notify_all();
+            if full {
+                apply_retention(&self.shared, now_ms());
+            }
+        }
+    }
+
+    fn sync_if_dirty(&mut self) -> Result<(), PoisonCause> {
+        if !self.dirty {
+            return Ok(());
+        }
+        if let Some((file, name, _, _)) = &self.active {
+            file.sync_data().map_err(|source| PoisonCause {
+                op: "fdatasync",
+                file: name.clone(),
+                source,
+            })?;
+            if !matches!(self.shared.config.sync, SyncPolicy::Always) {
+                self.shared.lock().stats.syncs += 1;
+            }
+        }
+        self.dirty = false;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Seals the current segment (synced unless the policy is `never`) and starts the
+    /// next: header, redeclarations and a commit, written and synced before any batch.
+    fn roll(&mut self, redeclare: &[(u32, PartitionKey, u64)]) -> Result<Segment, PoisonCause> {
+        let never = matches!(self.shared.config.sync, SyncPolicy::Never);
+        if !never {
+            self.sync_if_dirty()?;
+        }
+        let base = self.active.as_ref().map_or(0, |(_, _, b, pos)| b + pos);
+        let name = format::segment_file_name(base);
+        let cause = |op, source: io::Error| PoisonCause {
+            op,
+            file: name.clone(),
+            source,
+        };
+        let file = self
+            .shared
+            .dir
+            .create(&name)
+            .map_err(|e| cause("create", e))?;
+        let mut buf = BytesMut::from(&SegmentHeader { base }.encode()[..]);
+        for (id, key, next) in redeclare {
+            format::encode_declare(&mut buf, *id, *next, &key.producer, &key.topic);
+        }
+        format::encode_commit(&mut buf);
+        file.write_all_at(&buf, 0).map_err(|e| cause("write", e))?;
+        if !never {
+            file.sync_data().map_err(|e| cause("fdatasync", e))?;
+            self.shared
+                .dir
+                .sync()
+                .map_err(|e| cause("directory fsync", e))?;
+        }
+        self.active = Some((file.clone(), name.clone(), base, buf.len() as u64));
+        self.shared.lock().stats.bytes_written += buf.len() as u64;
+        Ok(Segment {
+            base,
+            name,
+            file,
+            len: buf.len() as u64,
+            max_ts: 0,
+            start_heads: redeclare.iter().map(|(id, _, next)| (*id, *next)).collect(),
+        })
+    }
+}

@@ -1,0 +1,72 @@
+//! Helpers shared by the store's integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use dafka_store::{AppendRecord, PartitionId, PartitionKey, Record, Store};
+
+/// The key of test partition `i` (topic "t<i % 3>", producer UUID derived from `i`).
+pub fn key(i: u32) -> PartitionKey {
+    let mut producer = [0u8; 16];
+    producer[..4].copy_from_slice(&i.to_be_bytes());
+    producer[15] = 0xEE;
+    PartitionKey::new(format!("t{}", i % 3), producer)
+}
+
+/// The value of record `offset` of partition `p`, `len` bytes long (recognisable).
+pub fn value(p: u32, offset: u64, len: usize) -> Vec<u8> {
+    let seed = format!("p{p}o{offset}.");
+    seed.bytes().cycle().take(len).collect()
+}
+
+/// Appends one record and waits for it.
+pub fn append_one(store: &Store, id: PartitionId, offset: u64, value: &[u8]) {
+    store
+        .append(&[AppendRecord {
+            partition: id,
+            offset,
+            timestamp_ms: 1_000 + offset,
+            value,
+        }])
+        .expect("append")
+        .wait(Duration::from_secs(10))
+        .expect("durable");
+}
+
+/// Every record of a partition from its low-water mark.
+pub fn read_all(store: &Store, id: PartitionId) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut from = store.low_water(id).expect("known partition");
+    let head = store.head(id).expect("known partition");
+    while from < head {
+        let batch = store.read(id, from, 1000, 1 << 20).expect("read");
+        assert!(!batch.is_empty());
+        from = batch.last().map(|r| r.offset + 1).unwrap_or(from);
+        out.extend(batch);
+    }
+    out
+}
+
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a future to completion on this thread (no runtime: proves the ticket wakes).
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park_timeout(Duration::from_secs(5));
+    }
+}
