@@ -20,10 +20,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let socket_type = SocketType::ALL[usize::from(a & 0x0F) % SocketType::ALL.len()];
     let mut config = Config::new(socket_type);
-    config.limits = Limits {
-        max_frame_size: 4096,
-        max_message_size: 16384,
-    };
+    config.limits = Limits::new(4096, 16384);
     config.heartbeat = Some(Heartbeat::new(Duration::from_millis(300)));
     let start = Instant::now();
     let mut conn = Connection::new(config.clone(), start);

@@ -107,7 +107,11 @@ pub(crate) struct Outcome {
 }
 
 pub(crate) fn config(inner: &Inner) -> Config {
-    let o = &inner.options;
+    config_for(inner.socket_type, &inner.options)
+}
+
+/// The protocol configuration of a socket of type `socket_type` with options `o`.
+pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config {
     // Deadlines are `Instant + Duration`, which panics on overflow: cap
     // absurd values from the options (ten years is "never" here).
     let cap = |d: std::time::Duration| d.min(std::time::Duration::from_secs(10 * 365 * 86_400));
@@ -117,8 +121,8 @@ pub(crate) fn config(inner: &Inner) -> Config {
         timeout: cap(o.heartbeat_timeout.unwrap_or(interval)),
     });
     Config {
-        socket_type: inner.socket_type,
-        identity: announced_identity(inner),
+        socket_type,
+        identity: announced_identity(socket_type, o),
         properties: o.properties.clone(),
         limits: o.limits,
         mechanism: MechanismConfig::Null,
@@ -779,6 +783,7 @@ mod tests {
                 handshake_timeout: Some(Duration::from_secs(5)),
                 ..Default::default()
             },
+            tokio::runtime::Handle::current(),
         ));
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         let (rd, wr) = tokio::io::split(ours);
@@ -811,6 +816,7 @@ mod tests {
                 heartbeat_timeout: Some(Duration::from_secs(3)),
                 ..Default::default()
             },
+            tokio::runtime::Handle::current(),
         ));
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
@@ -832,7 +838,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn large_bodies_written_from_their_own_buffers_keep_wire_order() {
-        let inner = Arc::new(Inner::new(SocketType::Push, Options::default()));
+        let inner = Arc::new(Inner::new(
+            SocketType::Push,
+            Options::default(),
+            tokio::runtime::Handle::current(),
+        ));
         let pipe = inner.add_connect_pipe().unwrap();
         let big = |n: usize, seed: u8| {
             Bytes::from(
@@ -880,7 +890,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn queued_messages_are_batched_into_few_writes() {
-        let inner = Arc::new(Inner::new(SocketType::Push, Options::default()));
+        let inner = Arc::new(Inner::new(
+            SocketType::Push,
+            Options::default(),
+            tokio::runtime::Handle::current(),
+        ));
         let pipe = inner.add_connect_pipe().unwrap();
         for i in 0..1000u32 {
             pipe.try_push(crate::Message::from(Bytes::copy_from_slice(

@@ -103,10 +103,10 @@ pub(crate) fn connect(inner: &Arc<Inner>, name: &str) -> Result<(), Error> {
 
 /// The identity a socket announces to its peers (libzmq: REQ, DEALER and
 /// ROUTER send their routing id).
-pub(crate) fn announced_identity(inner: &Inner) -> Bytes {
-    match inner.socket_type {
+pub(crate) fn announced_identity(socket_type: SocketType, options: &crate::Options) -> Bytes {
+    match socket_type {
         SocketType::Req | SocketType::Dealer | SocketType::Router => {
-            inner.options.routing_id.clone().unwrap_or_default()
+            options.routing_id.clone().unwrap_or_default()
         }
         _ => Bytes::new(),
     }
@@ -153,7 +153,11 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
         );
         return false;
     }
-    let b_link = match b.attach(None, a.socket_type, &announced_identity(a)) {
+    let b_link = match b.attach(
+        None,
+        a.socket_type,
+        &announced_identity(a.socket_type, &a.options),
+    ) {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "inproc: bound socket rejected the connection");
@@ -167,7 +171,11 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
             return true;
         }
     };
-    let a_link = match a.attach(Some(a_pipe), b.socket_type, &announced_identity(b)) {
+    let a_link = match a.attach(
+        Some(a_pipe),
+        b.socket_type,
+        &announced_identity(b.socket_type, &b.options),
+    ) {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "inproc: connection rejected");

@@ -323,6 +323,27 @@ impl Inbound {
         Some(item)
     }
 
+    /// Pop up to `max` messages into `out` under one lock of the consumer's
+    /// side (and one update of the count). Returns how many.
+    pub(crate) fn pop_many(&self, max: usize, out: &mut Vec<Message>) -> usize {
+        let mut cache = lock(&self.cache);
+        let mut n = 0;
+        while n < max {
+            let item = match cache.q.pop_front() {
+                Some(item) => item,
+                None => match self.refill(&mut cache) {
+                    Some(item) => item,
+                    None => break,
+                },
+            };
+            out.push(item.1);
+            cache.popped += 1;
+            n += 1;
+        }
+        self.release(&mut cache);
+        n
+    }
+
     /// The cache ran dry: take everything the producers queued since (kept
     /// out of `pop`'s hot path) and return its first message.
     #[cold]

@@ -10,7 +10,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::{Notify, watch};
 
 use crate::drive::CoTask;
-use crate::error::Error;
+use crate::error::{Error, SendError};
 use crate::options::Options;
 use crate::pipe::{Inbound, Out, Padded, Pipe};
 use crate::subs::SubSet;
@@ -133,17 +133,6 @@ impl State {
     }
 }
 
-/// Why [`Socket::try_send_keeping`](crate::Socket::try_send_keeping) did not
-/// queue a message.
-#[derive(Debug)]
-pub enum SendError {
-    /// [`send`](crate::Socket::send) would wait (no peer has room): the
-    /// message is handed back.
-    Block(Message),
-    /// The message was refused; it is dropped.
-    Fail(Error),
-}
-
 /// Shared state of one socket; tasks hold `Arc<Inner>`.
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -181,7 +170,11 @@ impl Drop for TaskGuard {
 }
 
 impl Inner {
-    pub(crate) fn new(socket_type: SocketType, options: Options) -> Inner {
+    pub(crate) fn new(
+        socket_type: SocketType,
+        options: Options,
+        runtime: tokio::runtime::Handle,
+    ) -> Inner {
         let (phase_tx, _) = watch::channel(Phase::Running);
         Inner {
             socket_type,
@@ -194,7 +187,7 @@ impl Inner {
             tasks: AtomicUsize::new(0),
             tasks_done: Notify::new(),
             next_pipe_id: AtomicU64::new(1),
-            runtime: tokio::runtime::Handle::current(),
+            runtime,
             connections: Mutex::new(Arc::from(Vec::new())),
         }
     }
@@ -790,12 +783,10 @@ impl Inner {
         }
     }
 
-    /// Non-blocking receive according to the socket pattern.
+    /// The types that take messages as they come: no rules beyond `closed`.
     #[inline]
-    pub(crate) fn try_recv(&self) -> Result<Message, Error> {
-        // The types that take messages as they come: no call, no checks
-        // beyond `closed`.
-        if matches!(
+    fn takes_as_is(&self) -> bool {
+        matches!(
             self.socket_type,
             SocketType::Pull
                 | SocketType::Dealer
@@ -803,7 +794,13 @@ impl Inner {
                 | SocketType::Router
                 | SocketType::Xsub
                 | SocketType::Xpub
-        ) {
+        )
+    }
+
+    /// Non-blocking receive according to the socket pattern.
+    #[inline]
+    pub(crate) fn try_recv(&self) -> Result<Message, Error> {
+        if self.takes_as_is() {
             if self.is_closed() {
                 return Err(Error::Closed);
             }
@@ -813,6 +810,81 @@ impl Inner {
             };
         }
         self.try_recv_checked()
+    }
+
+    /// Non-blocking receive of up to `max` messages, appended to `out`:
+    /// [`Error::WouldBlock`] when none is queued.
+    pub(crate) fn try_recv_many(&self, max: usize, out: &mut Vec<Message>) -> Result<usize, Error> {
+        if max == 0 {
+            return Ok(0);
+        }
+        if self.takes_as_is() {
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
+            return match self.inbound.pop_many(max, out) {
+                0 => Err(Error::WouldBlock),
+                n => Ok(n),
+            };
+        }
+        // SUB filters, REQ and REP take one message per turn: one at a time.
+        let mut n = 0;
+        while n < max {
+            match self.try_recv_checked() {
+                Ok(m) => {
+                    out.push(m);
+                    n += 1;
+                }
+                Err(e) if n == 0 => return Err(e),
+                // What was taken is returned; the error shows again on the
+                // next call if it persists.
+                Err(_) => break,
+            }
+        }
+        Ok(n)
+    }
+
+    /// Non-blocking send of messages from the front of `msgs` until one would
+    /// wait: returns how many were queued ([`Error::WouldBlock`] for none). A
+    /// refused message is dropped and its error returned; the messages after
+    /// it stay in `msgs`.
+    pub(crate) fn try_send_many(&self, msgs: &mut VecDeque<Message>) -> Result<usize, Error> {
+        let mut n = 0;
+        if matches!(self.socket_type, SocketType::Push | SocketType::Dealer) {
+            // One lock of the socket state for the whole batch.
+            let mut st = lock(&self.state);
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
+            while let Some(msg) = msgs.pop_front() {
+                if msg.is_empty() {
+                    return Err(Error::EmptyMessage);
+                }
+                self.check_message(&msg)?;
+                match Self::load_balance(&mut st, msg, self.options.immediate) {
+                    Ok(_) => n += 1,
+                    Err(m) => {
+                        msgs.push_front(m);
+                        break;
+                    }
+                }
+            }
+        } else {
+            while let Some(msg) = msgs.pop_front() {
+                match self.try_send(msg) {
+                    Ok(()) => n += 1,
+                    Err(SendError::Block(m)) => {
+                        msgs.push_front(m);
+                        break;
+                    }
+                    Err(SendError::Fail(e)) => return Err(e),
+                }
+            }
+        }
+        if n == 0 && !msgs.is_empty() {
+            return Err(Error::WouldBlock);
+        }
+        Ok(n)
     }
 
     /// `try_recv` for the types with rules (PUSH, PUB, SUB, REQ, REP).
@@ -934,16 +1006,18 @@ impl Inner {
         lock(&self.state).pipes.iter().all(|e| e.pipe.is_empty())
     }
 
-    /// Close: mark closed, flush for up to `linger`, then stop every task.
-    pub(crate) async fn close(self: &Arc<Self>) {
-        let names: Vec<String> = {
+    /// Mark the socket closed and start lingering: stop accepting, unbind
+    /// inproc names, wake every waiter. Returns `true` for the call that
+    /// closed it.
+    pub(crate) fn begin_close(self: &Arc<Self>) -> bool {
+        let (first, names): (bool, Vec<String>) = {
             let mut st = lock(&self.state);
             // Set under the state lock, so a check made under it stays true
             // until the lock is released.
             if self.closed.swap(true, Ordering::AcqRel) {
-                Vec::new()
+                (false, Vec::new())
             } else {
-                st.inproc_names.drain(..).collect()
+                (true, st.inproc_names.drain(..).collect())
             }
         };
         // Outside the state lock (the registry lock is never taken inside it).
@@ -955,15 +1029,33 @@ impl Inner {
         }
         self.send_space.notify_waiters();
         self.inbound.data.notify_waiters();
-        let linger = self.options.linger;
-        let flushed = self.wait_flushed();
-        match linger {
-            None => flushed.await,
-            Some(d) => {
-                let _ = tokio::time::timeout(d, flushed).await;
-            }
-        }
+        first
+    }
+
+    /// End lingering now: every task exits, queued messages are dropped.
+    pub(crate) fn terminate(&self) {
         self.phase_tx.send_replace(Phase::Terminated);
+    }
+
+    /// Close: mark closed, flush for up to `linger` (or until
+    /// [`terminate`](Inner::terminate)), then stop every task.
+    pub(crate) async fn close(self: &Arc<Self>, linger: Option<std::time::Duration>) {
+        self.begin_close();
+        let flushed = self.wait_flushed();
+        let mut phase = self.phase();
+        let terminated = phase.wait_for(|p| *p == Phase::Terminated);
+        tokio::select! {
+            _ = async {
+                match linger {
+                    None => flushed.await,
+                    Some(d) => {
+                        let _ = tokio::time::timeout(d, flushed).await;
+                    }
+                }
+            } => {}
+            _ = terminated => {}
+        }
+        self.terminate();
         self.wait_tasks().await;
         // Release queued messages and state.
         let mut st = lock(&self.state);
@@ -1018,7 +1110,11 @@ mod tests {
             .unwrap();
         let inner = {
             let _guard = rt.enter();
-            Arc::new(Inner::new(SocketType::Rep, Options::default()))
+            Arc::new(Inner::new(
+                SocketType::Rep,
+                Options::default(),
+                rt.handle().clone(),
+            ))
         };
         let request = |peer: &'static [u8]| -> Message {
             [
