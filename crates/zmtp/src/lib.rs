@@ -399,9 +399,12 @@ impl Socket {
 
     /// Receive the next message. Cancel-safe: if the future is dropped, no
     /// message is lost.
-    pub async fn recv(&self) -> Result<Message, Error> {
+    // The future of `recv_with` itself, not one wrapping it: a caller that
+    // moves it (into a timeout, say) copies less (callgrind: 7 instructions
+    // per 128 B message).
+    pub fn recv(&self) -> impl Future<Output = Result<Message, Error>> + Send + '_ {
         let inner = self.inner();
-        self.recv_with(|| inner.try_recv()).await
+        self.recv_with(move || inner.try_recv())
     }
 
     /// Receive at least one message, and every further one already queued up
