@@ -39,6 +39,11 @@
 //!   (TCP back-pressure). Nothing is dropped on the receive side.
 //! * A peer that breaks the protocol loses its connection (logged with
 //!   `tracing` at WARN); the socket keeps serving everyone else.
+//! * [`Socket::recv_many`] and [`Socket::send_many`] move batches under one
+//!   lock; [`Socket::monitor`] streams [`SocketEvent`]s (connections,
+//!   handshakes with the peer's READY metadata, queues at their HWM, who
+//!   subscribed); [`Socket::close_in_background`] returns at once and
+//!   [`term`] waits, bounded, for such closes to flush.
 // One function in `sys` calls setsockopt(2); everything else is safe code.
 #![deny(unsafe_code)]
 
