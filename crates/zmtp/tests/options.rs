@@ -75,13 +75,12 @@ async fn connect_timeout_abandons_a_hanging_connect_and_retries() {
     let connect_timeout = Duration::from_millis(300);
     let push = Socket::new(
         SocketType::Push,
-        Options {
-            connect_timeout: Some(connect_timeout),
-            reconnect_ivl: Duration::from_millis(50),
-            linger: Some(Duration::ZERO),
-            ..Default::default()
-        },
-    );
+        Options::default()
+            .with_connect_timeout(Some(connect_timeout))
+            .with_reconnect_ivl(Duration::from_millis(50))
+            .with_linger(Some(Duration::ZERO)),
+    )
+    .unwrap();
     push.connect(&format!("tcp://{addr}")).await.unwrap();
     let start = Instant::now();
     // Every attempt is a new socket, so a new local port in SYN-SENT.
@@ -140,13 +139,12 @@ async fn reconnect_interval_is_capped_and_jittered() {
     let addr = dead_addr().await;
     let push = Socket::new(
         SocketType::Push,
-        Options {
-            reconnect_ivl: Duration::from_millis(10),
-            reconnect_ivl_max: Some(Duration::from_millis(40)),
-            linger: Some(Duration::ZERO),
-            ..Default::default()
-        },
-    );
+        Options::default()
+            .with_reconnect_ivl(Duration::from_millis(10))
+            .with_reconnect_ivl_max(Some(Duration::from_millis(40)))
+            .with_linger(Some(Duration::ZERO)),
+    )
+    .unwrap();
     push.connect(&format!("tcp://{addr}")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let listener = TcpListener::bind(addr).await.expect("port taken meanwhile");
@@ -187,7 +185,7 @@ async fn reconnect_interval_is_capped_and_jittered() {
 
 #[tokio::test]
 async fn dealer_queues_sndhwm_per_unconnected_peer() {
-    let dealer = Socket::new(SocketType::Dealer, hwm(5, 5));
+    let dealer = Socket::new(SocketType::Dealer, hwm(5, 5)).unwrap();
     assert!(matches!(
         dealer.try_send(msg(&[b"x"])),
         Err(Error::WouldBlock)
@@ -210,11 +208,11 @@ async fn dealer_queues_sndhwm_per_unconnected_peer() {
 /// round-robining over the others, without blocking.
 #[tokio::test]
 async fn dealer_skips_a_full_peer() {
-    let slow = Socket::new(SocketType::Router, hwm(2, 2));
+    let slow = Socket::new(SocketType::Router, hwm(2, 2)).unwrap();
     let slow_ep = slow.bind(&bind_endpoint("inproc")).await.unwrap();
-    let fast = Socket::new(SocketType::Router, hwm(2, 1000));
+    let fast = Socket::new(SocketType::Router, hwm(2, 1000)).unwrap();
     let fast_ep = fast.bind(&bind_endpoint("inproc")).await.unwrap();
-    let dealer = Socket::new(SocketType::Dealer, hwm(2, 2));
+    let dealer = Socket::new(SocketType::Dealer, hwm(2, 2)).unwrap();
     dealer.connect(&slow_ep).await.unwrap();
     dealer.connect(&fast_ep).await.unwrap();
     const N: u32 = 100;
@@ -259,15 +257,13 @@ async fn dealer_skips_a_full_peer() {
 /// `send` never waits, and only sndhwm + rcvhwm (inproc) arrive.
 #[tokio::test]
 async fn router_drops_for_a_full_peer() {
-    let router = Socket::new(SocketType::Router, hwm(2, 2));
+    let router = Socket::new(SocketType::Router, hwm(2, 2)).unwrap();
     let ep = router.bind(&bind_endpoint("inproc")).await.unwrap();
     let dealer = Socket::new(
         SocketType::Dealer,
-        Options {
-            routing_id: Some(Bytes::from_static(b"d")),
-            ..hwm(2, 2)
-        },
-    );
+        hwm(2, 2).with_routing_id(Some(Bytes::from_static(b"d"))),
+    )
+    .unwrap();
     dealer.connect(&ep).await.unwrap();
     send(&dealer, msg(&[b"hello"])).await;
     assert_eq!(
@@ -347,7 +343,7 @@ async fn xpub_drops_for_a_slow_tcp_subscriber() {
 /// sends an ERROR command, then closes the connection.
 #[tokio::test]
 async fn incompatible_peer_gets_error_command_then_eof() {
-    let pull = Socket::new(SocketType::Pull, linger0());
+    let pull = Socket::new(SocketType::Pull, linger0()).unwrap();
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let mut s = TcpStream::connect(addr_of(&ep)).await.unwrap();
     s.write_all(&handshake("PUB")).await.unwrap();
@@ -408,12 +404,11 @@ async fn incompatible_peer_gets_error_command_then_eof() {
 async fn finite_linger_expires() {
     let push = Socket::new(
         SocketType::Push,
-        Options {
-            linger: Some(Duration::from_millis(200)),
-            reconnect_ivl: Duration::from_millis(20),
-            ..Default::default()
-        },
-    );
+        Options::default()
+            .with_linger(Some(Duration::from_millis(200)))
+            .with_reconnect_ivl(Duration::from_millis(20)),
+    )
+    .unwrap();
     push.connect(&dead_endpoint().await).await.unwrap();
     for _ in 0..3 {
         push.try_send(msg(&[b"queued"])).unwrap();
@@ -433,15 +428,13 @@ async fn finite_linger_expires() {
 /// A long linger does not delay close once everything is flushed.
 #[tokio::test]
 async fn linger_ends_early_once_flushed() {
-    let pull = Socket::new(SocketType::Pull, linger0());
+    let pull = Socket::new(SocketType::Pull, linger0()).unwrap();
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let push = Socket::new(
         SocketType::Push,
-        Options {
-            linger: Some(Duration::from_secs(10)),
-            ..Default::default()
-        },
-    );
+        Options::default().with_linger(Some(Duration::from_secs(10))),
+    )
+    .unwrap();
     push.connect(&ep).await.unwrap();
     for i in 0..10 {
         send(&push, numbered(i)).await;
