@@ -50,6 +50,8 @@ pub struct Position {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ConsumerOptions {
+    /// The consumer's id (`None`: a new one).
+    pub id: Option<NodeId>,
     /// Where to start in a partition without a position: earliest or latest (the default).
     pub offset_reset: OffsetReset,
     /// Explicit start offsets: (topic, partition, next offset).
@@ -70,6 +72,7 @@ impl Default for ConsumerOptions {
     fn default() -> Self {
         let c = ConsumerConfig::new(NodeId::from_bytes([0; 16]));
         ConsumerOptions {
+            id: None,
             offset_reset: c.offset_reset,
             start_offsets: Vec::new(),
             max_buffered: 100_000,
@@ -81,6 +84,13 @@ impl Default for ConsumerOptions {
 }
 
 impl ConsumerOptions {
+    /// Sets [`id`](Self::id).
+    #[must_use]
+    pub fn with_id(mut self, id: Option<NodeId>) -> Self {
+        self.id = id;
+        self
+    }
+
     /// Sets [`offset_reset`](Self::offset_reset).
     #[must_use]
     pub fn with_offset_reset(mut self, reset: OffsetReset) -> Self {
@@ -160,7 +170,7 @@ impl ConsumerNode {
         node: NodeConfig,
         options: ConsumerOptions,
     ) -> Result<ConsumerNode, Error> {
-        let id = new_node_id();
+        let id = options.id.unwrap_or_else(new_node_id);
         let mut config = ConsumerConfig::new(id);
         config.offset_reset = options.offset_reset;
         config.max_reorder = options.max_reorder;

@@ -6,45 +6,15 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
+mod support;
+
 use dafka_node::{
     ConsumerNode, ConsumerOptions, ConsumerRecord, Error, NodeConfig, NodeId, ProducerNode,
-    ProducerOptions, Tower, TowerAddress, TowerConfig,
+    TowerAddress,
 };
-use dafka_proto::{BeaconMessage, Limits, Message, NodeBeacon, Record, Topic};
+use dafka_proto::{BeaconMessage, Limits, Message, Record, Topic};
 use dafka_zmtp::{Options, Socket, SocketType};
-
-const PATIENCE: Duration = Duration::from_secs(20);
-
-async fn tower() -> (Tower, Vec<TowerAddress>) {
-    let tower = Tower::start(TowerConfig::new("tcp://127.0.0.1:0"))
-        .await
-        .unwrap();
-    let towers = vec![tower.address().clone()];
-    (tower, towers)
-}
-
-fn fast(towers: &[TowerAddress]) -> NodeConfig {
-    NodeConfig::new(towers.to_vec()).with_beacon_interval(Duration::from_millis(200))
-}
-
-fn producer_options() -> ProducerOptions {
-    ProducerOptions::default().with_head_interval(Duration::from_millis(100))
-}
-
-/// Polls until `n` records came (or the patience runs out).
-async fn collect(consumer: &ConsumerNode, n: usize) -> Vec<ConsumerRecord> {
-    let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while got.len() < n && tokio::time::Instant::now() < deadline {
-        got.extend(
-            consumer
-                .poll(n - got.len(), Duration::from_millis(200))
-                .await
-                .unwrap(),
-        );
-    }
-    got
-}
+use support::{PATIENCE, announce, collect, fast, producer_options, tower};
 
 /// Every partition's offsets are 0.. in order, each once, and each value is what was sent.
 fn check_exactly_once(got: &[ConsumerRecord], sent: &BTreeMap<NodeId, Vec<Bytes>>) {
@@ -208,29 +178,6 @@ async fn topics_match_exactly() {
     hello.close().await;
     hello2.close().await;
     tower.close().await;
-}
-
-/// A bare beacon PUB announcing `publisher` to the tower until `until` holds.
-async fn announce(towers: &[TowerAddress], node: NodeId, port: u16) -> Socket {
-    let beacon = Socket::new(
-        SocketType::Pub,
-        Options::default().with_linger(Some(Duration::ZERO)),
-    )
-    .unwrap();
-    beacon.connect(&towers[0].sub).await.unwrap();
-    let frames = BeaconMessage::Node(NodeBeacon {
-        node,
-        host: "127.0.0.1".to_owned(),
-        port,
-    })
-    .to_frames();
-    let b = beacon.clone();
-    tokio::spawn(async move {
-        while b.try_send(frames.clone().into()).is_ok() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
-    beacon
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
