@@ -409,6 +409,8 @@ pub(crate) struct Plumbing {
     pub(crate) subscriber: Socket,
     peers: HashMap<NodeId, Peer>,
     next_beacon: Instant,
+    /// When silent peers are looked for next (every beacon interval).
+    next_sweep: Instant,
     log: LogLimiter,
     stats: Arc<NodeStats>,
 }
@@ -466,6 +468,7 @@ impl Plumbing {
             subscriber,
             peers: HashMap::new(),
             next_beacon: now,
+            next_sweep: now,
             log: LogLimiter::new(now),
             stats: Arc::new(NodeStats::default()),
         })
@@ -543,6 +546,10 @@ impl Plumbing {
     }
 
     async fn expire_peers(&mut self, now: Instant) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + self.config.beacon_interval;
         let timeout = self.config.peer_timeout;
         let silent: Vec<NodeId> = self
             .peers
@@ -562,12 +569,11 @@ impl Plumbing {
     }
 
     fn next_deadline(&self) -> Instant {
-        let expiry = self
-            .peers
-            .values()
-            .map(|p| p.seen + self.config.peer_timeout)
-            .min();
-        expiry.map_or(self.next_beacon, |e| e.min(self.next_beacon))
+        if self.peers.is_empty() {
+            self.next_beacon
+        } else {
+            self.next_beacon.min(self.next_sweep)
+        }
     }
 
     fn on_input<R: Role>(&mut self, role: &mut R, frames: &[Bytes], now: Instant) {
@@ -699,5 +705,50 @@ pub(crate) async fn wait_until(
             }
             None => n.await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_limiter_allows_a_burst_a_second() {
+        let t0 = Instant::now();
+        let mut log = LogLimiter::new(t0);
+        let allowed = (0..100).filter(|_| log.allow(t0)).count();
+        assert_eq!(allowed, LOG_BURST as usize);
+        assert_eq!(log.suppressed, 100 - u64::from(LOG_BURST));
+        assert!(!log.allow(t0 + Duration::from_millis(999)));
+        assert!(log.allow(t0 + Duration::from_secs(1)));
+        assert_eq!(log.suppressed, 0);
+    }
+
+    #[test]
+    fn tcp_endpoints() {
+        assert_eq!(split_tcp("tcp://127.0.0.1:5556"), Some(("127.0.0.1", 5556)));
+        assert_eq!(split_tcp("tcp://[::1]:0"), Some(("[::1]", 0)));
+        assert_eq!(split_tcp("tcp://:5556"), None);
+        assert_eq!(split_tcp("tcp://h:70000"), None);
+        assert_eq!(split_tcp("ipc:///x"), None);
+    }
+
+    #[test]
+    fn node_ids_differ() {
+        let ids: std::collections::HashSet<NodeId> = (0..1000).map(|_| new_node_id()).collect();
+        assert_eq!(ids.len(), 1000);
+    }
+
+    #[test]
+    fn config_checks() {
+        let ok = NodeConfig::new(Vec::new());
+        assert!(ok.validate().is_ok());
+        assert!(ok.clone().with_host("").validate().is_err());
+        assert!(ok.clone().with_host("*").validate().is_err());
+        assert!(
+            ok.with_beacon_interval(Duration::from_secs(5))
+                .validate()
+                .is_err()
+        );
     }
 }

@@ -45,8 +45,10 @@ async fn producers_to_consumers_exactly_once_in_order() {
         );
     }
     let mut consumers = Vec::new();
-    for _ in 0..2 {
+    // The second holds at most 16 records unpolled: it stops reading and resumes as polled.
+    for max_buffered in [100_000, 16] {
         let mut options = ConsumerOptions::default()
+            .with_max_buffered(max_buffered)
             .with_fetch_retry(Duration::from_millis(50), Duration::from_millis(400));
         for p in &producers {
             options = options.with_start_offset("orders", p.partition(), 0);
@@ -391,6 +393,34 @@ async fn send_times_out_on_a_full_buffer_and_flush_waits_for_stores() {
     }
     assert_eq!(producer.next_offset(), 3);
     producer.close().await;
+    tower.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_peers_are_dropped() {
+    let (tower, towers) = tower().await;
+    let consumer = ConsumerNode::start(
+        &["t"],
+        NodeConfig::new(towers.clone())
+            .with_beacon_interval(Duration::from_millis(100))
+            .with_peer_timeout(Duration::from_millis(400)),
+        ConsumerOptions::default(),
+    )
+    .await
+    .unwrap();
+    let peer: NodeId = "00112233445566778899AABBCCDDEEFF".parse().unwrap();
+    let beacon = announce(&towers, peer, 9).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while consumer.stats().peers() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "peer never learnt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    beacon.close().await;
+    while consumer.stats().peers() != 0 {
+        assert!(tokio::time::Instant::now() < deadline, "silent peer kept");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    consumer.close().await;
     tower.close().await;
 }
 

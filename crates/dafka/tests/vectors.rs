@@ -102,11 +102,19 @@ async fn producer_speaks_the_reference_bytes() {
         )
         .await;
     }
-    // The reference store's ACK(2) releases them: flush returns.
+    // Bad input first (an ACK cut short, an ACK beyond the head): dropped, counted, and the
+    // producer goes on. Then the reference store's ACK(2) releases r000-r002: flush returns.
+    let mut cut = captured("ACK", &[("topic_prefix", P1), ("sequence", "2")]);
+    cut[0] = cut[0].slice(..cut[0].len() - 3);
+    writer_pub.try_send(cut.into()).unwrap();
+    let beyond = captured("ACK", &[("topic_prefix", P1), ("sequence", "5")]);
+    writer_pub.try_send(beyond.into()).unwrap();
     let ack2 = captured("ACK", &[("topic_prefix", P1), ("sequence", "2")]);
     writer_pub.try_send(ack2.into()).unwrap();
     producer.flush(Some(PATIENCE)).await.unwrap();
     assert_eq!(producer.unacked_records(), 0);
+    assert_eq!(producer.stats().malformed(), 1);
+    assert_eq!(producer.stats().refused(), 1);
 
     // r003-r005 go out live as the captured RECORDs, then the captured HEAD(5).
     for n in 3..6 {
