@@ -4,7 +4,9 @@
 //! in the same situation: a producer with the scenario's id P1 answers the captured FETCH of
 //! store writer S1 with the captured DIRECT-RECORDs, publishes the captured RECORDs and HEAD,
 //! and is flushed by the captured ACKs; a consumer with the scenario's id C1 sends the captured
-//! CONSUMER-HELLO to store reader S2 and delivers the captured records in order.
+//! CONSUMER-HELLO to store reader S2 and delivers the captured records in order; an "earliest"
+//! consumer C1 answers store reader S1's STORE-HELLO, sends the captured GET-HEADS, and
+//! FETCHes from 0 after the captured DIRECT-HEAD.
 
 mod support;
 
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{C1, P1, S1_WRITER, S2_READER, find, id};
-use dafka_node::{ConsumerNode, ConsumerOptions, ProducerNode};
+use dafka_node::{ConsumerNode, ConsumerOptions, OffsetReset, ProducerNode};
 use dafka_proto::{Kind, Limits, Message, subscription};
 use dafka_zmtp::{Options, Socket, SocketType};
 use support::{PATIENCE, announce, collect, fast, producer_options, tower};
@@ -51,6 +53,30 @@ async fn expect(socket: &Socket, frames: &[Bytes], poke: Option<(&Socket, &[Byte
 
 fn port_of(endpoint: &str) -> u16 {
     endpoint.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// Store reader S1 of the scenario.
+const S1_READER: &str = "C0AE384776F04AE29D3D0738F9CCD7A6";
+
+/// The endpoint of `node`'s publisher, from the tower's beacons.
+async fn publisher_of(tower_pub: &str, node: dafka_node::NodeId) -> String {
+    let listener = Socket::new(SocketType::Sub, Options::default()).unwrap();
+    listener.subscribe(b"B").unwrap();
+    listener.connect(tower_pub).await.unwrap();
+    let endpoint = loop {
+        let m = tokio::time::timeout(PATIENCE, listener.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let Ok(dafka_proto::BeaconMessage::Tower(b)) =
+            dafka_proto::BeaconMessage::decode(m.frames(), &Limits::DEFAULT)
+            && b.node == node
+        {
+            break b.endpoint;
+        }
+    };
+    listener.close().await;
+    endpoint
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,22 +185,7 @@ async fn consumer_speaks_the_reference_bytes() {
     let endpoint = p1_pub.bind("tcp://127.0.0.1:0").await.unwrap();
     let beacon = announce(&towers, id(P1), port_of(&endpoint)).await;
 
-    // The consumer's publisher: learn it from the tower's beacon of C1.
-    let listener = Socket::new(SocketType::Sub, Options::default()).unwrap();
-    listener.subscribe(b"B").unwrap();
-    listener.connect(&towers[0].publ).await.unwrap();
-    let consumer_endpoint = loop {
-        let m = tokio::time::timeout(PATIENCE, listener.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        if let Ok(dafka_proto::BeaconMessage::Tower(b)) =
-            dafka_proto::BeaconMessage::decode(m.frames(), &Limits::DEFAULT)
-            && b.node == id(C1)
-        {
-            break b.endpoint;
-        }
-    };
+    let consumer_endpoint = publisher_of(&towers[0].publ, id(C1)).await;
     // Store reader S2, raw: its `W` + id subscription reaching the consumer's XPUB asks for
     // CONSUMER-HELLO, which must be the reference's bytes (C1 listing "golden").
     let reader_sub = Socket::new(SocketType::Sub, Options::default()).unwrap();
@@ -251,7 +262,98 @@ async fn consumer_speaks_the_reference_bytes() {
     beacon.close().await;
     p1_pub.close().await;
     reader_sub.close().await;
-    listener.close().await;
+    consumer.close().await;
+    tower.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earliest_consumer_follows_the_reference_scenario() {
+    let (tower, towers) = tower().await;
+    let consumer = ConsumerNode::start(
+        &[],
+        fast(&towers),
+        ConsumerOptions::default()
+            .with_id(Some(id(C1)))
+            .with_offset_reset(OffsetReset::Earliest),
+    )
+    .await
+    .unwrap();
+    // Store reader S1, raw: a PUB announced to the tower, a SUB on the consumer's XPUB.
+    let reader_pub = Socket::new(SocketType::Pub, Options::default()).unwrap();
+    let endpoint = reader_pub.bind("tcp://127.0.0.1:0").await.unwrap();
+    let beacon = announce(&towers, id(S1_READER), port_of(&endpoint)).await;
+    let reader_sub = Socket::new(SocketType::Sub, Options::default()).unwrap();
+    reader_sub.subscribe(b"G").unwrap();
+    reader_sub.subscribe(b"F").unwrap();
+    reader_sub
+        .subscribe(&subscription::node(Kind::ConsumerHello, &id(S1_READER)))
+        .unwrap();
+    reader_sub
+        .connect(&publisher_of(&towers[0].publ, id(C1)).await)
+        .await
+        .unwrap();
+    // The reference reader's STORE-HELLO (and its W subscription) get the captured empty
+    // CONSUMER-HELLO: C1 has no topic yet.
+    let store_hello = captured(
+        "STORE-HELLO",
+        &[("topic_prefix", C1), ("address", S1_READER)],
+    );
+    expect(
+        &reader_sub,
+        &captured(
+            "CONSUMER-HELLO",
+            &[("topic_prefix", S1_READER), ("address", C1)],
+        ),
+        Some((&reader_pub, &store_hello)),
+    )
+    .await;
+    // Subscribing sends the captured GET-HEADS.
+    consumer.subscribe("golden").unwrap();
+    expect(
+        &reader_sub,
+        &captured("GET-HEADS", &[("topic_prefix", "golden"), ("address", C1)]),
+        None,
+    )
+    .await;
+    // The captured DIRECT-HEAD(5) makes it FETCH 0-5 from P1 (sent until the consumer's SUB,
+    // which connects to S1 when the tower announces it, receives it).
+    let head = captured("DIRECT-HEAD", &[("topic_prefix", C1), ("sequence", "5")]);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let fetch = loop {
+        assert!(tokio::time::Instant::now() < deadline, "no FETCH");
+        reader_pub.try_send(head.clone().into()).unwrap();
+        let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(100), reader_sub.recv()).await
+        else {
+            continue;
+        };
+        match Message::decode(m.frames(), &Limits::DEFAULT).unwrap() {
+            Message::Fetch(f) => break f,
+            // More CONSUMER-HELLOs, as the reference sends.
+            Message::ConsumerHello(_) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        (fetch.producer, fetch.sender, fetch.sequence, fetch.count),
+        (id(P1), id(C1), 0, 6)
+    );
+    for seq in 0..6 {
+        let d = captured(
+            "DIRECT-RECORD",
+            &[("topic_prefix", C1), ("sequence", &seq.to_string())],
+        );
+        reader_pub.try_send(d.into()).unwrap();
+    }
+    let got = collect(&consumer, 6).await;
+    let values: Vec<Bytes> = got.iter().map(|r| r.value.clone()).collect();
+    assert_eq!(values, (0..6).map(golden).collect::<Vec<_>>());
+    let positions = consumer.positions();
+    assert_eq!(positions.len(), 1);
+    assert_eq!((positions[0].partition, positions[0].next), (id(P1), 6));
+
+    beacon.close().await;
+    reader_pub.close().await;
+    reader_sub.close().await;
     consumer.close().await;
     tower.close().await;
 }
