@@ -129,6 +129,11 @@ async fn latest_consumer_gets_a_contiguous_run_from_its_first_record() {
             .unwrap(),
     );
     assert!(got.len() >= 50, "got {}", got.len());
+    // A batch closes at max_records, not at the timeout.
+    producer.send(Bytes::from(n.to_string())).await.unwrap();
+    let started = tokio::time::Instant::now();
+    got.extend(consumer.poll(1, Duration::from_secs(3600)).await.unwrap());
+    assert!(started.elapsed() < PATIENCE);
     let first = got[0].offset;
     for (i, r) in got.iter().enumerate() {
         assert_eq!(r.offset, first + i as u64);
@@ -176,6 +181,29 @@ async fn topics_match_exactly() {
     let got = collect(&consumer, 20).await;
     assert_eq!(got.len(), 20);
     assert!(got.iter().all(|r| r.topic.as_bytes() == b"hello2"));
+    // Unsubscribed from hello: its records stop, its position is forgotten.
+    consumer.unsubscribe("hello").unwrap();
+    for n in 20..30u32 {
+        hello.send(Bytes::from(format!("a{n}"))).await.unwrap();
+        hello2.send(Bytes::from(format!("b{n}"))).await.unwrap();
+    }
+    let got = collect(&consumer, 10).await;
+    let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (20..30).collect::<Vec<_>>());
+    assert!(got.iter().all(|r| r.topic.as_bytes() == b"hello2"));
+    assert!(
+        consumer
+            .poll(100, Duration::from_millis(500))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let positions = consumer.positions();
+    assert_eq!(positions.len(), 1);
+    assert_eq!(
+        (positions[0].partition, positions[0].next),
+        (hello2.partition(), 30)
+    );
     consumer.close().await;
     hello.close().await;
     hello2.close().await;
