@@ -2,8 +2,9 @@
 //! so raw sockets replay the reference's captured messages (tests/data/dafka/messages.tsv) at
 //! our nodes, and what our nodes send is compared byte for byte with what the reference sent
 //! in the same situation: a producer with the scenario's id P1 answers the captured FETCH of
-//! store writer S1 with the captured DIRECT-RECORDs, publishes the captured RECORDs and HEAD,
-//! and is flushed by the captured ACKs; a consumer with the scenario's id C1 sends the captured
+//! store writer S1 with the captured DIRECT-RECORDs, resumes a send waiting on its full buffer
+//! at the captured ACK, publishes the captured RECORDs and HEAD, and is flushed by the captured
+//! ACKs; a consumer with the scenario's id C1 sends the captured
 //! CONSUMER-HELLO to store reader S2 and delivers the captured records in order; an "earliest"
 //! consumer C1 answers store reader S1's STORE-HELLO, sends the captured GET-HEADS, and
 //! FETCHes from 0 after the captured DIRECT-HEAD.
@@ -85,7 +86,11 @@ async fn producer_speaks_the_reference_bytes() {
     let producer = ProducerNode::start(
         "golden",
         fast(&towers),
-        producer_options().with_partition(Some(id(P1))),
+        // Room for three unacknowledged records, as many as the scenario has in flight.
+        producer_options()
+            .with_partition(Some(id(P1)))
+            .with_max_unacked_records(3)
+            .with_send_timeout(Duration::from_secs(3600)),
     )
     .await
     .unwrap();
@@ -128,22 +133,33 @@ async fn producer_speaks_the_reference_bytes() {
         )
         .await;
     }
-    // Bad input first (an ACK cut short, an ACK beyond the head): dropped, counted, and the
-    // producer goes on. Then the reference store's ACK(2) releases r000-r002: flush returns.
-    let mut cut = captured("ACK", &[("topic_prefix", P1), ("sequence", "2")]);
-    cut[0] = cut[0].slice(..cut[0].len() - 3);
-    writer_pub.try_send(cut.into()).unwrap();
-    let beyond = captured("ACK", &[("topic_prefix", P1), ("sequence", "5")]);
-    writer_pub.try_send(beyond.into()).unwrap();
-    let ack2 = captured("ACK", &[("topic_prefix", P1), ("sequence", "2")]);
-    writer_pub.try_send(ack2.into()).unwrap();
-    producer.flush(Some(PATIENCE)).await.unwrap();
-    assert_eq!(producer.unacked_records(), 0);
+    // r003 waits: the buffer is full of r000-r002.
+    {
+        let send3 = producer.send(golden(3));
+        tokio::pin!(send3);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut send3)
+                .await
+                .is_err()
+        );
+        // Bad input (an ACK cut short, an ACK beyond the head) is dropped, counted, and the
+        // producer goes on. Then the reference store's ACK(2) releases r000-r002: r003 goes.
+        let mut cut = captured("ACK", &[("topic_prefix", P1), ("sequence", "2")]);
+        cut[0] = cut[0].slice(..cut[0].len() - 3);
+        writer_pub.try_send(cut.into()).unwrap();
+        let beyond = captured("ACK", &[("topic_prefix", P1), ("sequence", "5")]);
+        writer_pub.try_send(beyond.into()).unwrap();
+        let ack2 = captured("ACK", &[("topic_prefix", P1), ("sequence", "2")]);
+        writer_pub.try_send(ack2.into()).unwrap();
+        // Woken by the ACK, long before its send timeout.
+        let offset = tokio::time::timeout(PATIENCE, send3).await.unwrap();
+        assert_eq!(offset.unwrap(), 3);
+    }
     assert_eq!(producer.stats().malformed(), 1);
     assert_eq!(producer.stats().refused(), 1);
 
     // r003-r005 go out live as the captured RECORDs, then the captured HEAD(5).
-    for n in 3..6 {
+    for n in 4..6 {
         assert_eq!(producer.send(golden(n)).await.unwrap(), n);
     }
     for seq in ["3", "4", "5"] {
@@ -158,7 +174,12 @@ async fn producer_speaks_the_reference_bytes() {
     assert_eq!(producer.unacked_records(), 3);
     let ack5 = captured("ACK", &[("topic_prefix", P1), ("sequence", "5")]);
     writer_pub.try_send(ack5.into()).unwrap();
-    producer.flush(Some(PATIENCE)).await.unwrap();
+    // Woken by the ACK (no flush timeout of its own).
+    tokio::time::timeout(PATIENCE, producer.flush(None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(producer.unacked_records(), 0);
 
     beacon.close().await;
     writer_pub.close().await;
