@@ -1,0 +1,359 @@
+//! The consumer node: [`dafka_proto::Consumer`] on an XPUB publisher (as the reference's: a
+//! store reader's `'W'` + id subscription reaching it asks for a CONSUMER-HELLO) and a SUB
+//! subscribed to `'D'`, `'E'`, `'L'` + its id and `'M'`, `'H'` + each topic + `0x00` (exact).
+//!
+//! The node's task hands every received message to the state machine and moves the records
+//! it delivers, stamped with the time they were received, to a queue of at most
+//! [`ConsumerOptions::max_buffered`] records; while that queue is full it stops reading its
+//! subscriber. [`ConsumerNode::poll`] takes batches from the queue.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use dafka_proto::{Consumer, ConsumerConfig, Message, NodeId, OffsetReset, PeerError, Topic};
+use dafka_zmtp::{Socket, SocketType};
+
+use crate::error::Error;
+use crate::node::{
+    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, new_node_id, publish, take_up_to,
+};
+
+/// A record as the consumer delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// The topic.
+    pub topic: Topic,
+    /// The partition: its producer's id.
+    pub partition: NodeId,
+    /// The offset within the partition.
+    pub offset: u64,
+    /// The value.
+    pub value: Bytes,
+    /// When this consumer received the record (the wire carries no timestamp).
+    pub timestamp: SystemTime,
+}
+
+/// The next offset a consumer delivers in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// The topic.
+    pub topic: Topic,
+    /// The partition.
+    pub partition: NodeId,
+    /// The next offset to deliver.
+    pub next: u64,
+}
+
+/// Settings of a [`ConsumerNode`] beyond those every node has.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConsumerOptions {
+    /// The consumer's id (`None`: a new one).
+    pub id: Option<NodeId>,
+    /// Where to start in a partition without a position: earliest or latest (the default).
+    pub offset_reset: OffsetReset,
+    /// Explicit start offsets: (topic, partition, next offset).
+    pub start_offsets: Vec<(String, NodeId, u64)>,
+    /// Most records received and not yet polled; past it the node stops reading its peers.
+    pub max_buffered: usize,
+    /// Most out-of-order records held per partition.
+    pub max_reorder: usize,
+    /// First FETCH retry delay (doubling up to [`fetch_retry_max`](Self::fetch_retry_max)).
+    pub fetch_retry: Duration,
+    /// Longest FETCH retry delay.
+    pub fetch_retry_max: Duration,
+}
+
+impl Default for ConsumerOptions {
+    /// The state machine's defaults (see [`ConsumerConfig::new`]), no explicit offsets, and
+    /// 100 000 records buffered.
+    fn default() -> Self {
+        let c = ConsumerConfig::new(NodeId::from_bytes([0; 16]));
+        ConsumerOptions {
+            id: None,
+            offset_reset: c.offset_reset,
+            start_offsets: Vec::new(),
+            max_buffered: 100_000,
+            max_reorder: c.max_reorder,
+            fetch_retry: c.fetch_retry,
+            fetch_retry_max: c.fetch_retry_max,
+        }
+    }
+}
+
+impl ConsumerOptions {
+    /// Sets [`id`](Self::id).
+    #[must_use]
+    pub fn with_id(mut self, id: Option<NodeId>) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// Sets [`offset_reset`](Self::offset_reset).
+    #[must_use]
+    pub fn with_offset_reset(mut self, reset: OffsetReset) -> Self {
+        self.offset_reset = reset;
+        self
+    }
+
+    /// Adds an explicit start offset.
+    #[must_use]
+    pub fn with_start_offset(mut self, topic: &str, partition: NodeId, next: u64) -> Self {
+        self.start_offsets.push((topic.to_owned(), partition, next));
+        self
+    }
+
+    /// Sets [`max_buffered`](Self::max_buffered).
+    #[must_use]
+    pub fn with_max_buffered(mut self, max: usize) -> Self {
+        self.max_buffered = max;
+        self
+    }
+
+    /// Sets [`fetch_retry`](Self::fetch_retry) and [`fetch_retry_max`](Self::fetch_retry_max).
+    #[must_use]
+    pub fn with_fetch_retry(mut self, first: Duration, max: Duration) -> Self {
+        self.fetch_retry = first;
+        self.fetch_retry_max = max;
+        self
+    }
+}
+
+struct State {
+    consumer: Consumer,
+    records: VecDeque<ConsumerRecord>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    publisher: Socket,
+    subscriber: Socket,
+    control: Arc<Control>,
+    max_buffered: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish_queued(&self, state: &mut State) {
+        publish(
+            &self.publisher,
+            std::iter::from_fn(|| state.consumer.poll_transmit()),
+        );
+    }
+}
+
+/// A running consumer. Dropping it stops the node; [`close`](Self::close) also waits for its
+/// task.
+pub struct ConsumerNode {
+    shared: Arc<Shared>,
+    id: NodeId,
+    task: NodeTask,
+}
+
+impl std::fmt::Debug for ConsumerNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerNode")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerNode {
+    /// Starts a consumer of `topics` on the current tokio runtime.
+    pub async fn start(
+        topics: &[&str],
+        node: NodeConfig,
+        options: ConsumerOptions,
+    ) -> Result<ConsumerNode, Error> {
+        let id = options.id.unwrap_or_else(new_node_id);
+        let mut config = ConsumerConfig::new(id);
+        config.offset_reset = options.offset_reset;
+        config.max_reorder = options.max_reorder;
+        config.fetch_retry = options.fetch_retry;
+        config.fetch_retry_max = options.fetch_retry_max;
+        let mut consumer = Consumer::new(config)?;
+        for (topic, partition, next) in &options.start_offsets {
+            consumer.set_position(Topic::try_from(topic.as_str())?, *partition, *next);
+        }
+        let plumbing = Plumbing::open(id, node, SocketType::Xpub).await?;
+        for s in consumer.subscriptions() {
+            plumbing.subscriber.subscribe(&s)?;
+        }
+        let control = Arc::new(Control::default());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                consumer,
+                records: VecDeque::new(),
+            }),
+            publisher: plumbing.publisher.clone(),
+            subscriber: plumbing.subscriber.clone(),
+            control: control.clone(),
+            max_buffered: options.max_buffered.max(1),
+        });
+        let node = ConsumerNode {
+            shared: shared.clone(),
+            id,
+            task: NodeTask::spawn(plumbing, ConsumerRole { shared }, control),
+        };
+        for topic in topics {
+            node.subscribe(topic)?;
+        }
+        Ok(node)
+    }
+
+    /// The consumer's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Subscribes to `topic` (exact name). An "earliest" consumer also asks the stores for
+    /// the topic's heads.
+    pub fn subscribe(&self, topic: &str) -> Result<(), Error> {
+        let topic = Topic::try_from(topic)?;
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        if state.consumer.topics().contains(&topic) {
+            return Ok(());
+        }
+        for s in state.consumer.subscribe(topic) {
+            shared.subscriber.subscribe(&s)?;
+        }
+        shared.publish_queued(&mut state);
+        Ok(())
+    }
+
+    /// Unsubscribes from `topic` and forgets its positions.
+    pub fn unsubscribe(&self, topic: &str) -> Result<(), Error> {
+        let topic = Topic::try_from(topic)?;
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        if !state.consumer.topics().contains(&topic) {
+            return Ok(());
+        }
+        for s in state.consumer.unsubscribe(&topic) {
+            shared.subscriber.unsubscribe(&s)?;
+        }
+        state.records.retain(|r| r.topic != topic);
+        Ok(())
+    }
+
+    /// Starts (or moves) a partition at offset `next`.
+    pub fn set_position(&self, topic: &str, partition: NodeId, next: u64) -> Result<(), Error> {
+        let topic = Topic::try_from(topic)?;
+        self.shared
+            .lock()
+            .consumer
+            .set_position(topic, partition, next);
+        Ok(())
+    }
+
+    /// Waits until `max_records` records are here or `timeout` passes, whichever comes first,
+    /// and returns them (possibly none), in offset order per partition.
+    pub async fn poll(
+        &self,
+        max_records: usize,
+        timeout: Duration,
+    ) -> Result<Vec<ConsumerRecord>, Error> {
+        let shared = &self.shared;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            let arrived = shared.control.changed.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            if shared.control.stopping() {
+                return Err(Error::Closed);
+            }
+            {
+                let mut state = shared.lock();
+                let was_full = state.records.len() >= shared.max_buffered;
+                let n = (max_records - out.len()).min(state.records.len());
+                out.extend(state.records.drain(..n));
+                if was_full && n > 0 {
+                    // The task stopped reading: there is room again.
+                    shared.control.wake.notify_one();
+                }
+            }
+            if out.len() >= max_records || tokio::time::timeout_at(deadline, arrived).await.is_err()
+            {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The next offset to deliver in every partition known.
+    pub fn positions(&self) -> Vec<Position> {
+        self.shared
+            .lock()
+            .consumer
+            .positions()
+            .map(|(topic, partition, next)| Position {
+                topic: topic.clone(),
+                partition: *partition,
+                next,
+            })
+            .collect()
+    }
+
+    /// Input the node dropped.
+    pub fn stats(&self) -> &NodeStats {
+        &self.task.stats
+    }
+
+    /// Stops the node: pending and later calls fail with [`Error::Closed`].
+    pub async fn close(mut self) {
+        self.task.close().await;
+    }
+}
+
+struct ConsumerRole {
+    shared: Arc<Shared>,
+}
+
+impl Role for ConsumerRole {
+    fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+        let mut state = self.shared.lock();
+        let result = state.consumer.handle_message(message, now);
+        let received = SystemTime::now();
+        let before = state.records.len();
+        while let Some(d) = state.consumer.poll_record() {
+            state.records.push_back(ConsumerRecord {
+                topic: d.topic,
+                partition: d.partition,
+                offset: d.offset,
+                value: d.content,
+                timestamp: received,
+            });
+        }
+        if state.records.len() > before {
+            self.shared.control.changed.notify_waiters();
+        }
+        result
+    }
+
+    fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {
+        self.shared.lock().consumer.handle_subscription(prefix);
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        self.shared.lock().consumer.handle_timeout(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.shared.lock().consumer.poll_timeout()
+    }
+
+    fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
+        let mut state = self.shared.lock();
+        take_up_to(out, max, || state.consumer.poll_transmit())
+    }
+
+    fn wants_input(&self) -> bool {
+        self.shared.lock().records.len() < self.shared.max_buffered
+    }
+}

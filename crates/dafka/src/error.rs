@@ -1,0 +1,56 @@
+//! Errors of the nodes, typed by fault: the caller's mistake, a wait that ran out, the
+//! sockets underneath. Malformed input from peers never reaches the caller: it is dropped and
+//! logged (see [`NodeStats`](crate::NodeStats)).
+
+use std::time::Duration;
+
+/// What a node's API call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A setting, topic or record the caller gave is invalid (a record over the maximum, a
+    /// bad configuration).
+    #[error(transparent)]
+    Caller(#[from] dafka_proto::CallerError),
+    /// A topic name that cannot go on the wire.
+    #[error(transparent)]
+    Topic(#[from] dafka_proto::TopicError),
+    /// An endpoint or tower address the node cannot use.
+    #[error("bad endpoint {endpoint:?}: {reason}")]
+    Endpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// `send` waited `waited` for room in the unacknowledged buffer (full of records no store
+    /// acknowledged yet) and found none.
+    #[error(
+        "the unacknowledged buffer stayed full ({records} records, {bytes} bytes) for {waited:?}"
+    )]
+    SendTimeout {
+        /// Records held unacknowledged.
+        records: usize,
+        /// Content bytes held unacknowledged.
+        bytes: usize,
+        /// How long `send` waited.
+        waited: Duration,
+    },
+    /// `flush` ran out of time with records still unacknowledged.
+    #[error("{unacked} records still unacknowledged after {waited:?}")]
+    FlushTimeout {
+        /// Records not yet acknowledged by `min_acks` stores.
+        unacked: usize,
+        /// How long `flush` waited.
+        waited: Duration,
+    },
+    /// The producer state machine refused a record for a reason of its own.
+    #[error(transparent)]
+    Refused(dafka_proto::SendError),
+    /// The node was closed.
+    #[error("the node is closed")]
+    Closed,
+    /// A socket failed (binding a port in use, a runtime missing, ...).
+    #[error(transparent)]
+    Socket(#[from] dafka_zmtp::Error),
+}

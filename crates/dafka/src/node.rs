@@ -1,0 +1,754 @@
+//! What every Dafka node has, whatever its role: a beacon PUB and SUB to the towers, its own
+//! publisher, a SUB subscriber connected to every peer the towers announce, and one task that
+//! drives a role's state machine from those sockets and one timer.
+//!
+//! | socket | type | bound / connected | subscriptions |
+//! |---|---|---|---|
+//! | beacon PUB | PUB | connects to each tower's XSUB (`:5556`) | (the tower subscribes `"B"`) |
+//! | beacon SUB | SUB | connects to each tower's XPUB (`:5557`) | `"B"`, `"W"` |
+//! | publisher | PUB (producer) or XPUB (consumer) | bound on `tcp://host:port` | (peers subscribe) |
+//! | subscriber | SUB | connects to every peer's publisher | the role's |
+//!
+//! The node beacons its publisher at once, again each time a tower's XSUB subscribes to `"B"`
+//! (the reference's first beacon is often lost because it goes out before that subscription
+//! arrives), and every [`NodeConfig::beacon_interval`]. A peer not heard of for
+//! [`NodeConfig::peer_timeout`] is disconnected. Undecodable input and messages a state
+//! machine refuses are dropped, counted in [`NodeStats`] and logged at WARN, at most
+//! [`LOG_BURST`] lines a second.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dafka_proto::{BeaconMessage, Limits, Message, NodeBeacon, NodeId, PeerError};
+use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+
+/// Most malformed-input warnings logged per second; the rest are counted and summed up.
+pub const LOG_BURST: u32 = 10;
+
+/// Messages taken from a socket per wake-up.
+const BATCH: usize = 1024;
+
+/// Messages a role publishes per turn of the loop before the sockets are looked at again
+/// (a FETCH answer can be a million DIRECT-RECORDs).
+pub(crate) const TRANSMIT_CHUNK: usize = 4096;
+
+/// Where a tower listens: its XSUB (node beacons in) and its XPUB (tower beacons out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TowerAddress {
+    /// The tower's XSUB endpoint, `tcp://host:port` (default port 5556).
+    pub sub: String,
+    /// The tower's XPUB endpoint (default port 5557).
+    pub publ: String,
+}
+
+impl TowerAddress {
+    /// A tower at these two endpoints.
+    pub fn new(sub: impl Into<String>, publ: impl Into<String>) -> Self {
+        TowerAddress {
+            sub: sub.into(),
+            publ: publ.into(),
+        }
+    }
+
+    /// Parses the `towers` form handed between processes: `tcp://host:SUBPORT`, the XPUB being
+    /// on the next port; several towers separated by commas.
+    pub fn parse_list(towers: &str) -> Result<Vec<TowerAddress>, Error> {
+        towers
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                let bad = |reason| Error::Endpoint {
+                    endpoint: t.to_owned(),
+                    reason,
+                };
+                let (host, port) = split_tcp(t).ok_or(bad("expected tcp://host:port"))?;
+                let next = port
+                    .checked_add(1)
+                    .ok_or(bad("the XPUB port (the next one) is out of range"))?;
+                Ok(TowerAddress::new(t, format!("tcp://{host}:{next}")))
+            })
+            .collect()
+    }
+}
+
+/// `tcp://host:port` split into host (IPv6 still in brackets) and port.
+pub(crate) fn split_tcp(endpoint: &str) -> Option<(&str, u16)> {
+    let rest = endpoint.strip_prefix("tcp://")?;
+    let (host, port) = rest.rsplit_once(':')?;
+    if host.is_empty() {
+        return None;
+    }
+    Some((host, port.parse().ok()?))
+}
+
+/// Settings every node shares.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeConfig {
+    /// The towers to beacon to and hear peers from.
+    pub towers: Vec<TowerAddress>,
+    /// The host the publisher binds and announces. Always sent explicitly: the reference
+    /// tower replaces an empty host, and `127.0.0.1`, with its own first interface. Default
+    /// `127.0.0.1`; a node other machines reach sets its address.
+    pub host: String,
+    /// The publisher's port; 0 (the default) lets the system pick one.
+    pub port: u16,
+    /// Interval between beacons (the reference: 1 s).
+    pub beacon_interval: Duration,
+    /// A peer whose beacon is not heard for this long is disconnected (the reference: 4 s).
+    pub peer_timeout: Duration,
+    /// Most peers connected at once; beacons of further peers are dropped (logged).
+    pub max_peers: usize,
+    /// Decode limits for every Dafka message and beacon received.
+    pub limits: Limits,
+    /// Messages queued per subscriber on the publisher before a slow one loses messages (it
+    /// FETCHes them again).
+    pub sndhwm: usize,
+    /// Messages queued on the subscriber before the node stops reading its peers.
+    pub rcvhwm: usize,
+    /// How long closing the node keeps flushing its publisher.
+    pub linger: Duration,
+}
+
+impl NodeConfig {
+    /// Defaults for a node reaching `towers`: host `127.0.0.1`, any port, beacons every second,
+    /// peers dropped after 4 s of silence, 4096 peers, default limits, HWMs of 100 000.
+    pub fn new(towers: Vec<TowerAddress>) -> Self {
+        NodeConfig {
+            towers,
+            host: "127.0.0.1".to_owned(),
+            port: 0,
+            beacon_interval: Duration::from_secs(1),
+            peer_timeout: Duration::from_secs(4),
+            max_peers: 4096,
+            limits: Limits::DEFAULT,
+            sndhwm: 100_000,
+            rcvhwm: 100_000,
+            linger: Duration::from_millis(500),
+        }
+    }
+
+    /// Sets [`host`](Self::host).
+    #[must_use]
+    pub fn with_host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
+        self
+    }
+
+    /// Sets [`port`](Self::port).
+    #[must_use]
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Sets [`beacon_interval`](Self::beacon_interval).
+    #[must_use]
+    pub fn with_beacon_interval(mut self, interval: Duration) -> Self {
+        self.beacon_interval = interval;
+        self
+    }
+
+    /// Sets [`peer_timeout`](Self::peer_timeout).
+    #[must_use]
+    pub fn with_peer_timeout(mut self, timeout: Duration) -> Self {
+        self.peer_timeout = timeout;
+        self
+    }
+
+    /// Sets [`max_peers`](Self::max_peers).
+    #[must_use]
+    pub fn with_max_peers(mut self, max: usize) -> Self {
+        self.max_peers = max;
+        self
+    }
+
+    /// Sets [`limits`](Self::limits).
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |reason| Err(Error::Caller(dafka_proto::CallerError::Config(reason)));
+        if self.host.is_empty() || self.host == "*" {
+            return bad(
+                "host must name an address peers can reach (the reference tower rewrites an empty one)",
+            );
+        }
+        if self.beacon_interval.is_zero() || self.peer_timeout <= self.beacon_interval {
+            return bad("beacon_interval must be positive and shorter than peer_timeout");
+        }
+        Ok(())
+    }
+}
+
+/// A new node id: 16 bytes from the process's random hash keys, the clock and a counter.
+/// Unique, not secret (ids are public on the wire).
+pub fn new_node_id() -> NodeId {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut bytes = [0u8; 16];
+    for (i, half) in bytes.chunks_exact_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u64(n);
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        half.copy_from_slice(&h.finish().to_be_bytes());
+    }
+    NodeId::from_bytes(bytes)
+}
+
+/// Counters of input a node dropped. Shared with the node's handle.
+#[derive(Debug, Default)]
+pub struct NodeStats {
+    malformed: AtomicU64,
+    refused: AtomicU64,
+    peers: AtomicU64,
+}
+
+impl NodeStats {
+    /// Messages that did not decode (on any socket).
+    pub fn malformed(&self) -> u64 {
+        self.malformed.load(Ordering::Relaxed)
+    }
+
+    /// Decoded messages the state machine refused (not for this node, wrong topic, an ACK
+    /// beyond the head, too many partitions).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_malformed(&self) {
+        self.malformed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Peers connected now.
+    pub fn peers(&self) -> u64 {
+        self.peers.load(Ordering::Relaxed)
+    }
+}
+
+/// Logs dropped input at most [`LOG_BURST`] times a second, then how many more were dropped.
+#[derive(Debug)]
+pub(crate) struct LogLimiter {
+    window: Instant,
+    logged: u32,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    pub(crate) fn new(now: Instant) -> Self {
+        LogLimiter {
+            window: now,
+            logged: 0,
+            suppressed: 0,
+        }
+    }
+
+    pub(crate) fn allow(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.window) >= Duration::from_secs(1) {
+            if self.suppressed > 0 {
+                tracing::warn!(
+                    count = self.suppressed,
+                    "more malformed or refused messages dropped"
+                );
+            }
+            *self = LogLimiter::new(now);
+        }
+        if self.logged < LOG_BURST {
+            self.logged += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
+}
+
+/// The part of a node that differs by role: it gets the Dafka messages of the subscriber,
+/// the subscriptions reaching an XPUB publisher and the timer, and hands back messages to
+/// publish. Implementations lock their shared state inside each call.
+pub(crate) trait Role: Send + 'static {
+    /// A message from the subscriber.
+    fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError>;
+    /// A subscription (`0x01` + prefix) that reached an XPUB publisher.
+    fn on_subscription(&mut self, _prefix: &[u8], _now: Instant) {}
+    /// The time given by `poll_timeout` came.
+    fn on_timeout(&mut self, now: Instant);
+    /// When `on_timeout` is due next.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Appends up to `max` messages to publish; returns whether more are waiting.
+    fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool;
+    /// Whether the node should read its subscriber now (false: the application is behind).
+    fn wants_input(&self) -> bool {
+        true
+    }
+}
+
+/// Wakes a node's task from its handle, and tells it to stop.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    /// Wakes the task (a timer or the room to read changed).
+    pub(crate) wake: Notify,
+    /// Wakes callers waiting on the state (records arrived, records acknowledged, stopped).
+    pub(crate) changed: Notify,
+    stop: AtomicBool,
+}
+
+impl Control {
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake.notify_one();
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// A node's task, stopped when dropped.
+#[derive(Debug)]
+pub(crate) struct NodeTask {
+    pub(crate) control: Arc<Control>,
+    pub(crate) stats: Arc<NodeStats>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl NodeTask {
+    /// Runs `role` on `plumbing` in a task of the current runtime.
+    pub(crate) fn spawn<R: Role>(plumbing: Plumbing, role: R, control: Arc<Control>) -> Self {
+        let stats = plumbing.stats();
+        NodeTask::new(
+            control.clone(),
+            stats,
+            tokio::spawn(plumbing.run(role, control)),
+        )
+    }
+
+    /// A task already spawned, stopped through `control`.
+    pub(crate) fn new(control: Arc<Control>, stats: Arc<NodeStats>, task: JoinHandle<()>) -> Self {
+        NodeTask {
+            control,
+            stats,
+            task: Some(task),
+        }
+    }
+
+    /// Stops the task and waits for it.
+    pub(crate) async fn close(&mut self) {
+        self.control.stop();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for NodeTask {
+    fn drop(&mut self) {
+        self.control.stop();
+    }
+}
+
+/// Moves up to `max` messages from `next` to `out`; returns whether more may be waiting.
+pub(crate) fn take_up_to(
+    out: &mut Vec<Message>,
+    max: usize,
+    mut next: impl FnMut() -> Option<Message>,
+) -> bool {
+    for _ in 0..max {
+        match next() {
+            Some(m) => out.push(m),
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Publishes Dafka messages; a PUB or XPUB never waits (a slow peer loses messages, which it
+/// FETCHes again).
+pub(crate) fn publish(publisher: &Socket, messages: impl IntoIterator<Item = Message>) {
+    for m in messages {
+        if let Err(e) = publisher.try_send(m.to_frames().into()) {
+            tracing::debug!(error = %e, "publisher refused a message");
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Peer {
+    endpoint: String,
+    seen: Instant,
+}
+
+/// The sockets and peer table of a node, owned by its task.
+pub(crate) struct Plumbing {
+    id: NodeId,
+    config: NodeConfig,
+    port: u16,
+    beacon: Vec<Bytes>,
+    beacon_pub: Socket,
+    beacon_events: Monitor,
+    beacon_sub: Socket,
+    pub(crate) publisher: Socket,
+    pub(crate) subscriber: Socket,
+    peers: HashMap<NodeId, Peer>,
+    next_beacon: Instant,
+    /// When silent peers are looked for next (every beacon interval).
+    next_sweep: Instant,
+    log: LogLimiter,
+    stats: Arc<NodeStats>,
+}
+
+impl Plumbing {
+    /// Binds the publisher (`publisher_type` PUB or XPUB) and connects the beacon sockets to
+    /// every tower. The subscriber is created unconnected; the caller subscribes it.
+    pub(crate) async fn open(
+        id: NodeId,
+        config: NodeConfig,
+        publisher_type: SocketType,
+    ) -> Result<Plumbing, Error> {
+        config.validate()?;
+        let quick = Options::default().with_linger(Some(Duration::ZERO));
+        let publisher = Socket::new(
+            publisher_type,
+            Options::default()
+                .with_sndhwm(config.sndhwm)
+                .with_linger(Some(config.linger))
+                .with_xpub_verbose(true),
+        )?;
+        let bound = publisher
+            .bind(&format!("tcp://{}:{}", bracket(&config.host), config.port))
+            .await?;
+        let port = split_tcp(&bound).map(|(_, p)| p).ok_or(Error::Endpoint {
+            endpoint: bound.clone(),
+            reason: "bound endpoint has no port",
+        })?;
+        let subscriber = Socket::new(SocketType::Sub, quick.clone().with_rcvhwm(config.rcvhwm))?;
+        let beacon_pub = Socket::new(SocketType::Pub, quick.clone())?;
+        let beacon_events = beacon_pub.monitor(64);
+        let beacon_sub = Socket::new(SocketType::Sub, quick)?;
+        beacon_sub.subscribe(dafka_proto::BEACON_TOPIC)?;
+        beacon_sub.subscribe(dafka_proto::WELCOME_TOPIC)?;
+        for tower in &config.towers {
+            beacon_pub.connect(&tower.sub).await?;
+            beacon_sub.connect(&tower.publ).await?;
+        }
+        let beacon = BeaconMessage::Node(NodeBeacon {
+            node: id,
+            host: config.host.clone(),
+            port,
+        })
+        .to_frames();
+        let now = now();
+        Ok(Plumbing {
+            id,
+            config,
+            port,
+            beacon,
+            beacon_pub,
+            beacon_events,
+            beacon_sub,
+            publisher,
+            subscriber,
+            peers: HashMap::new(),
+            next_beacon: now,
+            next_sweep: now,
+            log: LogLimiter::new(now),
+            stats: Arc::new(NodeStats::default()),
+        })
+    }
+
+    /// The publisher's port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn stats(&self) -> Arc<NodeStats> {
+        self.stats.clone()
+    }
+
+    fn send_beacon(&mut self, now: Instant) {
+        let _ = self.beacon_pub.try_send(self.beacon.clone().into());
+        self.next_beacon = now + self.config.beacon_interval;
+    }
+
+    async fn on_beacon(&mut self, frames: &[Bytes], now: Instant) {
+        let beacon = match BeaconMessage::decode(frames, &self.config.limits) {
+            Ok(BeaconMessage::Tower(b)) => b,
+            Ok(BeaconMessage::Welcome) => return,
+            Ok(other) => {
+                self.dropped("beacon SUB", &format!("not a tower beacon: {other:?}"), now);
+                return;
+            }
+            Err(e) => {
+                self.dropped("beacon SUB", &e.to_string(), now);
+                return;
+            }
+        };
+        if beacon.node == self.id {
+            return;
+        }
+        if let Some(peer) = self.peers.get_mut(&beacon.node) {
+            peer.seen = now;
+            if peer.endpoint == beacon.endpoint {
+                return;
+            }
+            // Same id, new endpoint: the old one is gone.
+            let old = std::mem::take(&mut peer.endpoint);
+            let _ = self.subscriber.disconnect(&old).await;
+        } else if self.peers.len() >= self.config.max_peers {
+            if self.log.allow(now) {
+                tracing::warn!(peer = %beacon.node, max = self.config.max_peers, "too many peers; beacon ignored");
+            }
+            return;
+        }
+        if split_tcp(&beacon.endpoint).is_none() {
+            self.dropped(
+                "beacon SUB",
+                "tower beacon endpoint is not tcp://host:port",
+                now,
+            );
+            self.peers.remove(&beacon.node);
+            return;
+        }
+        if let Err(e) = self.subscriber.connect(&beacon.endpoint).await {
+            self.dropped("beacon SUB", &format!("cannot connect to peer: {e}"), now);
+            self.peers.remove(&beacon.node);
+            return;
+        }
+        tracing::debug!(peer = %beacon.node, endpoint = %beacon.endpoint, "peer connected");
+        self.peers.insert(
+            beacon.node,
+            Peer {
+                endpoint: beacon.endpoint,
+                seen: now,
+            },
+        );
+        self.stats
+            .peers
+            .store(self.peers.len() as u64, Ordering::Relaxed);
+    }
+
+    async fn expire_peers(&mut self, now: Instant) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + self.config.beacon_interval;
+        let timeout = self.config.peer_timeout;
+        let silent: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.seen) >= timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in silent {
+            if let Some(peer) = self.peers.remove(&id) {
+                tracing::debug!(peer = %id, "peer silent; disconnected");
+                let _ = self.subscriber.disconnect(&peer.endpoint).await;
+            }
+        }
+        self.stats
+            .peers
+            .store(self.peers.len() as u64, Ordering::Relaxed);
+    }
+
+    fn next_deadline(&self) -> Instant {
+        if self.peers.is_empty() {
+            self.next_beacon
+        } else {
+            self.next_beacon.min(self.next_sweep)
+        }
+    }
+
+    fn on_input<R: Role>(&mut self, role: &mut R, frames: &[Bytes], now: Instant) {
+        match Message::decode(frames, &self.config.limits) {
+            Ok(m) => {
+                if let Err(e) = role.on_message(&m, now) {
+                    self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                    if self.log.allow(now) {
+                        tracing::warn!(error = %e, "message refused");
+                    }
+                }
+            }
+            Err(e) => self.dropped("subscriber", &e.to_string(), now),
+        }
+    }
+
+    fn dropped(&mut self, socket: &'static str, reason: &str, now: Instant) {
+        self.stats.count_malformed();
+        if self.log.allow(now) {
+            tracing::warn!(socket, reason, "malformed message dropped");
+        }
+    }
+
+    /// The node's loop: until `control` says stop or a socket closes.
+    pub(crate) async fn run<R: Role>(mut self, mut role: R, control: Arc<Control>) {
+        let xpub = self.publisher.socket_type() == SocketType::Xpub;
+        let mut inbox = Vec::new();
+        let mut subscriptions = Vec::new();
+        let mut beacons = Vec::new();
+        let mut out = Vec::new();
+        let mut more;
+        self.send_beacon(now());
+        while !control.stopping() {
+            let t = now();
+            if t >= self.next_beacon {
+                self.send_beacon(t);
+            }
+            self.expire_peers(t).await;
+            if role.poll_timeout().is_some_and(|d| t >= d) {
+                role.on_timeout(t);
+            }
+            more = role.transmit(&mut out, TRANSMIT_CHUNK);
+            publish(&self.publisher, out.drain(..));
+            let mut deadline = self.next_deadline();
+            if let Some(d) = role.poll_timeout() {
+                deadline = deadline.min(d);
+            }
+            let reading = role.wants_input();
+            tokio::select! {
+                biased;
+                _ = control.wake.notified() => {}
+                // Publish the rest of a long answer before waiting on anything.
+                _ = tokio::task::yield_now(), if more => {}
+                r = self.subscriber.recv_many(BATCH, &mut inbox), if reading => {
+                    if r.is_err() { break; }
+                    let t = now();
+                    for m in inbox.drain(..) {
+                        self.on_input(&mut role, m.frames(), t);
+                    }
+                }
+                r = self.publisher.recv_many(BATCH, &mut subscriptions), if xpub => {
+                    if r.is_err() { break; }
+                    let t = now();
+                    for m in subscriptions.drain(..) {
+                        // XPUB hands up `0x01 + prefix` (subscribe) and `0x00 + prefix`.
+                        if let Some((&0x01, prefix)) = m.frames().first().and_then(|f| f.split_first()) {
+                            role.on_subscription(prefix, t);
+                        }
+                    }
+                }
+                r = self.beacon_sub.recv_many(BATCH, &mut beacons) => {
+                    if r.is_err() { break; }
+                    let t = now();
+                    for m in beacons.drain(..) {
+                        self.on_beacon(m.frames(), t).await;
+                    }
+                }
+                event = self.beacon_events.recv() => match event {
+                    // A tower's XSUB subscribed: beacon now, not one interval later.
+                    Some(SocketEvent::Subscribed { prefix, .. }) if dafka_proto::BEACON_TOPIC.starts_with(&prefix) => {
+                        self.send_beacon(now());
+                    }
+                    Some(_) => {}
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {}
+            }
+        }
+        for socket in [&self.beacon_pub, &self.beacon_sub, &self.subscriber] {
+            socket.close_in_background_with(Some(Duration::ZERO));
+        }
+        self.publisher.close_in_background();
+    }
+}
+
+/// An IPv6 host in brackets, as endpoints write it.
+fn bracket(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+/// The current time as the state machines take it (tokio's clock, so paused time applies).
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Waits until `ready()` holds or `deadline` passes, re-checking at each notification;
+/// returns whether it holds. Registers before each check, so no notification is lost.
+pub(crate) async fn wait_until(
+    notify: &Notify,
+    deadline: Option<tokio::time::Instant>,
+    mut ready: impl FnMut() -> bool,
+) -> bool {
+    loop {
+        let n = notify.notified();
+        tokio::pin!(n);
+        n.as_mut().enable();
+        if ready() {
+            return true;
+        }
+        match deadline {
+            Some(d) => {
+                if tokio::time::timeout_at(d, n).await.is_err() {
+                    return ready();
+                }
+            }
+            None => n.await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_limiter_allows_a_burst_a_second() {
+        let t0 = Instant::now();
+        let mut log = LogLimiter::new(t0);
+        let allowed = (0..100).filter(|_| log.allow(t0)).count();
+        assert_eq!(allowed, LOG_BURST as usize);
+        assert_eq!(log.suppressed, 100 - u64::from(LOG_BURST));
+        assert!(!log.allow(t0 + Duration::from_millis(999)));
+        assert!(log.allow(t0 + Duration::from_secs(1)));
+        assert_eq!(log.suppressed, 0);
+    }
+
+    #[test]
+    fn tcp_endpoints() {
+        assert_eq!(split_tcp("tcp://127.0.0.1:5556"), Some(("127.0.0.1", 5556)));
+        assert_eq!(split_tcp("tcp://[::1]:0"), Some(("[::1]", 0)));
+        assert_eq!(split_tcp("tcp://:5556"), None);
+        assert_eq!(split_tcp("tcp://h:70000"), None);
+        assert_eq!(split_tcp("ipc:///x"), None);
+    }
+
+    #[test]
+    fn node_ids_differ() {
+        let ids: std::collections::HashSet<NodeId> = (0..1000).map(|_| new_node_id()).collect();
+        assert_eq!(ids.len(), 1000);
+    }
+
+    #[test]
+    fn config_checks() {
+        let ok = NodeConfig::new(Vec::new());
+        assert!(ok.validate().is_ok());
+        assert!(ok.clone().with_host("").validate().is_err());
+        assert!(ok.clone().with_host("*").validate().is_err());
+        assert!(
+            ok.with_beacon_interval(Duration::from_secs(5))
+                .validate()
+                .is_err()
+        );
+    }
+}

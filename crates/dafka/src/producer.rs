@@ -1,0 +1,354 @@
+//! The producer node: [`dafka_proto::Producer`] on a PUB publisher (as the reference's) and a
+//! SUB subscribed to `'K'` and `'F'` + its id.
+//!
+//! [`ProducerNode::send`] assigns the offset and publishes the RECORD from the caller's task,
+//! under the lock of the state machine (so records leave in offset order); the node's task
+//! handles ACKs and FETCHes, publishes HEADs when due and FETCH answers in chunks of
+//! [`TRANSMIT_CHUNK`](crate::node) messages.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dafka_proto::{Message, NodeId, PeerError, Producer, ProducerConfig, SendError, Topic};
+use dafka_zmtp::{Socket, SocketType};
+
+use crate::error::Error;
+use crate::node::{
+    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK, new_node_id, now,
+    publish, take_up_to, wait_until,
+};
+
+/// Settings of a [`ProducerNode`] beyond those every node has.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ProducerOptions {
+    /// A saved partition id to resume (`None`: a new one).
+    pub partition: Option<NodeId>,
+    /// The offset of the first record (when resuming: one past the highest the stores hold).
+    pub first_offset: u64,
+    /// Distinct stores that must acknowledge a record.
+    pub min_acks: usize,
+    /// Interval between HEADs.
+    pub head_interval: Duration,
+    /// Most records held unacknowledged.
+    pub max_unacked_records: usize,
+    /// Most content bytes held unacknowledged.
+    pub max_unacked_bytes: usize,
+    /// Largest record accepted.
+    pub max_record: usize,
+    /// How long `send` waits for room in a full unacknowledged buffer.
+    pub send_timeout: Duration,
+}
+
+impl Default for ProducerOptions {
+    /// The state machine's defaults (see [`ProducerConfig::new`]), a new partition, and a send
+    /// timeout of 30 s.
+    fn default() -> Self {
+        let c = ProducerConfig::new(
+            NodeId::from_bytes([0; 16]),
+            Topic::new(Bytes::new()).unwrap_or_else(|_| unreachable!("the empty topic is valid")),
+        );
+        ProducerOptions {
+            partition: None,
+            first_offset: c.first_offset,
+            min_acks: c.min_acks,
+            head_interval: c.head_interval,
+            max_unacked_records: c.max_unacked_records,
+            max_unacked_bytes: c.max_unacked_bytes,
+            max_record: c.max_record,
+            send_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($field:ident / $with:ident: $ty:ty),* $(,)?) => {
+        impl ProducerOptions {
+            $(
+                #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
+                #[must_use]
+                pub fn $with(mut self, value: $ty) -> Self {
+                    self.$field = value;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    partition / with_partition: Option<NodeId>,
+    first_offset / with_first_offset: u64,
+    min_acks / with_min_acks: usize,
+    head_interval / with_head_interval: Duration,
+    max_unacked_records / with_max_unacked_records: usize,
+    max_unacked_bytes / with_max_unacked_bytes: usize,
+    max_record / with_max_record: usize,
+    send_timeout / with_send_timeout: Duration,
+}
+
+struct Shared {
+    producer: Mutex<Producer>,
+    publisher: Socket,
+    control: Arc<Control>,
+    send_timeout: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Producer> {
+        self.producer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes the RECORDs `send` queued (they come first out of `poll_transmit`), and wakes
+    /// the task when the HEAD timer just started or answers wait.
+    fn publish_records(&self, producer: &mut Producer, had_timer: bool) {
+        let mut out = Vec::new();
+        while let Some(m) = producer.poll_transmit() {
+            let record = matches!(m, Message::Record(_));
+            out.push(m);
+            if !record {
+                // A HEAD or FETCH answer: the task sends the rest.
+                self.control.wake.notify_one();
+                break;
+            }
+        }
+        publish(&self.publisher, out);
+        if !had_timer {
+            self.control.wake.notify_one();
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.control.stopping()
+    }
+}
+
+/// A running producer. Dropping it stops the node; [`close`](Self::close) also waits for its
+/// task and flushes the publisher for [`NodeConfig::linger`].
+pub struct ProducerNode {
+    shared: Arc<Shared>,
+    port: u16,
+    task: NodeTask,
+}
+
+impl std::fmt::Debug for ProducerNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerNode")
+            .field("partition", &self.partition())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProducerNode {
+    /// Starts a producer of `topic` on the current tokio runtime.
+    pub async fn start(
+        topic: &str,
+        node: NodeConfig,
+        options: ProducerOptions,
+    ) -> Result<ProducerNode, Error> {
+        let topic = Topic::try_from(topic)?;
+        let id = options.partition.unwrap_or_else(new_node_id);
+        let mut config = ProducerConfig::new(id, topic);
+        config.first_offset = options.first_offset;
+        config.min_acks = options.min_acks;
+        config.head_interval = options.head_interval;
+        config.max_unacked_records = options.max_unacked_records;
+        config.max_unacked_bytes = options.max_unacked_bytes;
+        config.max_record = options.max_record;
+        let producer = Producer::new(config)?;
+        let plumbing = Plumbing::open(id, node, SocketType::Pub).await?;
+        for s in producer.subscriptions() {
+            plumbing.subscriber.subscribe(&s)?;
+        }
+        let control = Arc::new(Control::default());
+        let shared = Arc::new(Shared {
+            producer: Mutex::new(producer),
+            publisher: plumbing.publisher.clone(),
+            control: control.clone(),
+            send_timeout: options.send_timeout,
+        });
+        let port = plumbing.port();
+        let role = ProducerRole {
+            shared: shared.clone(),
+        };
+        Ok(ProducerNode {
+            shared,
+            port,
+            task: NodeTask::spawn(plumbing, role, control),
+        })
+    }
+
+    /// The partition: the producer's id (32 upper-case hex characters on the wire).
+    pub fn partition(&self) -> NodeId {
+        self.shared.lock().config().id
+    }
+
+    /// The port of the node's publisher.
+    pub fn publisher_port(&self) -> u16 {
+        self.port
+    }
+
+    /// Sends one record and returns its offset. Waits up to
+    /// [`ProducerOptions::send_timeout`] while the unacknowledged buffer is full, then fails
+    /// with [`Error::SendTimeout`].
+    pub async fn send(&self, value: Bytes) -> Result<u64, Error> {
+        let mut first = None;
+        self.send_each(std::iter::once(value), &mut first).await?;
+        first.ok_or(Error::Closed)
+    }
+
+    /// Sends every value in order and returns the offset of the first (the next offset when
+    /// `values` is empty). Waits for room as [`send`](Self::send) does; on an error, the values
+    /// before the failing one were sent.
+    pub async fn send_many(&self, values: impl IntoIterator<Item = Bytes>) -> Result<u64, Error> {
+        let mut first = None;
+        self.send_each(values.into_iter(), &mut first).await?;
+        Ok(match first {
+            Some(f) => f,
+            None => self.shared.lock().next_offset(),
+        })
+    }
+
+    async fn send_each(
+        &self,
+        mut values: impl Iterator<Item = Bytes>,
+        first: &mut Option<u64>,
+    ) -> Result<(), Error> {
+        let shared = &self.shared;
+        let mut pending = values.next();
+        while pending.is_some() {
+            // Queue as many as fit under one lock, then publish them.
+            {
+                let mut producer = shared.lock();
+                let had_timer = producer.poll_timeout().is_some();
+                let mut queued = 0;
+                while let Some(value) = pending.take() {
+                    if shared.closed() {
+                        return Err(Error::Closed);
+                    }
+                    match producer.send(value.clone(), now()) {
+                        Ok(offset) => {
+                            first.get_or_insert(offset);
+                            pending = values.next();
+                        }
+                        Err(SendError::Full { .. }) => {
+                            pending = Some(value);
+                            break;
+                        }
+                        Err(SendError::Caller(e)) => {
+                            shared.publish_records(&mut producer, had_timer);
+                            return Err(e.into());
+                        }
+                        Err(e) => {
+                            shared.publish_records(&mut producer, had_timer);
+                            return Err(Error::Refused(e));
+                        }
+                    }
+                    queued += 1;
+                    if queued == TRANSMIT_CHUNK {
+                        break;
+                    }
+                }
+                shared.publish_records(&mut producer, had_timer);
+            }
+            let Some(value) = pending.as_ref() else {
+                break;
+            };
+            let deadline = tokio::time::Instant::now() + shared.send_timeout;
+            let fits = wait_until(&shared.control.changed, Some(deadline), || {
+                shared.closed() || fits(&shared.lock(), value)
+            })
+            .await;
+            if shared.closed() {
+                return Err(Error::Closed);
+            }
+            if !fits {
+                let producer = shared.lock();
+                return Err(Error::SendTimeout {
+                    records: producer.unacked_records(),
+                    bytes: producer.unacked_bytes(),
+                    waited: shared.send_timeout,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every record sent so far is acknowledged by `min_acks` distinct stores, for
+    /// at most `timeout` (`None`: no limit), then fails with [`Error::FlushTimeout`].
+    pub async fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        let shared = &self.shared;
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        wait_until(&shared.control.changed, deadline, || {
+            shared.closed() || shared.lock().is_flushed()
+        })
+        .await;
+        let producer = shared.lock();
+        if producer.is_flushed() {
+            return Ok(());
+        }
+        if shared.closed() {
+            return Err(Error::Closed);
+        }
+        Err(Error::FlushTimeout {
+            unacked: producer.unacked_records(),
+            waited: timeout.unwrap_or_default(),
+        })
+    }
+
+    /// The offset the next record gets.
+    pub fn next_offset(&self) -> u64 {
+        self.shared.lock().next_offset()
+    }
+
+    /// Records not yet acknowledged by `min_acks` stores.
+    pub fn unacked_records(&self) -> usize {
+        self.shared.lock().unacked_records()
+    }
+
+    /// Input the node dropped.
+    pub fn stats(&self) -> &NodeStats {
+        &self.task.stats
+    }
+
+    /// Stops the node: pending calls fail with [`Error::Closed`]; the publisher keeps
+    /// flushing for [`NodeConfig::linger`] in the background.
+    pub async fn close(mut self) {
+        self.task.close().await;
+    }
+}
+
+/// Whether `value` fits in the unacknowledged buffer now.
+fn fits(producer: &Producer, value: &Bytes) -> bool {
+    let c = producer.config();
+    producer.unacked_records() < c.max_unacked_records
+        && producer.unacked_bytes() + value.len() <= c.max_unacked_bytes
+}
+
+struct ProducerRole {
+    shared: Arc<Shared>,
+}
+
+impl Role for ProducerRole {
+    fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
+        let result = self.shared.lock().handle_message(message, None);
+        if matches!(message, Message::Ack(_)) {
+            self.shared.control.changed.notify_waiters();
+        }
+        result
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        self.shared.lock().handle_timeout(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.shared.lock().poll_timeout()
+    }
+
+    fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
+        let mut producer = self.shared.lock();
+        take_up_to(out, max, || producer.poll_transmit())
+    }
+}

@@ -1,0 +1,69 @@
+//! Helpers of the node tests: a tower on a free loopback port, fast beacons, polling until
+//! enough records came, a bare beacon announcing a raw peer.
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::Duration;
+
+use dafka_node::{
+    ConsumerNode, ConsumerRecord, NodeConfig, NodeId, ProducerOptions, Tower, TowerAddress,
+    TowerConfig,
+};
+use dafka_proto::{BeaconMessage, NodeBeacon};
+use dafka_zmtp::{Options, Socket, SocketType};
+
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub async fn tower() -> (Tower, Vec<TowerAddress>) {
+    let tower = Tower::start(TowerConfig::new("tcp://127.0.0.1:0"))
+        .await
+        .unwrap();
+    let towers = vec![tower.address().clone()];
+    (tower, towers)
+}
+
+pub fn fast(towers: &[TowerAddress]) -> NodeConfig {
+    NodeConfig::new(towers.to_vec()).with_beacon_interval(Duration::from_millis(200))
+}
+
+pub fn producer_options() -> ProducerOptions {
+    ProducerOptions::default().with_head_interval(Duration::from_millis(100))
+}
+
+/// Polls until `n` records came (or the patience runs out).
+pub async fn collect(consumer: &ConsumerNode, n: usize) -> Vec<ConsumerRecord> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while got.len() < n && tokio::time::Instant::now() < deadline {
+        got.extend(
+            consumer
+                .poll(n - got.len(), Duration::from_millis(200))
+                .await
+                .unwrap(),
+        );
+    }
+    got
+}
+
+/// A bare beacon PUB announcing `node` at `127.0.0.1:port` to the first tower every 50 ms
+/// until it is closed.
+pub async fn announce(towers: &[TowerAddress], node: NodeId, port: u16) -> Socket {
+    let beacon = Socket::new(
+        SocketType::Pub,
+        Options::default().with_linger(Some(Duration::ZERO)),
+    )
+    .unwrap();
+    beacon.connect(&towers[0].sub).await.unwrap();
+    let frames = BeaconMessage::Node(NodeBeacon {
+        node,
+        host: "127.0.0.1".to_owned(),
+        port,
+    })
+    .to_frames();
+    let b = beacon.clone();
+    tokio::spawn(async move {
+        while b.try_send(frames.clone().into()).is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    beacon
+}
