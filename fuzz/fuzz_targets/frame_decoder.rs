@@ -15,10 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let [a, b, c, stream @ ..] = data else {
         return;
     };
-    let limits = Limits {
-        max_frame_size: u64::from(*a) * 8,
-        max_message_size: u64::from(*b) * 64,
-    };
+    let limits = Limits::new(u64::from(*a) * 8, u64::from(*b) * 64);
     let chunk = usize::from(*c) + 1;
     let mut dec = FrameDecoder::new(limits);
     let mut buf = BytesMut::new();

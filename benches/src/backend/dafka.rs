@@ -28,7 +28,7 @@ impl Backend for Dafka {
             Role::Req => SocketType::Req,
             Role::Rep => SocketType::Rep,
         };
-        let socket = Socket::new(kind, Options::default());
+        let socket = Socket::new(kind, Options::default()).map_err(err)?;
         if role.binds() {
             socket.bind(&endpoint.zmq()).await.map_err(err)?;
         } else {

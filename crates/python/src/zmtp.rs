@@ -46,7 +46,7 @@ impl PySocket {
         })?;
         let options = parse_options(options)?;
         let _entered = runtime::handle().enter();
-        let socket = Arc::new(Socket::new(socket_type, options));
+        let socket = Arc::new(Socket::new(socket_type, options).map_err(errors::zmtp)?);
         Ok(PySocket {
             socket,
             socket_type,

@@ -35,7 +35,20 @@ pub const COMMAND_SIZE_FLOOR: u64 = 64 << 10;
 /// message is the sum of its frame bodies plus [`FRAME_OVERHEAD`] bytes per frame.
 /// Commands count against `max_frame_size` only, which for them is never below
 /// [`COMMAND_SIZE_FLOOR`] (64 KiB).
+///
+/// `#[non_exhaustive]`: build it with [`Limits::new`] or from
+/// [`Limits::default()`] with the `with_*` methods (or by assigning fields),
+/// so that limits added later do not break callers.
+///
+/// ```
+/// use dafka_zmtp_proto::Limits;
+/// let l = Limits::default().with_max_frame_size(1 << 20);
+/// assert_eq!(l.max_frame_size, 1 << 20);
+/// assert_eq!(l.max_message_size, Limits::DEFAULT_MAX_MESSAGE_SIZE);
+/// assert_eq!(Limits::new(10, 20).max_message_size, 20);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Limits {
     /// Largest frame body accepted (default 64 MiB).
     pub max_frame_size: u64,
@@ -48,6 +61,29 @@ impl Limits {
     pub const DEFAULT_MAX_FRAME_SIZE: u64 = 64 << 20;
     /// Default `max_message_size`: 256 MiB.
     pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 256 << 20;
+
+    /// Limits of `max_frame_size` per frame body and `max_message_size` per
+    /// message cost.
+    pub const fn new(max_frame_size: u64, max_message_size: u64) -> Limits {
+        Limits {
+            max_frame_size,
+            max_message_size,
+        }
+    }
+
+    /// Sets [`max_frame_size`](Limits::max_frame_size).
+    #[must_use]
+    pub const fn with_max_frame_size(mut self, max_frame_size: u64) -> Limits {
+        self.max_frame_size = max_frame_size;
+        self
+    }
+
+    /// Sets [`max_message_size`](Limits::max_message_size).
+    #[must_use]
+    pub const fn with_max_message_size(mut self, max_message_size: u64) -> Limits {
+        self.max_message_size = max_message_size;
+        self
+    }
 
     /// The cost of a message with `frames` frames of `bytes` body bytes in total.
     pub fn message_cost(frames: usize, bytes: usize) -> u64 {

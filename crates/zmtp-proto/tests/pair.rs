@@ -470,10 +470,7 @@ fn peer_error_command_is_fatal() {
 #[test]
 fn oversized_message_rejected_before_body_arrives() {
     let mut small = Config::new(SocketType::Pull);
-    small.limits = Limits {
-        max_frame_size: 1024,
-        max_message_size: 4096,
-    };
+    small.limits = Limits::new(1024, 4096);
     let mut p = Pair::new(Config::new(SocketType::Push), small);
     p.run();
     p.b.take_events();
@@ -498,10 +495,7 @@ fn oversized_message_rejected_before_body_arrives() {
 #[test]
 fn oversized_multipart_message_rejected() {
     let mut small = Config::new(SocketType::Pull);
-    small.limits = Limits {
-        max_frame_size: 1024,
-        max_message_size: 3 * 1024,
-    };
+    small.limits = Limits::new(1024, 3 * 1024);
     let mut p = Pair::new(Config::new(SocketType::Push), small);
     p.run();
     p.b.take_events();
@@ -519,10 +513,7 @@ fn oversized_multipart_message_rejected() {
 #[test]
 fn sending_checks_limits_and_state() {
     let mut c = Config::new(SocketType::Push);
-    c.limits = Limits {
-        max_frame_size: 10,
-        max_message_size: FRAME_OVERHEAD + 10,
-    };
+    c.limits = Limits::new(10, FRAME_OVERHEAD + 10);
     let mut p = Pair::new(c, Config::new(SocketType::Pull));
     let mut out = BytesMut::new();
     let msg = Message::from(&b"hi"[..]);

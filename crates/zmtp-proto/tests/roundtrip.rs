@@ -177,7 +177,7 @@ proptest! {
         max_frame in 0u64..300,
         max_message in 0u64..1000,
     ) {
-        let limits = Limits { max_frame_size: max_frame, max_message_size: max_message };
+        let limits = Limits::new(max_frame, max_message);
         let mut dec = FrameDecoder::new(limits);
         let mut buf = BytesMut::from(&input[..]);
         let mut cost = 0u64;

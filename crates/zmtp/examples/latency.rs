@@ -18,7 +18,7 @@ async fn main() -> Result<(), dafka_zmtp::Error> {
         "ipc" => format!("ipc:///tmp/dafka-zmtp-latency-{}.sock", std::process::id()),
         _ => "inproc://latency".to_owned(),
     };
-    let rep = Socket::new(SocketType::Rep, Options::default());
+    let rep = Socket::new(SocketType::Rep, Options::default())?;
     let endpoint = rep.bind(&endpoint).await?;
     let server = tokio::spawn(async move {
         for _ in 0..count {
@@ -27,7 +27,7 @@ async fn main() -> Result<(), dafka_zmtp::Error> {
         }
         Ok::<_, dafka_zmtp::Error>(())
     });
-    let req = Socket::new(SocketType::Req, Options::default());
+    let req = Socket::new(SocketType::Req, Options::default())?;
     req.connect(&endpoint).await?;
     let payload = Bytes::from(vec![0u8; size]);
     let start = Instant::now();

@@ -24,9 +24,9 @@ async fn main() -> Result<(), dafka_zmtp::Error> {
         ),
         _ => "inproc://throughput".to_owned(),
     };
-    let pull = Socket::new(SocketType::Pull, Options::default());
+    let pull = Socket::new(SocketType::Pull, Options::default())?;
     let endpoint = pull.bind(&endpoint).await?;
-    let push = Socket::new(SocketType::Push, Options::default());
+    let push = Socket::new(SocketType::Push, Options::default())?;
     push.connect(&endpoint).await?;
     // A static payload: cloning it costs no reference counting, like
     // libzmq's benchmark, which copies small messages by value.

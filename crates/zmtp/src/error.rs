@@ -8,7 +8,7 @@ use std::io;
 ///
 /// | fault            | variants |
 /// |------------------|----------|
-/// | caller misuse    | [`InvalidEndpoint`](Error::InvalidEndpoint), [`InvalidState`](Error::InvalidState), [`InvalidOption`](Error::InvalidOption), [`NotSupported`](Error::NotSupported), [`MessageTooLarge`](Error::MessageTooLarge), [`EmptyMessage`](Error::EmptyMessage), [`UnknownEndpoint`](Error::UnknownEndpoint) |
+/// | caller misuse    | [`InvalidEndpoint`](Error::InvalidEndpoint), [`InvalidState`](Error::InvalidState), [`InvalidOption`](Error::InvalidOption), [`NotSupported`](Error::NotSupported), [`MessageTooLarge`](Error::MessageTooLarge), [`EmptyMessage`](Error::EmptyMessage), [`UnknownEndpoint`](Error::UnknownEndpoint), [`NoRuntime`](Error::NoRuntime) |
 /// | routing          | [`HostUnreachable`](Error::HostUnreachable) |
 /// | flow control     | [`WouldBlock`](Error::WouldBlock) |
 /// | lifecycle        | [`Closed`](Error::Closed) |
@@ -69,6 +69,13 @@ pub enum Error {
     /// The socket has been closed.
     #[error("socket is closed")]
     Closed,
+    /// [`Socket::new`](crate::Socket::new) was called outside a tokio
+    /// runtime: the socket needs one to run its connections (call it from
+    /// async code, or after `Runtime::enter`).
+    #[error(
+        "no tokio runtime: a socket must be created from within a tokio runtime (or with one entered)"
+    )]
+    NoRuntime,
     /// The address is already in use by another socket or process.
     #[error("address in use: {0}")]
     AddrInUse(String),
@@ -93,4 +100,59 @@ impl Error {
             Error::Io(err)
         }
     }
+}
+
+/// Why [`Socket::try_send_keeping`](crate::Socket::try_send_keeping) did not
+/// queue a message.
+///
+/// Deliberately exhaustive: a message is either handed back or refused, and
+/// callers match on both to keep the message.
+#[derive(Debug)]
+pub enum SendError {
+    /// [`send`](crate::Socket::send) would wait (no peer has room): the
+    /// message is handed back.
+    Block(crate::Message),
+    /// The message was refused; it is dropped.
+    Fail(Error),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Block(_) => f.write_str("operation would block (message handed back)"),
+            SendError::Fail(e) => write!(f, "message refused: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SendError::Block(_) => None,
+            SendError::Fail(e) => Some(e),
+        }
+    }
+}
+
+impl From<SendError> for Error {
+    /// The message of a [`SendError::Block`] is dropped:
+    /// [`Error::WouldBlock`].
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Block(_) => Error::WouldBlock,
+            SendError::Fail(e) => e,
+        }
+    }
+}
+
+/// [`term`](crate::term) ran out of time: sockets closed in the background
+/// were still flushing; they were terminated and their queued messages dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{abandoned} socket(s) still flushing when term timed out; their queued messages were dropped"
+)]
+#[non_exhaustive]
+pub struct TermTimeout {
+    /// How many sockets were terminated before they had flushed.
+    pub abandoned: usize,
 }

@@ -10,9 +10,9 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), dafka_zmtp::Error> {
-//! let pull = Socket::new(SocketType::Pull, Options::default());
+//! let pull = Socket::new(SocketType::Pull, Options::default())?;
 //! let endpoint = pull.bind("tcp://127.0.0.1:0").await?; // port 0: the OS picks one
-//! let push = Socket::new(SocketType::Push, Options::default());
+//! let push = Socket::new(SocketType::Push, Options::default())?;
 //! push.connect(&endpoint).await?;
 //!
 //! push.send(Message::from(&b"hello"[..])).await?;
@@ -42,11 +42,13 @@
 // One function in `sys` calls setsockopt(2); everything else is safe code.
 #![deny(unsafe_code)]
 
+mod background;
 mod conn;
 mod drive;
 mod endpoint;
 mod error;
 mod inproc;
+mod monitor;
 mod options;
 mod pipe;
 mod socket;
@@ -54,17 +56,22 @@ mod subs;
 mod sys;
 mod transport;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 pub use bytes::Bytes;
-pub use dafka_zmtp_proto::{Limits, Message, SocketType};
+pub use dafka_zmtp_proto::{Limits, Message, Metadata, SocketType};
 
-pub use crate::error::Error;
+pub use crate::background::{pending_closes, term};
+pub use crate::error::{Error, SendError, TermTimeout};
+pub use crate::monitor::{
+    ConnectionEnd, Monitor, PeerId, Rejection, SocketEvent, SubscriptionLimit,
+};
 pub use crate::options::Options;
 
 use crate::endpoint::Endpoint;
 use crate::socket::Inner;
-pub use crate::socket::SendError;
 
 /// Lock a mutex, ignoring poisoning (no code path panics while holding one).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,9 +108,9 @@ pub(crate) async fn wait_until(notify: &tokio::sync::Notify, ready: impl Fn() ->
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), dafka_zmtp::Error> {
-/// let rep = Socket::new(SocketType::Rep, Options::default());
+/// let rep = Socket::new(SocketType::Rep, Options::default())?;
 /// rep.bind("inproc://doc-example").await?;
-/// let req = Socket::new(SocketType::Req, Options::default());
+/// let req = Socket::new(SocketType::Req, Options::default())?;
 /// req.connect("inproc://doc-example").await?;
 ///
 /// req.send(Message::from(&b"ping"[..])).await?;
@@ -134,9 +141,7 @@ struct Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         if !self.inner.is_closed() {
-            let inner = self.inner.clone();
-            let rt = inner.runtime.clone();
-            rt.spawn(async move { inner.close().await });
+            background::close(&self.inner, self.inner.options.linger);
         }
     }
 }
@@ -150,18 +155,30 @@ impl std::fmt::Debug for Socket {
 }
 
 impl Socket {
-    /// Create a socket.
+    /// Create a socket whose tasks run on the current tokio runtime.
     ///
-    /// # Panics
-    ///
-    /// Must be called from within a tokio runtime (its handle is kept to run
-    /// the socket's background tasks).
-    pub fn new(socket_type: SocketType, options: Options) -> Socket {
-        Socket {
+    /// Fails with [`Error::NoRuntime`] outside a runtime (see
+    /// [`new_in`](Socket::new_in)), and with [`Error::InvalidOption`] when
+    /// [`Options::validate`] does.
+    pub fn new(socket_type: SocketType, options: Options) -> Result<Socket, Error> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        Socket::new_in(socket_type, options, runtime)
+    }
+
+    /// Create a socket whose tasks run on `runtime` (callable from any
+    /// thread). Fails with [`Error::InvalidOption`] when
+    /// [`Options::validate`] does.
+    pub fn new_in(
+        socket_type: SocketType,
+        options: Options,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Socket, Error> {
+        options.validate(socket_type)?;
+        Ok(Socket {
             handle: Arc::new(Handle {
-                inner: Arc::new(Inner::new(socket_type, options)),
+                inner: Arc::new(Inner::new(socket_type, options, runtime)),
             }),
-        }
+        })
     }
 
     fn inner(&self) -> &Arc<Inner> {
@@ -223,24 +240,10 @@ impl Socket {
     }
 
     fn check_usable(&self) -> Result<(), Error> {
-        let inner = self.inner();
-        if inner.is_closed() {
+        if self.inner().is_closed() {
             return Err(Error::Closed);
         }
-        if inner
-            .options
-            .routing_id
-            .as_ref()
-            .is_some_and(|id| id.first() == Some(&0x00))
-        {
-            // libzmq reserves ids starting with 0x00 for generated ones.
-            return Err(Error::InvalidOption(
-                "routing_id must not start with 0x00".to_owned(),
-            ));
-        }
-        conn::config(inner)
-            .validate()
-            .map_err(|e| Error::InvalidOption(e.to_string()))
+        Ok(())
     }
 
     /// Stop listening on an endpoint given to (or returned by)
@@ -275,12 +278,12 @@ impl Socket {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), dafka_zmtp::Error> {
-    /// let router = Socket::new(SocketType::Router, Options::default());
+    /// let router = Socket::new(SocketType::Router, Options::default())?;
     /// let endpoint = router.bind("tcp://127.0.0.1:0").await?;
     /// let dealer = Socket::new(
     ///     SocketType::Dealer,
-    ///     Options { routing_id: Some(Bytes::from_static(b"worker-1")), ..Default::default() },
-    /// );
+    ///     Options::default().with_routing_id(Some(Bytes::from_static(b"worker-1"))),
+    /// )?;
     /// dealer.connect(&endpoint).await?;
     ///
     /// dealer.send(Message::from(&b"ready"[..])).await?;
@@ -314,6 +317,70 @@ impl Socket {
         }
     }
 
+    /// Send every message of `msgs`, from the front, waiting for room as
+    /// [`send`](Socket::send) does. Sent messages are removed from `msgs` as
+    /// they are queued, so after an error, or when the future is dropped, the
+    /// unsent ones are still in `msgs` (a refused message is dropped with its
+    /// error, as by `send`).
+    ///
+    /// Cheaper than one `send` per message: PUSH and DEALER queue a whole
+    /// batch under one lock of the socket.
+    ///
+    /// ```
+    /// use std::collections::VecDeque;
+    /// use dafka_zmtp::{Message, Options, Socket, SocketType};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dafka_zmtp::Error> {
+    /// let pull = Socket::new(SocketType::Pull, Options::default())?;
+    /// pull.bind("inproc://doc-many").await?;
+    /// let push = Socket::new(SocketType::Push, Options::default())?;
+    /// push.connect("inproc://doc-many").await?;
+    ///
+    /// let mut batch: VecDeque<Message> = (0..100u32)
+    ///     .map(|i| Message::from(dafka_zmtp::Bytes::from(i.to_be_bytes().to_vec())))
+    ///     .collect();
+    /// push.send_many(&mut batch).await?;
+    /// assert!(batch.is_empty());
+    ///
+    /// let mut got = Vec::new();
+    /// while got.len() < 100 {
+    ///     pull.recv_many(1000, &mut got).await?; // everything queued, at least one
+    /// }
+    /// assert_eq!(got[99].frames()[0], &99u32.to_be_bytes()[..]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send_many(&self, msgs: &mut VecDeque<Message>) -> Result<(), Error> {
+        let inner = self.inner();
+        loop {
+            if msgs.is_empty() {
+                return Ok(());
+            }
+            match inner.try_send_many(msgs) {
+                Ok(_) => continue,
+                Err(Error::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+            let notified = inner.send_space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match inner.try_send_many(msgs) {
+                Ok(_) => continue,
+                Err(Error::WouldBlock) => notified.await,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Queue messages from the front of `msgs` without waiting, until one
+    /// would wait: returns how many were queued (they are removed from
+    /// `msgs`), [`Error::WouldBlock`] if none could be. A refused message is
+    /// dropped with its error; the messages after it stay in `msgs`.
+    pub fn try_send_many(&self, msgs: &mut VecDeque<Message>) -> Result<usize, Error> {
+        self.inner().try_send_many(msgs)
+    }
+
     /// Send without waiting: [`Error::WouldBlock`] when [`send`](Socket::send)
     /// would wait (the message is dropped in that case).
     pub fn try_send(&self, msg: Message) -> Result<(), Error> {
@@ -334,8 +401,39 @@ impl Socket {
     /// message is lost.
     pub async fn recv(&self) -> Result<Message, Error> {
         let inner = self.inner();
-        // A queued message, or a failure (closed socket); `None`: nothing yet.
-        let queued = || match inner.try_recv() {
+        self.recv_with(|| inner.try_recv()).await
+    }
+
+    /// Receive at least one message, and every further one already queued up
+    /// to `max` in all, appended to `out`; returns how many. Waits as
+    /// [`recv`](Socket::recv) does for the first one; the others cost no
+    /// wake-up each, so a consumer drains thousands per wake-up. Cancel-safe:
+    /// messages are appended only when the call completes.
+    ///
+    /// REQ and REP take one message per call, as their lock-step requires.
+    /// With `max == 0`, returns `Ok(0)` at once.
+    pub async fn recv_many(&self, max: usize, out: &mut Vec<Message>) -> Result<usize, Error> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let inner = self.inner();
+        self.recv_with(|| inner.try_recv_many(max, out)).await
+    }
+
+    /// Receive without waiting up to `max` queued messages, appended to
+    /// `out`: returns how many, [`Error::WouldBlock`] when nothing is queued.
+    pub fn try_recv_many(&self, max: usize, out: &mut Vec<Message>) -> Result<usize, Error> {
+        self.inner().try_recv_many(max, out)
+    }
+
+    /// Waits until `attempt` stops failing with [`Error::WouldBlock`].
+    async fn recv_with<T>(
+        &self,
+        mut attempt: impl FnMut() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let inner = self.inner();
+        // Something received, or a failure (closed socket); `None`: nothing yet.
+        let mut queued = || match attempt() {
             Err(Error::WouldBlock) => None,
             other => Some(other),
         };
@@ -400,9 +498,9 @@ impl Socket {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), dafka_zmtp::Error> {
     /// // XPUB reports subscriptions, which tells us when the SUB is ready.
-    /// let publisher = Socket::new(SocketType::Xpub, Options::default());
+    /// let publisher = Socket::new(SocketType::Xpub, Options::default())?;
     /// publisher.bind("inproc://doc-pubsub").await?;
-    /// let sub = Socket::new(SocketType::Sub, Options::default());
+    /// let sub = Socket::new(SocketType::Sub, Options::default())?;
     /// sub.connect("inproc://doc-pubsub").await?;
     /// sub.subscribe(b"weather.")?;
     /// assert_eq!(publisher.recv().await?.frames()[0], &b"\x01weather."[..]);
@@ -431,10 +529,88 @@ impl Socket {
         inner.set_subscription(prefix, subscribe)
     }
 
+    /// Attach a monitor: the socket's [`SocketEvent`]s from now on (see
+    /// `docs/driver.md` for the list), at most `capacity` of them queued
+    /// (when full, the oldest is dropped and counted in
+    /// [`Monitor::dropped`]). Replaces (ends) an earlier monitor of the
+    /// socket. On a closed socket the monitor holds just
+    /// [`SocketEvent::Closed`].
+    ///
+    /// ```
+    /// use dafka_zmtp::{Options, Socket, SocketEvent, SocketType};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dafka_zmtp::Error> {
+    /// let router = Socket::new(SocketType::Router, Options::default())?;
+    /// let mut events = router.monitor(1024);
+    /// let endpoint = router.bind("tcp://127.0.0.1:0").await?;
+    /// let dealer = Socket::new(
+    ///     SocketType::Dealer,
+    ///     Options::default()
+    ///         .with_routing_id(Some("mailbox-7".into()))
+    ///         .with_property("X-Name", "node-7"),
+    /// )?;
+    /// dealer.connect(&endpoint).await?;
+    /// loop {
+    ///     match events.recv().await {
+    ///         Some(SocketEvent::HandshakeSucceeded { identity, metadata, .. }) => {
+    ///             assert_eq!(identity, "mailbox-7");
+    ///             assert_eq!(metadata.get("X-Name").unwrap(), "node-7");
+    ///             break;
+    ///         }
+    ///         Some(_) => {} // Listening, Accepted
+    ///         None => unreachable!("the socket is open"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn monitor(&self, capacity: usize) -> Monitor {
+        self.inner().monitor(capacity)
+    }
+
     /// Close the socket: stop accepting, flush queued messages for up to
     /// [`Options::linger`], then drop every connection. Pending and later
     /// calls fail with [`Error::Closed`]. Idempotent.
+    ///
+    /// With the default linger (`None`) this waits for as long as a message
+    /// is queued for a peer that never comes; see
+    /// [`close_in_background`](Socket::close_in_background) for a close that
+    /// returns at once.
     pub async fn close(&self) {
-        self.inner().close().await;
+        self.inner().close(self.inner().options.linger).await;
+    }
+
+    /// Close the socket and return at once: queued messages keep being
+    /// flushed in a task of the socket's runtime for up to
+    /// [`Options::linger`], as [`close`](Socket::close) would, while the
+    /// runtime runs. [`term`] waits for every such flush, with a bound.
+    /// Dropping the last handle of an open socket does the same. Idempotent;
+    /// on a socket closed already it does nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dafka_zmtp::{Message, Options, Socket, SocketType};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dafka_zmtp::Error> {
+    /// let push = Socket::new(SocketType::Push, Options::default())?;
+    /// push.connect("tcp://127.0.0.1:1").await?; // nobody listens there
+    /// push.send(Message::from(&b"never delivered"[..])).await?;
+    /// push.close_in_background(); // returns at once
+    /// // At exit: wait up to 100 ms for background flushes, then drop them.
+    /// assert!(dafka_zmtp::term(Duration::from_millis(100)).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn close_in_background(&self) {
+        background::close(self.inner(), self.inner().options.linger);
+    }
+
+    /// [`close_in_background`](Socket::close_in_background) with `linger` in
+    /// place of [`Options::linger`] (`None`: until everything is sent or
+    /// [`term`] ends it; `Some(Duration::ZERO)`: drop queued messages now).
+    pub fn close_in_background_with(&self, linger: Option<Duration>) {
+        background::close(self.inner(), linger);
     }
 }

@@ -4,23 +4,28 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::Limits;
+use crate::{Error, Limits, SocketType};
 
 /// Per-socket options, fixed when the socket is created.
 ///
-/// All fields are public; start from [`Options::default()`] and change what
-/// you need:
+/// Start from [`Options::default()`] and change what you need, with the
+/// `with_*` builder methods or by assigning the public fields. The struct is
+/// `#[non_exhaustive]`: options added later do not break code written this way
+/// (a struct literal outside this crate would).
 ///
 /// ```
 /// use std::time::Duration;
-/// let opts = dafka_zmtp::Options {
-///     sndhwm: 10_000,
-///     linger: Some(Duration::from_millis(500)),
-///     ..Default::default()
-/// };
+/// let opts = dafka_zmtp::Options::default()
+///     .with_sndhwm(10_000)
+///     .with_linger(Some(Duration::from_millis(500)));
 /// assert_eq!(opts.rcvhwm, 1000);
+///
+/// let mut opts = opts;
+/// opts.rcvhwm = 50;
+/// assert_eq!(opts.rcvhwm, 50);
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Options {
     /// Send high-water mark, in messages, per peer (libzmq `ZMQ_SNDHWM`).
     /// `0` means unlimited. Default 1000.
@@ -139,5 +144,73 @@ impl Options {
         } else {
             self.rcvhwm
         }
+    }
+}
+
+/// Builder methods, one per field, taking the field's type.
+macro_rules! setters {
+    ($($field:ident / $with:ident: $ty:ty),* $(,)?) => {
+        impl Options {
+            $(
+                #[doc = concat!("Sets [`", stringify!($field), "`](Options::", stringify!($field), ").")]
+                #[must_use]
+                pub fn $with(mut self, value: $ty) -> Self {
+                    self.$field = value;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    sndhwm / with_sndhwm: usize,
+    rcvhwm / with_rcvhwm: usize,
+    linger / with_linger: Option<Duration>,
+    heartbeat_ivl / with_heartbeat_ivl: Option<Duration>,
+    heartbeat_ttl / with_heartbeat_ttl: Option<Duration>,
+    heartbeat_timeout / with_heartbeat_timeout: Option<Duration>,
+    reconnect_ivl / with_reconnect_ivl: Duration,
+    reconnect_ivl_max / with_reconnect_ivl_max: Option<Duration>,
+    immediate / with_immediate: bool,
+    routing_id / with_routing_id: Option<Bytes>,
+    router_mandatory / with_router_mandatory: bool,
+    router_handover / with_router_handover: bool,
+    xpub_verbose / with_xpub_verbose: bool,
+    xpub_welcome_msg / with_xpub_welcome_msg: Option<Bytes>,
+    limits / with_limits: Limits,
+    connect_timeout / with_connect_timeout: Option<Duration>,
+    handshake_timeout / with_handshake_timeout: Option<Duration>,
+    properties / with_properties: Vec<(String, Bytes)>,
+    max_subscriptions / with_max_subscriptions: usize,
+    max_subscription_size / with_max_subscription_size: usize,
+    max_connections / with_max_connections: usize,
+}
+
+impl Options {
+    /// Add one READY property (the name should start with `X-`).
+    #[must_use]
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.properties.push((name.into(), value.into()));
+        self
+    }
+
+    /// Check the options for a socket of type `socket_type`:
+    /// [`Error::InvalidOption`] names the first bad one.
+    /// [`Socket::new`](crate::Socket::new) calls this.
+    pub fn validate(&self, socket_type: SocketType) -> Result<(), Error> {
+        if self
+            .routing_id
+            .as_ref()
+            .is_some_and(|id| id.first() == Some(&0x00))
+        {
+            // libzmq reserves ids starting with 0x00 for generated ones.
+            return Err(Error::InvalidOption(
+                "routing_id must not start with 0x00".to_owned(),
+            ));
+        }
+        crate::conn::config_for(socket_type, self)
+            .validate()
+            .map_err(|e| Error::InvalidOption(e.to_string()))
     }
 }

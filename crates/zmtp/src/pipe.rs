@@ -8,7 +8,7 @@
 //!   from their streams (TCP back-pressure); nothing is ever dropped there.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -52,6 +52,9 @@ pub(crate) struct Pipe {
     /// `notify_one` semantics: a notification is never lost).
     pub(crate) wake: Notify,
     hwm: usize,
+    /// The monitor was told this pipe reached its HWM (and not yet that it
+    /// drained).
+    pub(crate) full_reported: AtomicBool,
 }
 
 impl Pipe {
@@ -61,6 +64,7 @@ impl Pipe {
             queue: Padded(Mutex::new(VecDeque::new())),
             wake: Notify::new(),
             hwm,
+            full_reported: AtomicBool::new(false),
         }
     }
 
@@ -321,6 +325,27 @@ impl Inbound {
             self.release(&mut cache);
         }
         Some(item)
+    }
+
+    /// Pop up to `max` messages into `out` under one lock of the consumer's
+    /// side (and one update of the count). Returns how many.
+    pub(crate) fn pop_many(&self, max: usize, out: &mut Vec<Message>) -> usize {
+        let mut cache = lock(&self.cache);
+        let mut n = 0;
+        while n < max {
+            let item = match cache.q.pop_front() {
+                Some(item) => item,
+                None => match self.refill(&mut cache) {
+                    Some(item) => item,
+                    None => break,
+                },
+            };
+            out.push(item.1);
+            cache.popped += 1;
+            n += 1;
+        }
+        self.release(&mut cache);
+        n
     }
 
     /// The cache ran dry: take everything the producers queued since (kept

@@ -57,7 +57,7 @@ async fn announced_frame_lengths_reserve_nothing_until_the_bytes_arrive() {
     const ANNOUNCED: usize = 16 << 20;
     const SENT: usize = 1000;
 
-    let pull = Socket::new(SocketType::Pull, linger0());
+    let pull = Socket::new(SocketType::Pull, linger0()).unwrap();
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let addr = addr_of(&ep);
 

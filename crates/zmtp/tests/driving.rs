@@ -79,7 +79,7 @@ async fn concurrent_receivers_share_the_connection() {
 #[tokio::test]
 async fn a_connection_ended_inside_recv_lets_the_socket_close() {
     use tokio::io::AsyncWriteExt;
-    let pull = Socket::new(SocketType::Dealer, linger0());
+    let pull = Socket::new(SocketType::Dealer, linger0()).unwrap();
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let mut peer = tokio::net::TcpStream::connect(ep.trim_start_matches("tcp://"))
         .await
@@ -114,7 +114,7 @@ fn runtime_shutdown_closes_shared_connections() {
         .build()
         .unwrap();
     let socket = rt.block_on(async {
-        let s = Socket::new(SocketType::Dealer, Options::default());
+        let s = Socket::new(SocketType::Dealer, Options::default()).unwrap();
         s.connect(&ep).await.unwrap();
         // Wait a little inside recv, driving the connection.
         assert!(

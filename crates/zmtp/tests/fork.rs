@@ -16,7 +16,7 @@ fn forked_child_can_bind_an_inproc_name_its_parent_holds() {
     const NAME: &str = "inproc://fork-test";
     let rt = runtime();
     let parent = rt.block_on(async {
-        let s = Socket::new(SocketType::Pair, Options::default());
+        let s = Socket::new(SocketType::Pair, Options::default()).unwrap();
         s.bind(NAME).await.unwrap();
         s
     });
@@ -29,7 +29,7 @@ fn forked_child_can_bind_an_inproc_name_its_parent_holds() {
         // parent's destructors.
         let ok = std::panic::catch_unwind(|| {
             runtime().block_on(async {
-                let s = Socket::new(SocketType::Pair, Options::default());
+                let s = Socket::new(SocketType::Pair, Options::default()).unwrap();
                 s.bind(NAME).await.is_ok()
             })
         })
@@ -47,7 +47,7 @@ fn forked_child_can_bind_an_inproc_name_its_parent_holds() {
     );
     // The parent's name is untouched.
     rt.block_on(async {
-        let other = Socket::new(SocketType::Pair, Options::default());
+        let other = Socket::new(SocketType::Pair, Options::default()).unwrap();
         assert!(other.bind(NAME).await.is_err());
         drop(parent);
     });

@@ -41,12 +41,11 @@ async fn expect_closed(addr: SocketAddr, bytes: Vec<u8>, within: Duration) {
 async fn hostile_peers_lose_only_their_connection() {
     let pull = Socket::new(
         SocketType::Pull,
-        Options {
-            handshake_timeout: Some(Duration::from_millis(800)),
-            linger: Some(Duration::ZERO),
-            ..Default::default()
-        },
-    );
+        Options::default()
+            .with_handshake_timeout(Some(Duration::from_millis(800)))
+            .with_linger(Some(Duration::ZERO)),
+    )
+    .unwrap();
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let addr = addr_of(&ep);
 
@@ -63,7 +62,7 @@ async fn hostile_peers_lose_only_their_connection() {
     // A well-behaved peer, served in full while the attacks run.
     const N: u32 = 2000;
     let good = tokio::spawn(async move {
-        let push = Socket::new(SocketType::Push, Options::default());
+        let push = Socket::new(SocketType::Push, Options::default()).unwrap();
         push.connect(&ep).await.unwrap();
         for i in 0..N {
             let mut m = Message::new();
@@ -170,10 +169,10 @@ async fn hostile_peers_lose_only_their_connection() {
 async fn hostile_server_does_not_hurt_the_connecting_socket() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let bad = listener.local_addr().unwrap();
-    let good = Socket::new(SocketType::Pull, Options::default());
+    let good = Socket::new(SocketType::Pull, Options::default()).unwrap();
     let good_ep = good.bind("tcp://127.0.0.1:0").await.unwrap();
 
-    let push = Socket::new(SocketType::Push, linger0());
+    let push = Socket::new(SocketType::Push, linger0()).unwrap();
     push.connect(&format!("tcp://{bad}")).await.unwrap();
     push.connect(&good_ep).await.unwrap();
     let (mut s, _) = listener.accept().await.unwrap();
@@ -191,7 +190,7 @@ async fn hostile_server_does_not_hurt_the_connecting_socket() {
 
 #[tokio::test]
 async fn complete_messages_before_bad_bytes_are_delivered_nothing_after() {
-    let pull = Socket::new(SocketType::Pull, linger0());
+    let pull = Socket::new(SocketType::Pull, linger0()).unwrap();
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let mut bytes = handshake("PUSH");
     bytes.extend_from_slice(&[0x01, 1, b'a', 0x00, 1, b'b']); // ["a", "b"]
@@ -262,12 +261,11 @@ fn command(name: &[u8], data: &[u8]) -> Vec<u8> {
 async fn pub_closes_peers_that_break_subscription_limits() {
     let publisher = Socket::new(
         SocketType::Pub,
-        Options {
-            max_subscriptions: 3,
-            max_subscription_size: 16,
-            ..Options::default()
-        },
-    );
+        Options::default()
+            .with_max_subscriptions(3)
+            .with_max_subscription_size(16),
+    )
+    .unwrap();
     let ep = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
     let addr = addr_of(&ep);
     let within = Duration::from_secs(3);
@@ -288,7 +286,7 @@ async fn pub_closes_peers_that_break_subscription_limits() {
     long_msg.extend([b'x'; 17]);
     expect_closed(addr, long_msg, within).await;
 
-    let sub = Socket::new(SocketType::Sub, Options::default());
+    let sub = Socket::new(SocketType::Sub, Options::default()).unwrap();
     sub.connect(&ep).await.unwrap();
     for p in [&b"a"[..], b"b", &[b'x'; 16]] {
         sub.subscribe(p).unwrap();
@@ -307,7 +305,7 @@ async fn pub_closes_peers_that_break_subscription_limits() {
     assert_eq!(frames(&got), vec![b"b1".to_vec()]);
 
     // The defaults are bounded too: a 4097-byte prefix is refused.
-    let default_pub = Socket::new(SocketType::Pub, Options::default());
+    let default_pub = Socket::new(SocketType::Pub, Options::default()).unwrap();
     let ep = default_pub.bind("tcp://127.0.0.1:0").await.unwrap();
     let addr = addr_of(&ep);
     let mut long_default = handshake("SUB");
@@ -319,13 +317,7 @@ async fn pub_closes_peers_that_break_subscription_limits() {
 /// not served (no greeting) until one of the connections ends.
 #[tokio::test]
 async fn bound_endpoint_accepts_at_most_max_connections() {
-    let pull = Socket::new(
-        SocketType::Pull,
-        Options {
-            max_connections: 2,
-            ..Options::default()
-        },
-    );
+    let pull = Socket::new(SocketType::Pull, Options::default().with_max_connections(2)).unwrap();
     let ep = pull.bind("tcp://127.0.0.1:0").await.unwrap();
     let addr = addr_of(&ep);
     let mut g = [0u8; 64];

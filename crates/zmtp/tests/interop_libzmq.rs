@@ -41,13 +41,11 @@ fn context() -> &'static zmq::Context {
 impl Peer {
     fn new(ours: bool, t: SocketType, id: Option<&'static [u8]>) -> Peer {
         if ours {
-            let opts = Options {
-                routing_id: id.map(Bytes::from_static),
-                linger: Some(Duration::ZERO),
-                router_mandatory: t == SocketType::Router,
-                ..Default::default()
-            };
-            Peer::Ours(Socket::new(t, opts))
+            let opts = Options::default()
+                .with_routing_id(id.map(Bytes::from_static))
+                .with_linger(Some(Duration::ZERO))
+                .with_router_mandatory(t == SocketType::Router);
+            Peer::Ours(Socket::new(t, opts).unwrap())
         } else {
             let s = context().socket(zmq_type(t)).unwrap();
             s.set_linger(0).unwrap();
@@ -351,14 +349,13 @@ async fn pair_pair(a_ours: bool) {
 async fn heartbeats_with_libzmq() {
     let ours = Socket::new(
         SocketType::Dealer,
-        Options {
-            heartbeat_ivl: Some(Duration::from_millis(30)),
-            heartbeat_ttl: Some(Duration::from_millis(500)),
-            heartbeat_timeout: Some(Duration::from_millis(200)),
-            linger: Some(Duration::ZERO),
-            ..Default::default()
-        },
-    );
+        Options::default()
+            .with_heartbeat_ivl(Some(Duration::from_millis(30)))
+            .with_heartbeat_ttl(Some(Duration::from_millis(500)))
+            .with_heartbeat_timeout(Some(Duration::from_millis(200)))
+            .with_linger(Some(Duration::ZERO)),
+    )
+    .unwrap();
     let ep = ours.bind("tcp://127.0.0.1:0").await.unwrap();
     let z = context().socket(zmq::DEALER).unwrap();
     z.set_linger(0).unwrap();

@@ -100,16 +100,12 @@ async fn dealer_router(t: &str) {
 }
 
 async fn router_router(t: &str) {
-    let server_opts = Options {
-        routing_id: Some(Bytes::from_static(b"SRV")),
-        router_mandatory: true,
-        ..Default::default()
-    };
-    let client_opts = Options {
-        routing_id: Some(Bytes::from_static(b"CLI")),
-        router_mandatory: true,
-        ..Default::default()
-    };
+    let server_opts = Options::default()
+        .with_routing_id(Some(Bytes::from_static(b"SRV")))
+        .with_router_mandatory(true);
+    let client_opts = Options::default()
+        .with_routing_id(Some(Bytes::from_static(b"CLI")))
+        .with_router_mandatory(true);
     let (server, client, _) = pair_with(
         SocketType::Router,
         server_opts,
@@ -312,7 +308,7 @@ suite!(
 
 #[tokio::test]
 async fn tcp_ipv6_loopback() {
-    let pull = Socket::new(SocketType::Pull, Options::default());
+    let pull = Socket::new(SocketType::Pull, Options::default()).unwrap();
     // The kernel lists its IPv6 addresses here; `::1` on `lo` is the loopback.
     let has_v6_loopback = std::fs::read_to_string("/proc/net/if_inet6").is_ok_and(|t| {
         t.lines()
@@ -328,7 +324,7 @@ async fn tcp_ipv6_loopback() {
         Err(e) => panic!("binding [::1] failed although the host has it: {e}"),
     };
     assert!(ep.starts_with("tcp://[::1]:"), "{ep}");
-    let push = Socket::new(SocketType::Push, Options::default());
+    let push = Socket::new(SocketType::Push, Options::default()).unwrap();
     push.connect(&ep).await.unwrap();
     send(&push, msg(&[b"v6"])).await;
     assert_eq!(frames(&recv(&pull).await), vec![b"v6".to_vec()]);

@@ -36,10 +36,7 @@ fn with_suffix(topic: &[u8], suffix: &[u8]) -> Vec<u8> {
 }
 
 fn fast_reconnect() -> Options {
-    Options {
-        reconnect_ivl: Duration::from_millis(20),
-        ..linger0()
-    }
+    linger0().with_reconnect_ivl(Duration::from_millis(20))
 }
 
 /// Publish `topic-probe` until `s` receives one (the subscription has
@@ -104,13 +101,13 @@ async fn sync_channel(publisher: &Socket, mid: &mut UnboundedReceiver<Vec<u8>>, 
 /// cancel (from `unsubscribe`, or from the XPUB when the SUB goes away)
 /// travels the same way and stops the PUB sending the topic.
 async fn forwarding_chain(close_sub: bool) {
-    let publisher = Socket::new(SocketType::Pub, linger0());
+    let publisher = Socket::new(SocketType::Pub, linger0()).unwrap();
     let back = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
-    let xsub = Socket::new(SocketType::Xsub, linger0());
+    let xsub = Socket::new(SocketType::Xsub, linger0()).unwrap();
     xsub.connect(&back).await.unwrap();
-    let xpub = Socket::new(SocketType::Xpub, linger0());
+    let xpub = Socket::new(SocketType::Xpub, linger0()).unwrap();
     let front = xpub.bind("tcp://127.0.0.1:0").await.unwrap();
-    let sub = Socket::new(SocketType::Sub, linger0());
+    let sub = Socket::new(SocketType::Sub, linger0()).unwrap();
     sub.connect(&front).await.unwrap();
 
     // The proxy reports what it forwarded: subscription messages going up
@@ -253,16 +250,10 @@ fn count(seen: &[Vec<u8>], what: &[u8]) -> usize {
 /// application sees the subscription once (every time with `xpub_verbose`),
 /// and the cancel only when the last subscriber is gone (verbose or not).
 async fn xpub_subscription_messages(verbose: bool) {
-    let xpub = Socket::new(
-        SocketType::Xpub,
-        Options {
-            xpub_verbose: verbose,
-            ..linger0()
-        },
-    );
+    let xpub = Socket::new(SocketType::Xpub, linger0().with_xpub_verbose(verbose)).unwrap();
     let ep = xpub.bind("tcp://127.0.0.1:0").await.unwrap();
-    let sub1 = Socket::new(SocketType::Sub, linger0());
-    let sub2 = Socket::new(SocketType::Sub, linger0());
+    let sub1 = Socket::new(SocketType::Sub, linger0()).unwrap();
+    let sub2 = Socket::new(SocketType::Sub, linger0()).unwrap();
     // A first subscription each shows the connection is up: later ones are
     // then sent in order (on connect they go out in no particular order).
     for (s, hello) in [(&sub1, &b"hello1"[..]), (&sub2, &b"hello2"[..])] {
@@ -319,15 +310,15 @@ async fn xpub_verbose_passes_every_subscription_but_cancel_on_last() {
 /// connection when its publisher restarts on the same port.
 #[tokio::test]
 async fn xsub_resubscribes_after_publisher_restart() {
-    let publisher = Socket::new(SocketType::Pub, linger0());
+    let publisher = Socket::new(SocketType::Pub, linger0()).unwrap();
     let ep = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
-    let xsub = Socket::new(SocketType::Xsub, fast_reconnect());
+    let xsub = Socket::new(SocketType::Xsub, fast_reconnect()).unwrap();
     xsub.connect(&ep).await.unwrap();
     send(&xsub, msg(&[b"\x01t"])).await;
     sync_socket(&publisher, &xsub, b"t").await;
     publisher.close().await;
 
-    let publisher = Socket::new(SocketType::Pub, linger0());
+    let publisher = Socket::new(SocketType::Pub, linger0()).unwrap();
     within("rebinding the port", async {
         // The port may linger briefly in the kernel.
         while publisher.bind(&ep).await.is_err() {

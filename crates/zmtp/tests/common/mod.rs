@@ -41,9 +41,9 @@ pub async fn pair_with(
     b_opts: Options,
     transport: &str,
 ) -> (Socket, Socket, String) {
-    let sa = Socket::new(a, a_opts);
+    let sa = Socket::new(a, a_opts).unwrap();
     let ep = sa.bind(&bind_endpoint(transport)).await.expect("bind");
-    let sb = Socket::new(b, b_opts);
+    let sb = Socket::new(b, b_opts).unwrap();
     sb.connect(&ep).await.expect("connect");
     (sa, sb, ep)
 }
@@ -74,17 +74,11 @@ pub async fn assert_silent(s: &Socket, ms: u64) {
 }
 
 pub fn opts_with_id(id: &'static [u8]) -> Options {
-    Options {
-        routing_id: Some(Bytes::from_static(id)),
-        ..Default::default()
-    }
+    Options::default().with_routing_id(Some(Bytes::from_static(id)))
 }
 
 pub fn linger0() -> Options {
-    Options {
-        linger: Some(Duration::ZERO),
-        ..Default::default()
-    }
+    Options::default().with_linger(Some(Duration::ZERO))
 }
 
 /// Reads (and discards) from a raw peer stream until the socket closes it.
@@ -151,12 +145,10 @@ pub fn handshake(socket_type: &str) -> Vec<u8> {
 
 /// Options with the given HWMs and no linger.
 pub fn hwm(snd: usize, rcv: usize) -> Options {
-    Options {
-        sndhwm: snd,
-        rcvhwm: rcv,
-        linger: Some(Duration::ZERO),
-        ..Default::default()
-    }
+    Options::default()
+        .with_sndhwm(snd)
+        .with_rcvhwm(rcv)
+        .with_linger(Some(Duration::ZERO))
 }
 
 /// A TCP address nobody listens on (bound then released).
