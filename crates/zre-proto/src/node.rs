@@ -344,7 +344,12 @@ impl Node {
 
     /// Starts beaconing: `endpoint` is this node's mailbox as peers reach it
     /// (`tcp://ip:port`), `port` its port. The first beacon is due at once.
-    pub fn start(&mut self, endpoint: ShortStr, port: u16, now: Instant) -> Result<(), CallerError> {
+    pub fn start(
+        &mut self,
+        endpoint: ShortStr,
+        port: u16,
+        now: Instant,
+    ) -> Result<(), CallerError> {
         if self.phase != Phase::Idle {
             return Err(CallerError::State("already started"));
         }
@@ -522,7 +527,11 @@ impl Node {
             }
             self.require_peer(id, hello.endpoint.to_string(), now)?;
         }
-        let Some(p) = self.peers.get_mut(&id).filter(|p| p.ready || is_hello(&msg)) else {
+        let Some(p) = self
+            .peers
+            .get_mut(&id)
+            .filter(|p| p.ready || is_hello(&msg))
+        else {
             return Err(PeerError::BeforeHello {
                 kind: msg.body.name(),
                 peer: id,
@@ -619,7 +628,10 @@ impl Node {
         };
         self.event(enter);
         for group in joined {
-            self.peer_groups.entry(group.clone()).or_default().insert(id);
+            self.peer_groups
+                .entry(group.clone())
+                .or_default()
+                .insert(id);
             self.event(Event::Join {
                 peer: id,
                 name: name.clone(),

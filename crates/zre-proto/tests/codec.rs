@@ -40,7 +40,10 @@ fn hello_bytes(group_count: u32, groups: &[u8], header_count: u32, headers: &[u8
 
 #[test]
 fn header_errors() {
-    assert_eq!(Message::decode(&[], &Limits::DEFAULT), malformed(MalformedError::NoFrames));
+    assert_eq!(
+        Message::decode(&[], &Limits::DEFAULT),
+        malformed(MalformedError::NoFrames)
+    );
     assert_eq!(
         decode(&[b"\xAA"]),
         malformed(MalformedError::Wire(ReadError::Truncated {
@@ -173,7 +176,10 @@ fn content_limits() {
 fn beacon_errors() {
     let good = Beacon::new(Uuid::from_bytes([7; 16]), 5670).encode();
     assert_eq!(good.len(), 22);
-    assert_eq!(Beacon::decode(&good[..21]), Err(BeaconError::Size { len: 21 }));
+    assert_eq!(
+        Beacon::decode(&good[..21]),
+        Err(BeaconError::Size { len: 21 })
+    );
     assert_eq!(Beacon::decode(&[]), Err(BeaconError::Size { len: 0 }));
     let mut bad = good.clone();
     bad[0] = b'z';
@@ -231,7 +237,8 @@ fn body() -> impl Strategy<Value = Body> {
         (short_str(), any::<u8>()).prop_map(|(group, status)| Body::Leave { group, status }),
         Just(Body::Ping),
         Just(Body::PingOk),
-        (short_str(), short_str()).prop_map(|(group, challenger)| Body::Elect { group, challenger }),
+        (short_str(), short_str())
+            .prop_map(|(group, challenger)| Body::Elect { group, challenger }),
         (short_str(), short_str()).prop_map(|(group, leader)| Body::Leader { group, leader }),
         Just(Body::Goodbye),
     ]

@@ -62,7 +62,13 @@ fn every_captured_message_decodes_and_reencodes() {
             .unwrap_or_else(|e| panic!("{} at {} ms: {e}", v.kind, v.t_ms));
         assert_eq!(m.body.name(), v.kind);
         assert_eq!(fields_of(&m), v.fields, "{} at {} ms", v.kind, v.t_ms);
-        assert_eq!(m.to_frames(), v.frames, "{} at {} ms re-encoded", v.kind, v.t_ms);
+        assert_eq!(
+            m.to_frames(),
+            v.frames,
+            "{} at {} ms re-encoded",
+            v.kind,
+            v.t_ms
+        );
         kinds.insert(v.kind.clone());
     }
     // All ten commands zyre sends are covered by the captures.
