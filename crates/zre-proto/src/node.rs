@@ -729,6 +729,11 @@ impl Node {
         v
     }
 
+    /// Peers in the table, including those whose HELLO has not arrived yet.
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
     /// The members of `group`, sorted.
     pub fn peers_by_group(&self, group: &str) -> Vec<Uuid> {
         self.peer_groups
