@@ -23,6 +23,10 @@
 //! * Liveness is refreshed by TCP messages only (zyre; [`Config::beacons_refresh`] adds
 //!   beacons, as pyre does). After [`Config::evasive`] of silence the peer is sent PING and
 //!   EVASIVE goes out; after [`Config::silent`], SILENT; after [`Config::expired`], EXIT.
+//! * Without beacons ([`Config::beacons`] off), [`Node::connect_endpoint`] finds the node at a
+//!   known endpoint: HELLO goes out on a probe DEALER, the node connects back and says HELLO,
+//!   the probe becomes its DEALER. A lost peer's endpoint is probed again. Stopping sends
+//!   GOODBYE to every peer instead of the port-0 beacon.
 //! * A beacon with port 0, a GOODBYE, a failed connection or a send queue full for longer than
 //!   [`Config::send_stall`] drop the peer (EXIT). zyre never notices a full send queue.
 //! * Group status counts this node's joins and leaves (wrapping); a peer's status is taken as
@@ -61,6 +65,9 @@ pub struct Config {
     pub send_stall: Duration,
     /// Whether beacons refresh a peer's liveness (pyre: yes; zyre: no, TCP only).
     pub beacons_refresh: bool,
+    /// Whether this node beacons at all. Without beacons, peers are found through
+    /// [`Node::connect_endpoint`] (known endpoints) and through their HELLOs.
+    pub beacons: bool,
     /// Most peers in the table; further ones are ignored.
     pub max_peers: usize,
     /// Decode limits.
@@ -81,6 +88,7 @@ impl Config {
             expired: Duration::from_secs(30),
             send_stall: Duration::from_secs(5),
             beacons_refresh: false,
+            beacons: true,
             max_peers: 4096,
             limits: Limits::DEFAULT,
         }
@@ -121,6 +129,12 @@ impl Config {
     /// With beacons refreshing liveness or not.
     pub fn with_beacons_refresh(mut self, yes: bool) -> Self {
         self.beacons_refresh = yes;
+        self
+    }
+
+    /// With beaconing on or off.
+    pub fn with_beacons(mut self, yes: bool) -> Self {
+        self.beacons = yes;
         self
     }
 
@@ -254,6 +268,22 @@ pub enum Output {
         /// The peer.
         peer: Uuid,
     },
+    /// Open a DEALER (identity as for [`Output::Connect`]) to a known endpoint whose node is
+    /// not known yet, and send it `hello`. It becomes a peer's DEALER through [`Output::Adopt`].
+    Probe {
+        /// The endpoint.
+        endpoint: String,
+        /// HELLO, sequence 1.
+        hello: Vec<Bytes>,
+    },
+    /// The node at `endpoint` said HELLO: the DEALER opened by [`Output::Probe`] for it is now
+    /// `peer`'s (its HELLO counts as sent on that connection).
+    Adopt {
+        /// The probed endpoint.
+        endpoint: String,
+        /// The peer behind it.
+        peer: Uuid,
+    },
     /// Hand this event to the application.
     Event(Event),
 }
@@ -312,6 +342,10 @@ pub struct Node {
     peer_groups: BTreeMap<String, BTreeSet<Uuid>>,
     next_beacon: Option<Instant>,
     out: VecDeque<Output>,
+    /// Endpoints given to [`Node::connect_endpoint`]; probed again whenever their peer leaves.
+    known: BTreeSet<String>,
+    /// Open probes: endpoint -> the groups this node was in when the probe's HELLO went out.
+    probes: BTreeMap<String, Vec<ShortStr>>,
 }
 
 impl Node {
@@ -329,6 +363,8 @@ impl Node {
             peer_groups: BTreeMap::new(),
             next_beacon: None,
             out: VecDeque::new(),
+            known: BTreeSet::new(),
+            probes: BTreeMap::new(),
         })
     }
 
@@ -359,7 +395,13 @@ impl Node {
         self.phase = Phase::Running;
         self.endpoint = endpoint.into();
         self.port = port;
-        self.next_beacon = Some(now);
+        if self.cfg.beacons {
+            self.next_beacon = Some(now);
+        }
+        let known: Vec<String> = self.known.iter().cloned().collect();
+        for endpoint in known {
+            self.probe(endpoint);
+        }
         Ok(())
     }
 
@@ -372,8 +414,15 @@ impl Node {
         }
         self.phase = Phase::Stopped;
         self.next_beacon = None;
-        self.out
-            .push_back(Output::Beacon(Beacon::new(self.cfg.uuid, 0)));
+        if self.cfg.beacons {
+            self.out
+                .push_back(Output::Beacon(Beacon::new(self.cfg.uuid, 0)));
+        }
+        self.probes.clear();
+        if !self.cfg.beacons {
+            // No port-0 beacon to say it: GOODBYE to every peer, as zyre does in gossip mode.
+            self.send_all(|| Body::Goodbye);
+        }
         let mut peers: Vec<Uuid> = self.peers.keys().copied().collect();
         peers.sort();
         for peer in peers {
@@ -717,6 +766,47 @@ impl Node {
         Ok(())
     }
 
+    /// Finds the node at `endpoint` (`tcp://ip:port`) without beacons: a DEALER is opened to it
+    /// and sent HELLO ([`Output::Probe`]); the node answers by connecting back and saying HELLO,
+    /// which makes it a peer on that DEALER ([`Output::Adopt`]). Whenever that peer leaves, the
+    /// endpoint is probed again (the DEALER reconnects until a node listens there). Before
+    /// `start`, the endpoint is kept and probed at `start`.
+    pub fn connect_endpoint(&mut self, endpoint: ShortStr) {
+        let endpoint = String::from(endpoint);
+        if !self.known.insert(endpoint.clone()) || self.phase != Phase::Running {
+            return;
+        }
+        if !self.peers.values().any(|p| p.endpoint == endpoint) {
+            self.probe(endpoint);
+        }
+    }
+
+    fn probe(&mut self, endpoint: String) {
+        if endpoint == self.endpoint || self.probes.contains_key(&endpoint) {
+            return;
+        }
+        let hello = Message {
+            sequence: 1,
+            body: Body::Hello(self.hello()),
+        };
+        self.probes
+            .insert(endpoint.clone(), self.own_groups.clone());
+        self.out.push_back(Output::Probe {
+            endpoint,
+            hello: hello.to_frames(),
+        });
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            endpoint: ShortStr::new(self.endpoint.clone()).unwrap_or_default(),
+            groups: self.own_groups.iter().map(ToString::to_string).collect(),
+            status: self.status,
+            name: self.cfg.name.clone(),
+            headers: self.cfg.headers.clone(),
+        }
+    }
+
     /// Peers that said HELLO, sorted.
     pub fn peers(&self) -> Vec<Uuid> {
         let mut v: Vec<Uuid> = self
@@ -809,14 +899,32 @@ impl Node {
                 blocked_since: None,
             },
         );
+        if let Some(groups_then) = self.probes.remove(&endpoint) {
+            // Our HELLO already went out on the probe, as message 1; tell the peer what changed
+            // in our groups since.
+            if let Some(p) = self.peers.get_mut(&id) {
+                p.sent_sequence = 1;
+            }
+            self.out.push_back(Output::Adopt { endpoint, peer: id });
+            let status = self.status;
+            let joined: Vec<ShortStr> = self
+                .own_groups
+                .iter()
+                .filter(|g| !groups_then.contains(g))
+                .cloned()
+                .collect();
+            for group in joined {
+                self.send(id, Body::Join { group, status });
+            }
+            for group in groups_then {
+                if !self.own_groups.contains(&group) {
+                    self.send(id, Body::Leave { group, status });
+                }
+            }
+            return Ok(());
+        }
         self.out.push_back(Output::Connect { peer: id, endpoint });
-        let hello = Hello {
-            endpoint: ShortStr::new(self.endpoint.clone()).unwrap_or_default(),
-            groups: self.own_groups.iter().map(ToString::to_string).collect(),
-            status: self.status,
-            name: self.cfg.name.clone(),
-            headers: self.cfg.headers.clone(),
-        };
+        let hello = self.hello();
         self.send(id, Body::Hello(hello));
         Ok(())
     }
@@ -834,6 +942,9 @@ impl Node {
                 peer: id,
                 name: p.name,
             });
+        }
+        if self.known.contains(&p.endpoint) && self.phase == Phase::Running {
+            self.probe(p.endpoint);
         }
     }
 

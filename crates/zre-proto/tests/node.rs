@@ -37,6 +37,10 @@ struct Net {
     /// What each node sent, decoded: (from, to uuid, message).
     sent: Vec<(usize, Uuid, Message)>,
     errors: Vec<(usize, PeerError)>,
+    started: Vec<bool>,
+    /// Probe HELLOs waiting for their endpoint's node to start: (from, endpoint, frames).
+    probes: Vec<(usize, String, Vec<Bytes>)>,
+    probed: Vec<(usize, String)>,
 }
 
 impl Net {
@@ -56,12 +60,16 @@ impl Net {
             cut: BTreeSet::new(),
             sent: Vec::new(),
             errors: Vec::new(),
+            started: Vec::new(),
+            probes: Vec::new(),
+            probed: Vec::new(),
         };
         for i in 1..=n {
             let cfg = edit(Config::new(id(i)).with_name(s(&format!("n{i}"))));
             net.nodes.push(Node::new(cfg).unwrap());
             net.ips.push(IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)));
             net.events.push(Vec::new());
+            net.started.push(false);
         }
         net
     }
@@ -73,6 +81,7 @@ impl Net {
     fn start(&mut self, i: usize) {
         let ep = s(&self.endpoint(i));
         self.nodes[i].start(ep, 49152, self.now).unwrap();
+        self.started[i] = true;
         self.pump();
     }
 
@@ -88,6 +97,19 @@ impl Net {
     fn pump(&mut self) {
         loop {
             let mut progress = false;
+            let now = self.now;
+            for (from, ep, frames) in std::mem::take(&mut self.probes) {
+                match self.index_of_endpoint(&ep) {
+                    Some(j) if self.started[j] && self.linked(from, j) => {
+                        progress = true;
+                        let id = self.nodes[from].uuid().dealer_identity();
+                        if let Err(e) = self.nodes[j].handle_message(&id, &frames, now) {
+                            self.errors.push((j, e));
+                        }
+                    }
+                    _ => self.probes.push((from, ep, frames)),
+                }
+            }
             for i in 0..self.nodes.len() {
                 while let Some(out) = self.nodes[i].poll_output() {
                     progress = true;
@@ -136,6 +158,13 @@ impl Net {
                 }
             }
             Output::Event(e) => self.events[i].push(e),
+            Output::Probe { endpoint, hello } => {
+                self.probed.push((i, endpoint.clone()));
+                self.probes.push((i, endpoint, hello));
+            }
+            Output::Adopt { endpoint, peer } => {
+                self.dealers.insert((i, peer), endpoint);
+            }
             _ => unreachable!(),
         }
     }
@@ -591,4 +620,41 @@ fn max_peers_and_curve_beacons() {
     };
     n.handle_beacon(&b, net.ips[0], net.now).unwrap();
     assert_eq!(n.poll_output(), None);
+}
+
+#[test]
+fn known_endpoints_without_beacons() {
+    let mut net = Net::with(3, |c| c.with_beacons(false));
+    // Node 1 knows node 2's endpoint before either runs; node 3 knows nobody and nobody knows it.
+    let ep2 = s(&net.endpoint(1));
+    net.nodes[0].connect_endpoint(ep2.clone());
+    net.nodes[0].join(s("G1"));
+    net.start(0);
+    assert_eq!(net.probed, [(0, "tcp://127.0.0.2:49152".to_owned())]);
+    // A group joined while the probe waits reaches node 2 as a JOIN after the HELLO.
+    net.nodes[0].join(s("G2"));
+    net.start(1);
+    net.start(2);
+    net.run_until(Duration::from_secs(2));
+    assert_eq!(net.kinds(1), ["ENTER 1", "JOIN 1 G1", "JOIN 1 G2"]);
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert!(net.kinds(2).is_empty(), "no beacons: node 3 stays alone");
+    // No beacon was ever sent, and the probe became node 2's DEALER (no second HELLO).
+    let hellos = net
+        .sent
+        .iter()
+        .filter(|(from, _, m)| *from == 0 && matches!(m.body, Body::Hello(_)))
+        .count();
+    assert_eq!(
+        hellos, 0,
+        "the probe's HELLO is not in `sent`; no other went out"
+    );
+    assert!(net.errors.is_empty(), "{:?}", net.errors);
+    // Node 2 stops: GOODBYE (no beacon to carry port 0); node 1 reports EXIT and probes again.
+    net.nodes[1].stop();
+    net.started[1] = false;
+    net.pump();
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+    assert_eq!(net.probed.len(), 2);
+    assert_eq!(net.probed[1], (0, "tcp://127.0.0.2:49152".to_owned()));
 }

@@ -7,6 +7,9 @@
 //! machine decides (beacons, connections, frames, events) it carries out; it parses nothing
 //! itself.
 //!
+//! * Without beacons ([`Options::without_beacons`]) no UDP socket is opened; nodes are found
+//!   through [`Options::known_endpoints`] (a DEALER to each, sending HELLO, reconnecting until a
+//!   node listens there) and through the HELLOs of the nodes that know this one.
 //! * Beacons go to [`Options::broadcast`] only. Beacons that do not decode (wrong size, wrong
 //!   header) and this node's own are dropped silently.
 //! * A DEALER's send queue that is full makes the message drop there (never waiting), and the
@@ -46,6 +49,9 @@ pub use dafka_zre_proto::{Event, Uuid as PeerId};
 
 /// Default UDP port of ZRE beacons (IANA "zre-disc").
 pub const DEFAULT_PORT: u16 = 5670;
+
+/// How long a closed DEALER may still flush (a GOODBYE at stop).
+const DEALER_LINGER: Duration = Duration::from_millis(200);
 
 /// What went wrong.
 #[derive(Debug, Error)]
@@ -89,6 +95,11 @@ pub struct Options {
     pub sndhwm: usize,
     /// Events queued for the application before the node stops reading (1024).
     pub event_queue: usize,
+    /// Whether to beacon over UDP (yes). Without, no UDP socket is opened at all and peers are
+    /// found through [`Options::known_endpoints`] and their HELLOs.
+    pub beacons: bool,
+    /// Mailboxes (`tcp://ip:port`) of nodes to find without beacons.
+    pub known_endpoints: Vec<String>,
 }
 
 impl Options {
@@ -118,6 +129,8 @@ impl Options {
             send_stall: Duration::from_secs(5),
             sndhwm: 1000,
             event_queue: 1024,
+            beacons: true,
+            known_endpoints: Vec::new(),
         }
     }
 
@@ -151,6 +164,19 @@ impl Options {
         self
     }
 
+    /// Without UDP beacons: discovery through known endpoints only (networks where broadcast
+    /// does not pass). The mailbox still binds to [`Options::ip`].
+    pub fn without_beacons(mut self) -> Self {
+        self.beacons = false;
+        self
+    }
+
+    /// With one more known endpoint to find a node at, beacons or not.
+    pub fn with_known_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.known_endpoints.push(endpoint.into());
+        self
+    }
+
     /// With another per-peer send queue size.
     pub fn with_sndhwm(mut self, n: usize) -> Self {
         self.sndhwm = n;
@@ -163,7 +189,8 @@ impl Options {
         let mut cfg = Config::new(uuid)
             .with_beacon_interval(self.interval)
             .with_timeouts(self.timeouts.0, self.timeouts.1, self.timeouts.2)
-            .with_send_stall(self.send_stall);
+            .with_send_stall(self.send_stall)
+            .with_beacons(self.beacons);
         if let Some(name) = &self.name {
             cfg = cfg.with_name(text("name", name)?);
         }
@@ -171,6 +198,20 @@ impl Options {
             cfg = cfg.with_header(text("header key", k)?, v.clone());
         }
         Ok(cfg)
+    }
+
+    fn known(&self) -> Result<Vec<ShortStr>, Error> {
+        self.known_endpoints
+            .iter()
+            .map(|e| {
+                ShortStr::new(e.as_str()).map_err(|error| {
+                    Error::Caller(CallerError::String {
+                        what: "known endpoint",
+                        error,
+                    })
+                })
+            })
+            .collect()
     }
 }
 
@@ -199,7 +240,13 @@ impl ZreNode {
     pub async fn start(options: Options) -> Result<ZreNode, Error> {
         let uuid = Uuid::from_bytes(rand::random());
         let mut node = Node::new(options.config(uuid)?)?;
-        let udp = beacon_socket(options.broadcast.port())?;
+        for endpoint in options.known()? {
+            node.connect_endpoint(endpoint);
+        }
+        let udp = match options.beacons {
+            true => Some(beacon_socket(options.broadcast.port())?),
+            false => None,
+        };
         let router = Socket::new(
             SocketType::Router,
             dafka_zmtp::Options::default().with_router_handover(true),
@@ -225,6 +272,7 @@ impl ZreNode {
             broadcast: SocketAddr::V4(options.broadcast),
             sndhwm: options.sndhwm,
             dealers: HashMap::new(),
+            probes: HashMap::new(),
             events: event_tx,
             peer_tx,
             peer_rx,
@@ -345,8 +393,10 @@ fn beacon_socket(port: u16) -> Result<UdpSocket, Error> {
 
 struct Driver {
     node: Node,
-    udp: UdpSocket,
+    udp: Option<UdpSocket>,
     router: Socket,
+    /// DEALERs opened to known endpoints whose node has not said HELLO yet.
+    probes: HashMap<String, Socket>,
     broadcast: SocketAddr,
     sndhwm: usize,
     dealers: HashMap<Uuid, Socket>,
@@ -372,8 +422,14 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            let udp = async {
+                match &self.udp {
+                    Some(udp) => udp.recv_from(&mut buf).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                r = self.udp.recv_from(&mut buf) => match r {
+                r = udp => match r {
                     // A datagram longer than the buffer is cut to 64 bytes, which is no beacon
                     // size either, so it is dropped like any other malformed one.
                     Ok((n, from)) => self.on_datagram(buf.get(..n).unwrap_or(&[]), from.ip()),
@@ -398,6 +454,9 @@ impl Driver {
                 Some((peer, e)) = self.peer_rx.recv() => self.on_peer_event(peer, e),
                 () = sleep => self.node.handle_timeout(Instant::now()),
             }
+        }
+        for (_, probe) in self.probes.drain() {
+            probe.close_in_background_with(Some(Duration::ZERO));
         }
         self.router.close_in_background_with(Some(Duration::ZERO));
     }
@@ -453,11 +512,32 @@ impl Driver {
         while let Some(out) = self.node.poll_output() {
             match out {
                 Output::Beacon(b) => {
-                    if let Err(e) = self.udp.send_to(&b.encode(), self.broadcast).await {
+                    let Some(udp) = &self.udp else { continue };
+                    if let Err(e) = udp.send_to(&b.encode(), self.broadcast).await {
                         tracing::warn!("ZRE beacon to {}: {e}", self.broadcast);
                     }
                 }
-                Output::Connect { peer, endpoint } => self.connect(peer, &endpoint).await,
+                Output::Connect { peer, endpoint } => {
+                    if let Some(dealer) = self.open(&endpoint).await {
+                        self.adopt(peer, dealer);
+                    } else {
+                        self.node.handle_connection_failed(peer);
+                    }
+                }
+                Output::Probe { endpoint, hello } => {
+                    if let Some(dealer) = self.open(&endpoint).await {
+                        // Queued until a node listens there (the DEALER keeps reconnecting).
+                        let _ = dealer.try_send(Message::from(hello));
+                        if let Some(old) = self.probes.insert(endpoint, dealer) {
+                            old.close_in_background_with(Some(Duration::ZERO));
+                        }
+                    }
+                }
+                Output::Adopt { endpoint, peer } => {
+                    if let Some(dealer) = self.probes.remove(&endpoint) {
+                        self.adopt(peer, dealer);
+                    }
+                }
                 Output::Send { peer, frames } => {
                     let Some(dealer) = self.dealers.get(&peer) else {
                         continue;
@@ -468,7 +548,7 @@ impl Driver {
                 }
                 Output::Disconnect { peer } => {
                     if let Some(d) = self.dealers.remove(&peer) {
-                        d.close_in_background_with(Some(Duration::ZERO));
+                        d.close_in_background();
                     }
                 }
                 Output::Event(e) => {
@@ -484,27 +564,33 @@ impl Driver {
         stopped
     }
 
-    async fn connect(&mut self, peer: Uuid, endpoint: &str) {
+    /// A DEALER with this node's identity, connecting to `endpoint`.
+    async fn open(&mut self, endpoint: &str) -> Option<Socket> {
         let options = dafka_zmtp::Options::default()
             .with_routing_id(Some(Bytes::copy_from_slice(
                 &self.node.uuid().dealer_identity(),
             )))
             .with_sndhwm(self.sndhwm)
-            .with_linger(Some(Duration::ZERO));
+            // Long enough to flush a GOODBYE at stop, short enough for a dead peer.
+            .with_linger(Some(DEALER_LINGER));
         let dealer = match Socket::new(SocketType::Dealer, options) {
             Ok(d) => d,
             Err(e) => {
-                tracing::warn!("ZRE peer {peer}: {e}");
-                self.node.handle_connection_failed(peer);
-                return;
+                tracing::warn!("ZRE DEALER to {endpoint}: {e}");
+                return None;
             }
         };
-        let mut monitor = dealer.monitor(64);
         if let Err(e) = dealer.connect(endpoint).await {
-            tracing::warn!("ZRE peer {peer} at {endpoint}: {e}");
-            self.node.handle_connection_failed(peer);
-            return;
+            tracing::warn!("ZRE DEALER to {endpoint}: {e}");
+            dealer.close_in_background_with(Some(Duration::ZERO));
+            return None;
         }
+        Some(dealer)
+    }
+
+    /// Makes `dealer` `peer`'s, forwarding its monitor events to the state machine.
+    fn adopt(&mut self, peer: Uuid, dealer: Socket) {
+        let mut monitor = dealer.monitor(64);
         let tx = self.peer_tx.clone();
         tokio::spawn(async move {
             while let Some(e) = monitor.recv().await {

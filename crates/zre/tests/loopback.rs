@@ -177,3 +177,39 @@ async fn many_nodes_in_one_process_mesh_fully() {
         node.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_endpoints_without_beacons() {
+    // Port 9 would be the beacon port; without beacons no UDP socket is opened at all.
+    let mut b = ZreNode::start(Options::loopback(9).without_beacons().with_name("b"))
+        .await
+        .unwrap();
+    let mut a = ZreNode::start(
+        Options::loopback(9)
+            .without_beacons()
+            .with_name("a")
+            .with_known_endpoint(b.endpoint()),
+    )
+    .await
+    .unwrap();
+    a.join("G").await.unwrap();
+    assert_eq!(entered(&mut b).await.0, a.uuid());
+    assert_eq!(entered(&mut a).await.0, b.uuid());
+    wait_for(&mut b, |e| {
+        matches!(e, Event::Join { group, .. } if group == "G").then_some(())
+    })
+    .await;
+    b.whisper(a.uuid(), vec![Bytes::from_static(b"hi")])
+        .await
+        .unwrap();
+    wait_for(&mut a, |e| matches!(e, Event::Whisper { .. }).then_some(())).await;
+    // No port-0 beacon: b says GOODBYE, and a reports EXIT at once.
+    b.stop().await;
+    let gone = wait_for(&mut a, |e| match e {
+        Event::Exit { peer, .. } => Some(*peer),
+        _ => None,
+    })
+    .await;
+    assert_eq!(gone, b.uuid());
+    a.stop().await;
+}
