@@ -7,19 +7,11 @@
 //! allocated capacity included) and beacon text stay within the limits.
 #![no_main]
 
-use bytes::Bytes;
 use dafka_proto::{BeaconMessage, Limits, Message};
 use libfuzzer_sys::fuzz_target;
 
-fn split_frames(mut rest: &[u8]) -> Vec<Bytes> {
-    let mut frames = Vec::new();
-    while let [hi, lo, tail @ ..] = rest {
-        let len = usize::from(u16::from_be_bytes([*hi, *lo])).min(tail.len());
-        frames.push(Bytes::copy_from_slice(&tail[..len]));
-        rest = &tail[len..];
-    }
-    frames
-}
+mod common;
+use common::split_frames;
 
 fuzz_target!(|data: &[u8]| {
     let [a, b, c, rest @ ..] = data else {
@@ -43,7 +35,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(beacon) = BeaconMessage::decode(&frames, &limits) {
         assert_eq!(beacon.to_frames(), frames, "re-encoding changed the bytes");
-        assert_eq!(BeaconMessage::decode(&frames, &limits).as_ref(), Ok(&beacon));
+        assert_eq!(
+            BeaconMessage::decode(&frames, &limits).as_ref(),
+            Ok(&beacon)
+        );
         match &beacon {
             BeaconMessage::Node(n) => assert!(n.host.len() <= limits.max_endpoint),
             BeaconMessage::Tower(t) => assert!(t.endpoint.len() <= limits.max_endpoint),

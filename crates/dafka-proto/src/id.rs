@@ -8,12 +8,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::error::{MalformedError, TopicError};
 
 /// Length of a node UUID on the wire: 32 upper-case hexadecimal characters.
-pub const NODE_ID_HEX_LEN: usize = 32;
+pub const NODE_ID_HEX_LEN: usize = dafka_wire::uuid_hex::UUID_HEX_LEN;
 
 /// Longest topic name: the `subject` field has a 1-byte length.
 pub const MAX_TOPIC_LEN: usize = 255;
-
-const HEX_DIGITS: &[u8; 16] = b"0123456789ABCDEF";
 
 /// A node's 16-byte UUID. On the wire it is always 32 upper-case hex characters (the reference
 /// formats it with czmq's `zuuid_str`; 46/DAFKA says 16 octets, which no peer sends).
@@ -36,25 +34,13 @@ impl NodeId {
 
     /// The 32 upper-case hex characters the wire carries.
     pub fn to_hex(&self) -> [u8; NODE_ID_HEX_LEN] {
-        let mut out = [0u8; NODE_ID_HEX_LEN];
-        for (pair, byte) in out.chunks_exact_mut(2).zip(self.0) {
-            pair[0] = HEX_DIGITS[usize::from(byte >> 4)];
-            pair[1] = HEX_DIGITS[usize::from(byte & 0x0F)];
-        }
-        out
+        dafka_wire::uuid_hex::encode(&self.0)
     }
 
     /// Parses 32 upper-case hex characters. Lower case is refused: the reference never sends
     /// it, and accepting it would make decode -> encode change the bytes.
     pub fn from_hex(text: &[u8]) -> Option<Self> {
-        if text.len() != NODE_ID_HEX_LEN {
-            return None;
-        }
-        let mut out = [0u8; 16];
-        for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
-            *byte = (upper_hex_value(pair[0])? << 4) | upper_hex_value(pair[1])?;
-        }
-        Some(NodeId(out))
+        dafka_wire::uuid_hex::decode(text).map(NodeId)
     }
 
     pub(crate) fn decode(text: &[u8], what: &'static str) -> Result<Self, MalformedError> {
@@ -68,14 +54,6 @@ impl NodeId {
     pub(crate) fn put_string(&self, out: &mut BytesMut) {
         out.put_u8(NODE_ID_HEX_LEN as u8);
         out.put_slice(&self.to_hex());
-    }
-}
-
-fn upper_hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
     }
 }
 

@@ -14,6 +14,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod uuid_hex;
+
 use bytes::{Buf, Bytes};
 use thiserror::Error;
 

@@ -1,0 +1,996 @@
+//! The peer table and its timers: one ZRE node as a state machine with time passed in.
+//!
+//! The driver owns the UDP socket, the ROUTER mailbox and one DEALER per peer. It feeds the
+//! node what arrives ([`Node::handle_beacon`], [`Node::handle_message`]), what the application
+//! asks ([`Node::join`], [`Node::shout`], ...), what its sockets report
+//! ([`Node::handle_send_blocked`], [`Node::handle_connection_failed`]) and the time
+//! ([`Node::handle_timeout`] at [`Node::poll_timeout`]); it then drains [`Node::poll_output`]:
+//! beacons to broadcast, DEALERs to open and close, frames to send, events for the application.
+//!
+//! What it follows, from zyre 2.0.1 where the RFCs say nothing or otherwise:
+//!
+//! * A beacon (port not 0) from an unknown UUID creates the peer: its DEALER is connected to
+//!   `tcp://<beacon source>:<port>` and HELLO (sequence 1) is sent at once. A known UUID with
+//!   another endpoint is a restarted peer: the old one leaves (EXIT), the new one is created.
+//! * A HELLO from an unknown peer is discovery too (it often arrives before the sender's
+//!   beacon): the peer is created from the HELLO's endpoint. A HELLO from a peer that already
+//!   said HELLO is a restart: EXIT, then the new peer.
+//! * ENTER goes to the application when the peer's HELLO arrives, followed by a JOIN per group
+//!   in it. Any other command from a peer before its HELLO is ignored.
+//! * Sequence numbers: HELLO is 1, then each message one more (wrapping). A gap means lost
+//!   messages: the peer is dropped (EXIT) and found again by its next beacon, as zyre does.
+//!   pyre wraps one step early (65534 -> 0); 0 is accepted where 65535 is expected.
+//! * Liveness is refreshed by TCP messages only (zyre; [`Config::beacons_refresh`] adds
+//!   beacons, as pyre does). After [`Config::evasive`] of silence the peer is sent PING and
+//!   EVASIVE goes out; after [`Config::silent`], SILENT; after [`Config::expired`], EXIT.
+//! * Without beacons ([`Config::beacons`] off), [`Node::connect_endpoint`] finds the node at a
+//!   known endpoint: HELLO goes out on a probe DEALER, the node connects back and says HELLO,
+//!   the probe becomes its DEALER. A lost peer's endpoint is probed again. Stopping sends
+//!   GOODBYE to every peer instead of the port-0 beacon.
+//! * A beacon with port 0, a GOODBYE, a failed connection or a send queue full for longer than
+//!   [`Config::send_stall`] drop the peer (EXIT). zyre never notices a full send queue.
+//! * Group status counts this node's joins and leaves (wrapping); a peer's status is taken as
+//!   it comes (pyre overflows it).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::beacon::Beacon;
+use crate::error::{CallerError, PeerError};
+use crate::message::{Body, Hello, Limits, Message};
+use crate::{ShortStr, Uuid};
+
+/// A node's settings.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// This node's id.
+    pub uuid: Uuid,
+    /// This node's name (zyre's default is the first six hex characters of the UUID).
+    pub name: ShortStr,
+    /// Headers announced in HELLO (e.g. `X-NAME` = `tcp://ip:port` for a service endpoint).
+    pub headers: Vec<(ShortStr, String)>,
+    /// Time between beacons (zyre: 1 s).
+    pub beacon_interval: Duration,
+    /// Silence after which a peer is sent PING and reported EVASIVE (zyre: 5 s).
+    pub evasive: Duration,
+    /// Silence after which a peer is reported SILENT (10 s).
+    pub silent: Duration,
+    /// Silence after which a peer is dropped with EXIT (zyre: 30 s).
+    pub expired: Duration,
+    /// How long a peer's send queue may stay full before the peer is dropped (5 s).
+    pub send_stall: Duration,
+    /// Whether beacons refresh a peer's liveness (pyre: yes; zyre: no, TCP only).
+    pub beacons_refresh: bool,
+    /// Whether this node beacons at all. Without beacons, peers are found through
+    /// [`Node::connect_endpoint`] (known endpoints) and through their HELLOs.
+    pub beacons: bool,
+    /// Most peers in the table; further ones are ignored.
+    pub max_peers: usize,
+    /// Decode limits.
+    pub limits: Limits,
+}
+
+impl Config {
+    /// zyre's defaults for a node with this id; the name is the first six hex characters.
+    pub fn new(uuid: Uuid) -> Self {
+        let hex = uuid.to_string();
+        Config {
+            uuid,
+            name: ShortStr::new(&hex[..6]).unwrap_or_default(),
+            headers: Vec::new(),
+            beacon_interval: Duration::from_secs(1),
+            evasive: Duration::from_secs(5),
+            silent: Duration::from_secs(10),
+            expired: Duration::from_secs(30),
+            send_stall: Duration::from_secs(5),
+            beacons_refresh: false,
+            beacons: true,
+            max_peers: 4096,
+            limits: Limits::DEFAULT,
+        }
+    }
+
+    /// With another name.
+    pub fn with_name(mut self, name: ShortStr) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// With one more header.
+    pub fn with_header(mut self, key: ShortStr, value: impl Into<String>) -> Self {
+        self.headers.push((key, value.into()));
+        self
+    }
+
+    /// With another beacon interval.
+    pub fn with_beacon_interval(mut self, d: Duration) -> Self {
+        self.beacon_interval = d;
+        self
+    }
+
+    /// With other evasive, silent and expired timeouts.
+    pub fn with_timeouts(mut self, evasive: Duration, silent: Duration, expired: Duration) -> Self {
+        self.evasive = evasive;
+        self.silent = silent;
+        self.expired = expired;
+        self
+    }
+
+    /// With another send-stall timeout.
+    pub fn with_send_stall(mut self, d: Duration) -> Self {
+        self.send_stall = d;
+        self
+    }
+
+    /// With beacons refreshing liveness or not.
+    pub fn with_beacons_refresh(mut self, yes: bool) -> Self {
+        self.beacons_refresh = yes;
+        self
+    }
+
+    /// With beaconing on or off.
+    pub fn with_beacons(mut self, yes: bool) -> Self {
+        self.beacons = yes;
+        self
+    }
+
+    /// With another peer limit.
+    pub fn with_max_peers(mut self, n: usize) -> Self {
+        self.max_peers = n;
+        self
+    }
+
+    /// With other decode limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    fn check(&self) -> Result<(), CallerError> {
+        if self.beacon_interval.is_zero() {
+            return Err(CallerError::Config("beacon interval must not be zero"));
+        }
+        if self.evasive.is_zero() || self.silent < self.evasive || self.expired < self.silent {
+            return Err(CallerError::Config(
+                "timeouts must satisfy 0 < evasive <= silent <= expired",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the application hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A peer said HELLO.
+    Enter {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+        /// Its headers, in wire order.
+        headers: Vec<(String, String)>,
+        /// Its mailbox endpoint, `tcp://ip:port`.
+        address: String,
+    },
+    /// A peer left, expired or was dropped.
+    Exit {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+    },
+    /// A peer joined a group.
+    Join {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+        /// The group.
+        group: String,
+    },
+    /// A peer left a group.
+    Leave {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+        /// The group.
+        group: String,
+    },
+    /// A peer sent this node content.
+    Whisper {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+        /// The content frames.
+        content: Vec<Bytes>,
+    },
+    /// A peer sent content to a group.
+    Shout {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+        /// The group.
+        group: String,
+        /// The content frames.
+        content: Vec<Bytes>,
+    },
+    /// A peer has been quiet for the evasive timeout; it was sent PING.
+    Evasive {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+    },
+    /// A peer has been quiet for the silent timeout.
+    Silent {
+        /// The peer.
+        peer: Uuid,
+        /// Its name.
+        name: String,
+    },
+    /// This node stopped.
+    Stop,
+}
+
+/// What the driver must do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Output {
+    /// Broadcast this beacon.
+    Beacon(Beacon),
+    /// Open a DEALER with identity [`Uuid::dealer_identity`] of this node, connected to
+    /// `endpoint`, for `peer`.
+    Connect {
+        /// The peer.
+        peer: Uuid,
+        /// Its mailbox.
+        endpoint: String,
+    },
+    /// Send these frames on `peer`'s DEALER (without waiting: if its queue is full, drop them
+    /// and call [`Node::handle_send_blocked`]).
+    Send {
+        /// The peer.
+        peer: Uuid,
+        /// The frames.
+        frames: Vec<Bytes>,
+    },
+    /// Close `peer`'s DEALER.
+    Disconnect {
+        /// The peer.
+        peer: Uuid,
+    },
+    /// Open a DEALER (identity as for [`Output::Connect`]) to a known endpoint whose node is
+    /// not known yet, and send it `hello`. It becomes a peer's DEALER through [`Output::Adopt`].
+    Probe {
+        /// The endpoint.
+        endpoint: String,
+        /// HELLO, sequence 1.
+        hello: Vec<Bytes>,
+    },
+    /// The node at `endpoint` said HELLO: the DEALER opened by [`Output::Probe`] for it is now
+    /// `peer`'s (its HELLO counts as sent on that connection).
+    Adopt {
+        /// The probed endpoint.
+        endpoint: String,
+        /// The peer behind it.
+        peer: Uuid,
+    },
+    /// Hand this event to the application.
+    Event(Event),
+}
+
+#[derive(Debug)]
+struct Peer {
+    endpoint: String,
+    ready: bool,
+    name: String,
+    headers: Vec<(String, String)>,
+    groups: BTreeSet<String>,
+    status: u8,
+    sent_sequence: u16,
+    want_sequence: u16,
+    last_seen: Instant,
+    evasive_reported: bool,
+    silent_reported: bool,
+    blocked_since: Option<Instant>,
+}
+
+impl Peer {
+    fn deadline(&self, cfg: &Config) -> Instant {
+        let next = if !self.evasive_reported {
+            cfg.evasive
+        } else if !self.silent_reported {
+            cfg.silent
+        } else {
+            cfg.expired
+        };
+        let quiet = self.last_seen + next;
+        match self.blocked_since {
+            Some(t) => quiet.min(t + cfg.send_stall),
+            None => quiet,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Running,
+    Stopped,
+}
+
+/// One ZRE node: its groups, its peers and their timers.
+#[derive(Debug)]
+pub struct Node {
+    cfg: Config,
+    phase: Phase,
+    endpoint: String,
+    port: u16,
+    status: u8,
+    /// In join order, so HELLO lists them as the application joined them.
+    own_groups: Vec<ShortStr>,
+    peers: HashMap<Uuid, Peer>,
+    peer_groups: BTreeMap<String, BTreeSet<Uuid>>,
+    next_beacon: Option<Instant>,
+    out: VecDeque<Output>,
+    /// Endpoints given to [`Node::connect_endpoint`]; probed again whenever their peer leaves.
+    known: BTreeSet<String>,
+    /// Open probes: endpoint -> the groups this node was in when the probe's HELLO went out.
+    probes: BTreeMap<String, Vec<ShortStr>>,
+}
+
+impl Node {
+    /// A node that is not started yet: it may join groups, and says nothing.
+    pub fn new(cfg: Config) -> Result<Self, CallerError> {
+        cfg.check()?;
+        Ok(Node {
+            cfg,
+            phase: Phase::Idle,
+            endpoint: String::new(),
+            port: 0,
+            status: 0,
+            own_groups: Vec::new(),
+            peers: HashMap::new(),
+            peer_groups: BTreeMap::new(),
+            next_beacon: None,
+            out: VecDeque::new(),
+            known: BTreeSet::new(),
+            probes: BTreeMap::new(),
+        })
+    }
+
+    /// This node's id.
+    pub fn uuid(&self) -> Uuid {
+        self.cfg.uuid
+    }
+
+    /// This node's settings.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Starts beaconing: `endpoint` is this node's mailbox as peers reach it
+    /// (`tcp://ip:port`), `port` its port. The first beacon is due at once.
+    pub fn start(
+        &mut self,
+        endpoint: ShortStr,
+        port: u16,
+        now: Instant,
+    ) -> Result<(), CallerError> {
+        if self.phase != Phase::Idle {
+            return Err(CallerError::State("already started"));
+        }
+        if port == 0 {
+            return Err(CallerError::Config("a mailbox port of 0 means leaving"));
+        }
+        self.phase = Phase::Running;
+        self.endpoint = endpoint.into();
+        self.port = port;
+        if self.cfg.beacons {
+            self.next_beacon = Some(now);
+        }
+        let known: Vec<String> = self.known.iter().cloned().collect();
+        for endpoint in known {
+            self.probe(endpoint);
+        }
+        Ok(())
+    }
+
+    /// Stops: a beacon with port 0, every DEALER closed, STOP. Peers hear the beacon and drop
+    /// this node at once; no EXIT is reported here for them (zyre reports none either).
+    pub fn stop(&mut self) {
+        if self.phase != Phase::Running {
+            self.phase = Phase::Stopped;
+            return;
+        }
+        self.phase = Phase::Stopped;
+        self.next_beacon = None;
+        if self.cfg.beacons {
+            self.out
+                .push_back(Output::Beacon(Beacon::new(self.cfg.uuid, 0)));
+        }
+        self.probes.clear();
+        if !self.cfg.beacons {
+            // No port-0 beacon to say it: GOODBYE to every peer, as zyre does in gossip mode.
+            self.send_all(|| Body::Goodbye);
+        }
+        let mut peers: Vec<Uuid> = self.peers.keys().copied().collect();
+        peers.sort();
+        for peer in peers {
+            self.out.push_back(Output::Disconnect { peer });
+        }
+        self.peers.clear();
+        self.peer_groups.clear();
+        self.out.push_back(Output::Event(Event::Stop));
+    }
+
+    /// The next thing to do, or `None`.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// When [`Node::handle_timeout`] must next run, or `None` if no timer is armed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.phase != Phase::Running {
+            return None;
+        }
+        self.peers
+            .values()
+            .map(|p| p.deadline(&self.cfg))
+            .chain(self.next_beacon)
+            .min()
+    }
+
+    /// Runs the timers due at `now`: the beacon, and each peer's evasive, silent, expired and
+    /// send-stall deadlines.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        if let Some(due) = self.next_beacon
+            && now >= due
+        {
+            self.out
+                .push_back(Output::Beacon(Beacon::new(self.cfg.uuid, self.port)));
+            // Skipped beats are dropped rather than sent in a burst.
+            let mut next = due + self.cfg.beacon_interval;
+            if next <= now {
+                next = now + self.cfg.beacon_interval;
+            }
+            self.next_beacon = Some(next);
+        }
+        let mut due: Vec<Uuid> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.deadline(&self.cfg) <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        due.sort();
+        for id in due {
+            self.run_peer_timers(id, now);
+        }
+    }
+
+    fn run_peer_timers(&mut self, id: Uuid, now: Instant) {
+        let Some(p) = self.peers.get_mut(&id) else {
+            return;
+        };
+        let quiet = now.saturating_duration_since(p.last_seen);
+        let stalled = p
+            .blocked_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.send_stall);
+        if quiet >= self.cfg.expired || stalled {
+            self.remove_peer(id);
+            return;
+        }
+        if quiet >= self.cfg.evasive && !p.evasive_reported {
+            p.evasive_reported = true;
+            let name = p.name.clone();
+            let ready = p.ready;
+            self.send(id, Body::Ping);
+            if ready {
+                self.event(Event::Evasive { peer: id, name });
+            }
+        }
+        let Some(p) = self.peers.get_mut(&id) else {
+            return;
+        };
+        if quiet >= self.cfg.silent && !p.silent_reported {
+            p.silent_reported = true;
+            if p.ready {
+                let name = p.name.clone();
+                self.event(Event::Silent { peer: id, name });
+            }
+        }
+    }
+
+    /// A beacon from `from` (its UDP source address). Own beacons, version-3 (CURVE) beacons
+    /// and beacons before `start` are ignored.
+    pub fn handle_beacon(
+        &mut self,
+        beacon: &Beacon,
+        from: IpAddr,
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        // 43/ZRE: "a node SHALL discard beacons that it receives from itself"; a node without
+        // CURVE cannot talk to one with it.
+        if self.phase != Phase::Running
+            || beacon.uuid == self.cfg.uuid
+            || beacon.curve_key.is_some()
+        {
+            return Ok(());
+        }
+        if beacon.port == 0 {
+            // 43/ZRE: "if the port is zero, this indicates the peer is disconnecting".
+            if self.peers.contains_key(&beacon.uuid) {
+                self.remove_peer(beacon.uuid);
+            }
+            return Ok(());
+        }
+        let endpoint = match from {
+            IpAddr::V4(ip) => format!("tcp://{ip}:{}", beacon.port),
+            IpAddr::V6(ip) => format!("tcp://[{ip}]:{}", beacon.port),
+        };
+        self.require_peer(beacon.uuid, endpoint, now)?;
+        if self.cfg.beacons_refresh
+            && let Some(p) = self.peers.get_mut(&beacon.uuid)
+        {
+            refresh(p, now);
+        }
+        Ok(())
+    }
+
+    /// A multipart message from the ROUTER mailbox: `routing_id` is the sender's DEALER
+    /// identity, `frames` the rest.
+    pub fn handle_message(
+        &mut self,
+        routing_id: &[u8],
+        frames: &[Bytes],
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        if self.phase != Phase::Running {
+            return Ok(());
+        }
+        let Some(id) = Uuid::from_dealer_identity(routing_id) else {
+            return Err(PeerError::Identity {
+                len: routing_id.len(),
+            });
+        };
+        let msg = Message::decode(frames, &self.cfg.limits)?;
+        if let Body::Hello(hello) = &msg.body {
+            if hello.endpoint.as_str() == self.endpoint {
+                return Err(PeerError::OwnEndpoint { peer: id });
+            }
+            if self.peers.get(&id).is_some_and(|p| p.ready) {
+                // A second HELLO: the peer restarted with the same UUID.
+                self.remove_peer(id);
+            }
+            self.require_peer(id, hello.endpoint.to_string(), now)?;
+        }
+        let Some(p) = self
+            .peers
+            .get_mut(&id)
+            .filter(|p| p.ready || is_hello(&msg))
+        else {
+            return Err(PeerError::BeforeHello {
+                kind: msg.body.name(),
+                peer: id,
+            });
+        };
+        // zyre: HELLO starts the count at 1, every other message is one more.
+        let expected = if is_hello(&msg) {
+            1
+        } else {
+            p.want_sequence.wrapping_add(1)
+        };
+        let pyre_wrap = expected == u16::MAX && msg.sequence == 0;
+        if msg.sequence != expected && !pyre_wrap {
+            self.remove_peer(id);
+            return Err(PeerError::SequenceGap {
+                peer: id,
+                expected,
+                got: msg.sequence,
+            });
+        }
+        p.want_sequence = msg.sequence;
+        refresh(p, now);
+        let name = p.name.clone();
+        match msg.body {
+            Body::Hello(hello) => self.on_hello(id, hello),
+            Body::Whisper { content } => self.event(Event::Whisper {
+                peer: id,
+                name,
+                content,
+            }),
+            Body::Shout { group, content } => self.event(Event::Shout {
+                peer: id,
+                name,
+                group: group.into(),
+                content,
+            }),
+            Body::Join { group, status } => {
+                p.status = status;
+                if p.groups.insert(group.to_string()) {
+                    self.peer_groups
+                        .entry(group.to_string())
+                        .or_default()
+                        .insert(id);
+                    self.event(Event::Join {
+                        peer: id,
+                        name,
+                        group: group.into(),
+                    });
+                }
+            }
+            Body::Leave { group, status } => {
+                p.status = status;
+                if p.groups.remove(group.as_str()) {
+                    self.drop_from_group(group.as_str(), id);
+                    self.event(Event::Leave {
+                        peer: id,
+                        name,
+                        group: group.into(),
+                    });
+                }
+            }
+            Body::Ping => self.send(id, Body::PingOk),
+            Body::Goodbye => self.remove_peer(id),
+            // The refresh above is all these do: PING-OK answers our PING; leader contests
+            // are not implemented, their messages only keep the count.
+            Body::PingOk | Body::Elect { .. } | Body::Leader { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn on_hello(&mut self, id: Uuid, hello: Hello) {
+        let Some(p) = self.peers.get_mut(&id) else {
+            return;
+        };
+        p.ready = true;
+        p.name = hello.name.to_string();
+        p.headers = hello
+            .headers
+            .into_iter()
+            .map(|(k, v)| (k.into(), v))
+            .collect();
+        p.status = hello.status;
+        let joined: Vec<String> = hello
+            .groups
+            .into_iter()
+            .filter(|g| p.groups.insert(g.clone()))
+            .collect();
+        let name = p.name.clone();
+        let enter = Event::Enter {
+            peer: id,
+            name: name.clone(),
+            headers: p.headers.clone(),
+            address: p.endpoint.clone(),
+        };
+        self.event(enter);
+        for group in joined {
+            self.peer_groups
+                .entry(group.clone())
+                .or_default()
+                .insert(id);
+            self.event(Event::Join {
+                peer: id,
+                name: name.clone(),
+                group,
+            });
+        }
+    }
+
+    /// The driver could not connect `peer`'s DEALER, or lost it for good: the peer is dropped.
+    pub fn handle_connection_failed(&mut self, peer: Uuid) {
+        if self.peers.contains_key(&peer) {
+            self.remove_peer(peer);
+        }
+    }
+
+    /// `peer`'s send queue is full (a message was dropped): if it stays full for
+    /// [`Config::send_stall`], the peer is dropped as not responding.
+    pub fn handle_send_blocked(&mut self, peer: Uuid, now: Instant) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.blocked_since.get_or_insert(now);
+        }
+    }
+
+    /// `peer`'s send queue has room again.
+    pub fn handle_send_drained(&mut self, peer: Uuid) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.blocked_since = None;
+        }
+    }
+
+    /// Joins `group`: JOIN goes to every peer. Joining a group twice does nothing.
+    pub fn join(&mut self, group: ShortStr) {
+        if self.own_groups.contains(&group) {
+            return;
+        }
+        self.own_groups.push(group.clone());
+        self.status = self.status.wrapping_add(1);
+        let status = self.status;
+        self.send_all(|| Body::Join {
+            group: group.clone(),
+            status,
+        });
+    }
+
+    /// Leaves `group`: LEAVE goes to every peer. Leaving a group not joined does nothing.
+    pub fn leave(&mut self, group: &str) {
+        let Some(at) = self.own_groups.iter().position(|g| g.as_str() == group) else {
+            return;
+        };
+        let group = self.own_groups.remove(at);
+        self.status = self.status.wrapping_add(1);
+        let status = self.status;
+        self.send_all(|| Body::Leave {
+            group: group.clone(),
+            status,
+        });
+    }
+
+    /// Sends `content` to every peer in `group` (this node need not be in it).
+    pub fn shout(&mut self, group: ShortStr, content: Vec<Bytes>) {
+        let members: Vec<Uuid> = self
+            .peer_groups
+            .get(group.as_str())
+            .map(|m| m.iter().copied().collect())
+            .unwrap_or_default();
+        for peer in members {
+            self.send(
+                peer,
+                Body::Shout {
+                    group: group.clone(),
+                    content: content.clone(),
+                },
+            );
+        }
+    }
+
+    /// Sends `content` to `peer`, which must have said HELLO.
+    pub fn whisper(&mut self, peer: Uuid, content: Vec<Bytes>) -> Result<(), CallerError> {
+        if !self.peers.get(&peer).is_some_and(|p| p.ready) {
+            return Err(CallerError::UnknownPeer(peer));
+        }
+        self.send(peer, Body::Whisper { content });
+        Ok(())
+    }
+
+    /// Finds the node at `endpoint` (`tcp://ip:port`) without beacons: a DEALER is opened to it
+    /// and sent HELLO ([`Output::Probe`]); the node answers by connecting back and saying HELLO,
+    /// which makes it a peer on that DEALER ([`Output::Adopt`]). Whenever that peer leaves, the
+    /// endpoint is probed again (the DEALER reconnects until a node listens there). Before
+    /// `start`, the endpoint is kept and probed at `start`.
+    pub fn connect_endpoint(&mut self, endpoint: ShortStr) {
+        let endpoint = String::from(endpoint);
+        if !self.known.insert(endpoint.clone()) || self.phase != Phase::Running {
+            return;
+        }
+        if !self.peers.values().any(|p| p.endpoint == endpoint) {
+            self.probe(endpoint);
+        }
+    }
+
+    fn probe(&mut self, endpoint: String) {
+        if endpoint == self.endpoint || self.probes.contains_key(&endpoint) {
+            return;
+        }
+        let hello = Message {
+            sequence: 1,
+            body: Body::Hello(self.hello()),
+        };
+        self.probes
+            .insert(endpoint.clone(), self.own_groups.clone());
+        self.out.push_back(Output::Probe {
+            endpoint,
+            hello: hello.to_frames(),
+        });
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            endpoint: ShortStr::new(self.endpoint.clone()).unwrap_or_default(),
+            groups: self.own_groups.iter().map(ToString::to_string).collect(),
+            status: self.status,
+            name: self.cfg.name.clone(),
+            headers: self.cfg.headers.clone(),
+        }
+    }
+
+    /// Peers that said HELLO, sorted.
+    pub fn peers(&self) -> Vec<Uuid> {
+        let mut v: Vec<Uuid> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.ready)
+            .map(|(id, _)| *id)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Peers in the table, including those whose HELLO has not arrived yet.
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// The members of `group`, sorted.
+    pub fn peers_by_group(&self, group: &str) -> Vec<Uuid> {
+        self.peer_groups
+            .get(group)
+            .map(|m| m.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Groups some peer is in, sorted.
+    pub fn peer_groups(&self) -> Vec<String> {
+        self.peer_groups.keys().cloned().collect()
+    }
+
+    /// Groups this node is in, in join order.
+    pub fn own_groups(&self) -> Vec<String> {
+        self.own_groups.iter().map(ToString::to_string).collect()
+    }
+
+    /// A header `peer` announced.
+    pub fn peer_header(&self, peer: Uuid, key: &str) -> Option<&str> {
+        self.peers
+            .get(&peer)?
+            .headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `peer`'s mailbox endpoint.
+    pub fn peer_address(&self, peer: Uuid) -> Option<&str> {
+        self.peers
+            .get(&peer)
+            .filter(|p| p.ready)
+            .map(|p| p.endpoint.as_str())
+    }
+
+    /// `peer`'s name, once its HELLO arrived.
+    pub fn peer_name(&self, peer: Uuid) -> Option<&str> {
+        self.peers
+            .get(&peer)
+            .filter(|p| p.ready)
+            .map(|p| p.name.as_str())
+    }
+
+    fn require_peer(&mut self, id: Uuid, endpoint: String, now: Instant) -> Result<(), PeerError> {
+        if let Some(p) = self.peers.get(&id) {
+            if p.endpoint == endpoint {
+                return Ok(());
+            }
+            // Same UUID, another mailbox: the peer restarted before we noticed.
+            self.remove_peer(id);
+        }
+        if self.peers.len() >= self.cfg.max_peers {
+            return Err(PeerError::TooManyPeers {
+                peer: id,
+                max: self.cfg.max_peers,
+            });
+        }
+        self.peers.insert(
+            id,
+            Peer {
+                endpoint: endpoint.clone(),
+                ready: false,
+                name: String::new(),
+                headers: Vec::new(),
+                groups: BTreeSet::new(),
+                status: 0,
+                sent_sequence: 0,
+                want_sequence: 0,
+                last_seen: now,
+                evasive_reported: false,
+                silent_reported: false,
+                blocked_since: None,
+            },
+        );
+        if let Some(groups_then) = self.probes.remove(&endpoint) {
+            // Our HELLO already went out on the probe, as message 1; tell the peer what changed
+            // in our groups since.
+            if let Some(p) = self.peers.get_mut(&id) {
+                p.sent_sequence = 1;
+            }
+            self.out.push_back(Output::Adopt { endpoint, peer: id });
+            let status = self.status;
+            let joined: Vec<ShortStr> = self
+                .own_groups
+                .iter()
+                .filter(|g| !groups_then.contains(g))
+                .cloned()
+                .collect();
+            for group in joined {
+                self.send(id, Body::Join { group, status });
+            }
+            for group in groups_then {
+                if !self.own_groups.contains(&group) {
+                    self.send(id, Body::Leave { group, status });
+                }
+            }
+            return Ok(());
+        }
+        self.out.push_back(Output::Connect { peer: id, endpoint });
+        let hello = self.hello();
+        self.send(id, Body::Hello(hello));
+        Ok(())
+    }
+
+    fn remove_peer(&mut self, id: Uuid) {
+        let Some(p) = self.peers.remove(&id) else {
+            return;
+        };
+        for g in &p.groups {
+            self.drop_from_group(g, id);
+        }
+        self.out.push_back(Output::Disconnect { peer: id });
+        if p.ready {
+            self.event(Event::Exit {
+                peer: id,
+                name: p.name,
+            });
+        }
+        if self.known.contains(&p.endpoint) && self.phase == Phase::Running {
+            self.probe(p.endpoint);
+        }
+    }
+
+    fn drop_from_group(&mut self, group: &str, id: Uuid) {
+        if let Some(members) = self.peer_groups.get_mut(group) {
+            members.remove(&id);
+            if members.is_empty() {
+                self.peer_groups.remove(group);
+            }
+        }
+    }
+
+    fn send(&mut self, id: Uuid, body: Body) {
+        let Some(p) = self.peers.get_mut(&id) else {
+            return;
+        };
+        p.sent_sequence = p.sent_sequence.wrapping_add(1);
+        let msg = Message {
+            sequence: p.sent_sequence,
+            body,
+        };
+        self.out.push_back(Output::Send {
+            peer: id,
+            frames: msg.to_frames(),
+        });
+    }
+
+    fn send_all(&mut self, body: impl Fn() -> Body) {
+        let mut ids: Vec<Uuid> = self.peers.keys().copied().collect();
+        ids.sort();
+        for id in ids {
+            self.send(id, body());
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        self.out.push_back(Output::Event(e));
+    }
+}
+
+fn is_hello(msg: &Message) -> bool {
+    matches!(msg.body, Body::Hello(_))
+}
+
+fn refresh(p: &mut Peer, now: Instant) {
+    p.last_seen = now;
+    p.evasive_reported = false;
+    p.silent_reported = false;
+}

@@ -1,0 +1,660 @@
+//! Nodes wired to each other in memory under a virtual clock: discovery, groups, messages,
+//! timers, peer loss and return.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dafka_zre_proto::{
+    Beacon, Body, CallerError, Config, Event, Message, Node, Output, PeerError, ShortStr, Uuid,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn s(text: &str) -> ShortStr {
+    ShortStr::new(text).unwrap()
+}
+
+fn id(n: u8) -> Uuid {
+    Uuid::from_bytes([n; 16])
+}
+
+/// Up to a few nodes on 127.0.0.n, each with its mailbox on port 49152. Beacons reach every
+/// node; a sent message reaches the node whose endpoint the DEALER connected to. Links between
+/// two nodes can be cut (both beacons and TCP are lost).
+struct Net {
+    t0: Instant,
+    now: Instant,
+    nodes: Vec<Node>,
+    ips: Vec<IpAddr>,
+    /// (from node, peer uuid) -> endpoint of the DEALER.
+    dealers: HashMap<(usize, Uuid), String>,
+    events: Vec<Vec<Event>>,
+    cut: BTreeSet<(usize, usize)>,
+    /// What each node sent, decoded: (from, to uuid, message).
+    sent: Vec<(usize, Uuid, Message)>,
+    errors: Vec<(usize, PeerError)>,
+    started: Vec<bool>,
+    /// Probe HELLOs waiting for their endpoint's node to start: (from, endpoint, frames).
+    probes: Vec<(usize, String, Vec<Bytes>)>,
+    probed: Vec<(usize, String)>,
+}
+
+impl Net {
+    fn new(n: u8) -> Net {
+        Net::with(n, |c| c)
+    }
+
+    fn with(n: u8, edit: impl Fn(Config) -> Config) -> Net {
+        let t0 = Instant::now();
+        let mut net = Net {
+            t0,
+            now: t0,
+            nodes: Vec::new(),
+            ips: Vec::new(),
+            dealers: HashMap::new(),
+            events: Vec::new(),
+            cut: BTreeSet::new(),
+            sent: Vec::new(),
+            errors: Vec::new(),
+            started: Vec::new(),
+            probes: Vec::new(),
+            probed: Vec::new(),
+        };
+        for i in 1..=n {
+            let cfg = edit(Config::new(id(i)).with_name(s(&format!("n{i}"))));
+            net.nodes.push(Node::new(cfg).unwrap());
+            net.ips.push(IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)));
+            net.events.push(Vec::new());
+            net.started.push(false);
+        }
+        net
+    }
+
+    fn endpoint(&self, i: usize) -> String {
+        format!("tcp://{}:49152", self.ips[i])
+    }
+
+    fn start(&mut self, i: usize) {
+        let ep = s(&self.endpoint(i));
+        self.nodes[i].start(ep, 49152, self.now).unwrap();
+        self.started[i] = true;
+        self.pump();
+    }
+
+    fn index_of_endpoint(&self, ep: &str) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| self.endpoint(i) == ep)
+    }
+
+    fn linked(&self, a: usize, b: usize) -> bool {
+        !self.cut.contains(&(a.min(b), a.max(b)))
+    }
+
+    /// Drains every node's outputs until all are quiet.
+    fn pump(&mut self) {
+        loop {
+            let mut progress = false;
+            let now = self.now;
+            for (from, ep, frames) in std::mem::take(&mut self.probes) {
+                match self.index_of_endpoint(&ep) {
+                    Some(j) if self.started[j] && self.linked(from, j) => {
+                        progress = true;
+                        let id = self.nodes[from].uuid().dealer_identity();
+                        if let Err(e) = self.nodes[j].handle_message(&id, &frames, now) {
+                            self.errors.push((j, e));
+                        }
+                    }
+                    _ => self.probes.push((from, ep, frames)),
+                }
+            }
+            for i in 0..self.nodes.len() {
+                while let Some(out) = self.nodes[i].poll_output() {
+                    progress = true;
+                    self.deliver(i, out);
+                }
+            }
+            if !progress {
+                return;
+            }
+        }
+    }
+
+    fn deliver(&mut self, i: usize, out: Output) {
+        let now = self.now;
+        match out {
+            Output::Beacon(b) => {
+                let bytes = b.encode();
+                for j in 0..self.nodes.len() {
+                    if self.linked(i, j) {
+                        let b = Beacon::decode(&bytes).unwrap();
+                        if let Err(e) = self.nodes[j].handle_beacon(&b, self.ips[i], now) {
+                            self.errors.push((j, e));
+                        }
+                    }
+                }
+            }
+            Output::Connect { peer, endpoint } => {
+                self.dealers.insert((i, peer), endpoint);
+            }
+            Output::Disconnect { peer } => {
+                self.dealers.remove(&(i, peer));
+            }
+            Output::Send { peer, frames } => {
+                let ep = self.dealers.get(&(i, peer)).expect("send before connect");
+                let m = Message::decode(&frames, &Default::default()).unwrap();
+                self.sent.push((i, peer, m));
+                let Some(j) = self.index_of_endpoint(ep) else {
+                    return;
+                };
+                if !self.linked(i, j) || self.nodes[j].uuid() != peer {
+                    return;
+                }
+                let from = self.nodes[i].uuid().dealer_identity();
+                if let Err(e) = self.nodes[j].handle_message(&from, &frames, now) {
+                    self.errors.push((j, e));
+                }
+            }
+            Output::Event(e) => self.events[i].push(e),
+            Output::Probe { endpoint, hello } => {
+                self.probed.push((i, endpoint.clone()));
+                self.probes.push((i, endpoint, hello));
+            }
+            Output::Adopt { endpoint, peer } => {
+                self.dealers.insert((i, peer), endpoint);
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    /// Advances the clock to `t` (since start), firing every timer due on the way.
+    fn run_until(&mut self, t: Duration) {
+        let end = self.t0 + t;
+        loop {
+            let next = self
+                .nodes
+                .iter()
+                .filter_map(Node::poll_timeout)
+                .min()
+                .filter(|&d| d <= end);
+            let Some(due) = next else {
+                self.now = self.now.max(end);
+                return;
+            };
+            self.now = self.now.max(due);
+            for i in 0..self.nodes.len() {
+                self.nodes[i].handle_timeout(self.now);
+            }
+            self.pump();
+        }
+    }
+
+    fn take(&mut self, i: usize) -> Vec<Event> {
+        std::mem::take(&mut self.events[i])
+    }
+
+    fn kinds(&mut self, i: usize) -> Vec<String> {
+        self.take(i)
+            .into_iter()
+            .map(|e| match e {
+                Event::Enter { peer, .. } => format!("ENTER {}", peer.as_bytes()[0]),
+                Event::Exit { peer, .. } => format!("EXIT {}", peer.as_bytes()[0]),
+                Event::Join { peer, group, .. } => format!("JOIN {} {group}", peer.as_bytes()[0]),
+                Event::Leave { peer, group, .. } => {
+                    format!("LEAVE {} {group}", peer.as_bytes()[0])
+                }
+                Event::Evasive { peer, .. } => format!("EVASIVE {}", peer.as_bytes()[0]),
+                Event::Silent { peer, .. } => format!("SILENT {}", peer.as_bytes()[0]),
+                Event::Stop => "STOP".to_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+}
+
+fn met(n: u8) -> Net {
+    let mut net = Net::new(n);
+    for i in 0..usize::from(n) {
+        net.start(i);
+    }
+    net.run_until(10 * MS);
+    for i in 0..usize::from(n) {
+        net.take(i);
+    }
+    net
+}
+
+#[test]
+fn discovery_enter_with_headers_and_groups() {
+    let mut net = Net::with(2, |c| c.with_header(s("X-NAME"), "tcp://127.0.0.1:7000"));
+    net.nodes[0].join(s("G1"));
+    net.nodes[0].join(s("G2"));
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    let ev = net.take(1);
+    assert_eq!(
+        ev[0],
+        Event::Enter {
+            peer: id(1),
+            name: "n1".into(),
+            headers: vec![("X-NAME".into(), "tcp://127.0.0.1:7000".into())],
+            address: "tcp://127.0.0.1:49152".into(),
+        }
+    );
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert_eq!(
+        ev[1..],
+        [
+            Event::Join {
+                peer: id(1),
+                name: "n1".into(),
+                group: "G1".into()
+            },
+            Event::Join {
+                peer: id(1),
+                name: "n1".into(),
+                group: "G2".into()
+            }
+        ]
+    );
+    assert_eq!(net.nodes[1].peers(), [id(1)]);
+    assert_eq!(net.nodes[1].peers_by_group("G2"), [id(1)]);
+    assert_eq!(net.nodes[1].peer_groups(), ["G1", "G2"]);
+    assert_eq!(net.nodes[0].own_groups(), ["G1", "G2"]);
+    assert_eq!(
+        net.nodes[1].peer_header(id(1), "X-NAME"),
+        Some("tcp://127.0.0.1:7000")
+    );
+    assert_eq!(
+        net.nodes[1].peer_address(id(1)),
+        Some("tcp://127.0.0.1:49152")
+    );
+    // Own beacons were heard and ignored: nobody is its own peer.
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+    assert!(net.errors.is_empty(), "{:?}", net.errors);
+}
+
+#[test]
+fn join_shout_whisper_leave() {
+    let mut net = met(3);
+    net.nodes[1].join(s("G"));
+    net.nodes[2].join(s("G"));
+    net.pump();
+    assert_eq!(net.kinds(0), ["JOIN 2 G", "JOIN 3 G"]);
+    net.nodes[0].shout(
+        s("G"),
+        vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+    );
+    net.nodes[0]
+        .whisper(id(2), vec![Bytes::from_static(b"w")])
+        .unwrap();
+    net.pump();
+    let shout = Event::Shout {
+        peer: id(1),
+        name: "n1".into(),
+        group: "G".into(),
+        content: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+    };
+    let ev = net.take(1);
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert_eq!(ev[1], shout);
+    assert_eq!(
+        ev[2],
+        Event::Whisper {
+            peer: id(1),
+            name: "n1".into(),
+            content: vec![Bytes::from_static(b"w")],
+        }
+    );
+    assert_eq!(net.take(2)[1], shout);
+    net.nodes[2].leave("G");
+    net.nodes[2].leave("G");
+    net.pump();
+    assert_eq!(net.kinds(0), ["LEAVE 3 G"]);
+    assert_eq!(net.nodes[0].peers_by_group("G"), [id(2)]);
+    // Shouting to a group goes to its members only.
+    net.nodes[0].shout(s("G"), vec![]);
+    net.pump();
+    let ev = net.kinds(1);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[0], "LEAVE 3 G");
+    assert!(ev[1].starts_with("Shout"), "{ev:?}");
+    assert!(net.take(2).is_empty());
+    // Group status counts joins and leaves.
+    let statuses: Vec<u8> = net
+        .sent
+        .iter()
+        .filter(|(from, _, _)| *from == 2)
+        .filter_map(|(_, _, m)| match m.body {
+            Body::Join { status, .. } | Body::Leave { status, .. } => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, [1, 1, 2, 2]);
+    assert_eq!(
+        net.nodes[0].whisper(id(9), vec![]),
+        Err(CallerError::UnknownPeer(id(9)))
+    );
+}
+
+#[test]
+fn evasive_ping_keeps_a_peer_alive() {
+    let mut net = met(2);
+    // No application traffic: after 5 s each side PINGs, the other answers PING-OK.
+    net.run_until(5 * MS * 1000 + 20 * MS);
+    assert_eq!(net.kinds(0), ["EVASIVE 2"]);
+    assert_eq!(net.kinds(1), ["EVASIVE 1"]);
+    let pings = net
+        .sent
+        .iter()
+        .filter(|(_, _, m)| matches!(m.body, Body::Ping))
+        .count();
+    let oks = net
+        .sent
+        .iter()
+        .filter(|(_, _, m)| matches!(m.body, Body::PingOk))
+        .count();
+    assert_eq!((pings, oks), (2, 2));
+    net.run_until(Duration::from_secs(60));
+    // Every 5 s of quiet brings another PING; nobody expires.
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+    assert!(net.kinds(0).iter().all(|k| k == "EVASIVE 2"));
+}
+
+#[test]
+fn lost_link_evasive_silent_exit_then_return() {
+    let mut net = met(3);
+    net.cut.insert((0, 2));
+    net.run_until(Duration::from_secs(31));
+    // Node 2 is still reachable from both: it is only PINGed (EVASIVE) every 5 s.
+    let about = |kinds: Vec<String>, peer: &str| -> Vec<String> {
+        kinds.into_iter().filter(|k| k.ends_with(peer)).collect()
+    };
+    let k0 = net.kinds(0);
+    assert_eq!(about(k0.clone(), " 3"), ["EVASIVE 3", "SILENT 3", "EXIT 3"]);
+    assert!(about(k0, " 2").iter().all(|k| k == "EVASIVE 2"));
+    assert_eq!(
+        about(net.kinds(2), " 1"),
+        ["EVASIVE 1", "SILENT 1", "EXIT 1"]
+    );
+    assert!(
+        net.kinds(1).iter().all(|k| k.starts_with("EVASIVE")),
+        "node 2 lost nobody"
+    );
+    assert_eq!(net.nodes[1].peers(), [id(1), id(3)]);
+    net.cut.clear();
+    net.run_until(Duration::from_secs(32));
+    assert_eq!(net.kinds(0), ["ENTER 3"]);
+    assert_eq!(net.kinds(2), ["ENTER 1"]);
+}
+
+#[test]
+fn timeouts_are_configurable() {
+    let mut net = Net::with(2, |c| {
+        c.with_timeouts(100 * MS, 200 * MS, 300 * MS)
+            .with_beacon_interval(50 * MS)
+    });
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    net.take(0);
+    net.cut.insert((0, 1));
+    net.run_until(10 * MS + 310 * MS);
+    assert_eq!(net.kinds(0), ["EVASIVE 2", "SILENT 2", "EXIT 2"]);
+    assert!(Node::new(Config::new(id(1)).with_timeouts(5 * MS, 1 * MS, 9 * MS)).is_err());
+}
+
+#[test]
+fn stop_sends_port_zero_and_peers_exit_at_once() {
+    let mut net = met(2);
+    net.nodes[0].stop();
+    net.pump();
+    assert_eq!(net.kinds(0), ["STOP"]);
+    assert_eq!(net.kinds(1), ["EXIT 1"]);
+    assert!(net.nodes[1].peers().is_empty());
+    assert_eq!(net.nodes[0].poll_timeout(), None);
+}
+
+#[test]
+fn restart_with_a_new_port_is_exit_then_enter() {
+    let mut net = met(2);
+    let b = Beacon::new(id(2), 50000);
+    net.nodes[0].handle_beacon(&b, net.ips[1], net.now).unwrap();
+    let mut outs = Vec::new();
+    while let Some(o) = net.nodes[0].poll_output() {
+        outs.push(o);
+    }
+    assert!(matches!(&outs[0], Output::Disconnect { peer } if *peer == id(2)));
+    assert!(matches!(&outs[1], Output::Event(Event::Exit { .. })));
+    assert!(
+        matches!(&outs[2], Output::Connect { peer, endpoint } if *peer == id(2) && endpoint == "tcp://127.0.0.2:50000")
+    );
+    let Output::Send { frames, .. } = &outs[3] else {
+        panic!("{outs:?}")
+    };
+    assert!(matches!(
+        Message::decode(frames, &Default::default()).unwrap(),
+        Message {
+            sequence: 1,
+            body: Body::Hello(_)
+        }
+    ));
+}
+
+#[test]
+fn sequence_gap_drops_the_peer_and_it_returns() {
+    let mut net = met(2);
+    let from = id(2).dealer_identity();
+    // Node 2 has sent HELLO (1); a WHISPER numbered 3 skips 2.
+    let gap = Message {
+        sequence: 3,
+        body: Body::Whisper { content: vec![] },
+    };
+    let now = net.now;
+    assert_eq!(
+        net.nodes[0].handle_message(&from, &gap.to_frames(), now),
+        Err(PeerError::SequenceGap {
+            peer: id(2),
+            expected: 2,
+            got: 3
+        })
+    );
+    net.pump();
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+    // Its next beacon brings it back.
+    net.run_until(Duration::from_millis(1100));
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+}
+
+#[test]
+fn pyre_early_wrap_is_tolerated() {
+    let mut net = met(2);
+    let from = id(2).dealer_identity();
+    let ping = |sequence| {
+        Message {
+            sequence,
+            body: Body::Ping,
+        }
+        .to_frames()
+    };
+    // Bring node 1's expectation to 65534 with a run of PINGs from "node 2".
+    let now = net.now;
+    for seq in 2..=65534u16 {
+        net.nodes[0].handle_message(&from, &ping(seq), now).unwrap();
+    }
+    // pyre: 65534 -> 0 -> 1 (zyre would send 65535).
+    net.nodes[0].handle_message(&from, &ping(0), now).unwrap();
+    net.nodes[0].handle_message(&from, &ping(1), now).unwrap();
+    while net.nodes[0].poll_output().is_some() {}
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+}
+
+#[test]
+fn commands_before_hello_are_ignored_and_hello_is_discovery() {
+    let mut net = Net::new(2);
+    net.start(0);
+    let from = id(2).dealer_identity();
+    let whisper = Message {
+        sequence: 1,
+        body: Body::Whisper { content: vec![] },
+    };
+    let now = net.now;
+    assert_eq!(
+        net.nodes[0].handle_message(&from, &whisper.to_frames(), now),
+        Err(PeerError::BeforeHello {
+            kind: "WHISPER",
+            peer: id(2)
+        })
+    );
+    // A HELLO from a node whose beacon was never heard: discovery through the mailbox.
+    let hello = Message {
+        sequence: 1,
+        body: Body::Hello(dafka_zre_proto::Hello {
+            endpoint: s("tcp://127.0.0.2:49152"),
+            name: s("n2"),
+            ..Default::default()
+        }),
+    };
+    net.nodes[0]
+        .handle_message(&from, &hello.to_frames(), now)
+        .unwrap();
+    let mut outs = Vec::new();
+    while let Some(o) = net.nodes[0].poll_output() {
+        outs.push(o);
+    }
+    assert!(
+        matches!(&outs[0], Output::Connect { endpoint, .. } if endpoint == "tcp://127.0.0.2:49152")
+    );
+    assert!(matches!(&outs[1], Output::Send { .. }));
+    assert!(matches!(&outs[2], Output::Event(Event::Enter { peer, .. }) if *peer == id(2)));
+    // Not a ZRE identity.
+    assert_eq!(
+        net.nodes[0].handle_message(b"\x00\x00\x00\x01", &hello.to_frames(), now),
+        Err(PeerError::Identity { len: 4 })
+    );
+}
+
+#[test]
+fn malformed_messages_do_not_change_state() {
+    let mut net = met(2);
+    let from = id(2).dealer_identity();
+    let now = net.now;
+    let r = net.nodes[0].handle_message(&from, &[Bytes::from_static(b"\xAA\xA1\x06")], now);
+    assert!(matches!(r, Err(PeerError::Decode(_))), "{r:?}");
+    // The peer is still there and its next message (2) is in sequence.
+    let ping = Message {
+        sequence: 2,
+        body: Body::Ping,
+    };
+    net.nodes[0]
+        .handle_message(&from, &ping.to_frames(), now)
+        .unwrap();
+    net.pump();
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+    assert!(net.kinds(0).is_empty());
+}
+
+#[test]
+fn goodbye_and_failed_connection_drop_the_peer() {
+    let mut net = met(3);
+    let now = net.now;
+    let bye = Message {
+        sequence: 2,
+        body: Body::Goodbye,
+    };
+    net.nodes[0]
+        .handle_message(&id(2).dealer_identity(), &bye.to_frames(), now)
+        .unwrap();
+    net.nodes[0].handle_connection_failed(id(3));
+    while let Some(o) = net.nodes[0].poll_output() {
+        net.deliver(0, o);
+    }
+    assert_eq!(net.kinds(0), ["EXIT 2", "EXIT 3"]);
+}
+
+#[test]
+fn a_full_send_queue_that_stays_full_drops_the_peer() {
+    let mut net = Net::with(3, |c| c.with_send_stall(Duration::from_secs(2)));
+    for i in 0..3 {
+        net.start(i);
+    }
+    net.run_until(10 * MS);
+    net.take(0);
+    let t = net.now;
+    net.nodes[0].handle_send_blocked(id(2), t);
+    net.nodes[0].handle_send_blocked(id(3), t);
+    net.run_until(Duration::from_secs(1));
+    net.nodes[0].handle_send_drained(id(3));
+    net.run_until(Duration::from_millis(2100));
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+    assert_eq!(net.nodes[0].peers(), [id(3)]);
+    // Node 2's next beacon finds it again, on a new DEALER; node 3 was never dropped.
+    net.run_until(Duration::from_millis(5020));
+    assert_eq!(net.kinds(0), ["ENTER 2", "EVASIVE 3"]);
+}
+
+#[test]
+fn max_peers_and_curve_beacons() {
+    let mut net = Net::with(3, |c| c.with_max_peers(1));
+    net.start(0);
+    net.start(1);
+    net.start(2);
+    net.run_until(10 * MS);
+    assert_eq!(net.nodes[0].peers().len(), 1);
+    assert!(
+        net.errors
+            .iter()
+            .any(|(i, e)| *i == 0 && matches!(e, PeerError::TooManyPeers { max: 1, .. }))
+    );
+    // A CURVE beacon is ignored by a node without CURVE.
+    let mut n = Node::new(Config::new(id(7))).unwrap();
+    n.start(s("tcp://127.0.0.7:1"), 1, net.now).unwrap();
+    while n.poll_output().is_some() {}
+    let b = Beacon {
+        uuid: id(8),
+        port: 5,
+        curve_key: Some([1; 32]),
+    };
+    n.handle_beacon(&b, net.ips[0], net.now).unwrap();
+    assert_eq!(n.poll_output(), None);
+}
+
+#[test]
+fn known_endpoints_without_beacons() {
+    let mut net = Net::with(3, |c| c.with_beacons(false));
+    // Node 1 knows node 2's endpoint before either runs; node 3 knows nobody and nobody knows it.
+    let ep2 = s(&net.endpoint(1));
+    net.nodes[0].connect_endpoint(ep2.clone());
+    net.nodes[0].join(s("G1"));
+    net.start(0);
+    assert_eq!(net.probed, [(0, "tcp://127.0.0.2:49152".to_owned())]);
+    // A group joined while the probe waits reaches node 2 as a JOIN after the HELLO.
+    net.nodes[0].join(s("G2"));
+    net.start(1);
+    net.start(2);
+    net.run_until(Duration::from_secs(2));
+    assert_eq!(net.kinds(1), ["ENTER 1", "JOIN 1 G1", "JOIN 1 G2"]);
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert!(net.kinds(2).is_empty(), "no beacons: node 3 stays alone");
+    // No beacon was ever sent, and the probe became node 2's DEALER (no second HELLO).
+    let hellos = net
+        .sent
+        .iter()
+        .filter(|(from, _, m)| *from == 0 && matches!(m.body, Body::Hello(_)))
+        .count();
+    assert_eq!(
+        hellos, 0,
+        "the probe's HELLO is not in `sent`; no other went out"
+    );
+    assert!(net.errors.is_empty(), "{:?}", net.errors);
+    // Node 2 stops: GOODBYE (no beacon to carry port 0); node 1 reports EXIT and probes again.
+    net.nodes[1].stop();
+    net.started[1] = false;
+    net.pump();
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+    assert_eq!(net.probed.len(), 2);
+    assert_eq!(net.probed[1], (0, "tcp://127.0.0.2:49152".to_owned()));
+}

@@ -1,0 +1,606 @@
+//! ZRE nodes on tokio: the thin driver of `dafka-zre-proto`'s [`Node`] state machine.
+//!
+//! Each [`ZreNode`] is one task owning a UDP socket for beacons (bound to the beacon port with
+//! `SO_REUSEADDR` and `SO_REUSEPORT`, so several nodes on one host, or in one process, share
+//! it), a ROUTER mailbox on an ephemeral TCP port, one DEALER per peer (identity `0x01` + this
+//! node's UUID) and one timer, set to the state machine's next deadline. Everything the state
+//! machine decides (beacons, connections, frames, events) it carries out; it parses nothing
+//! itself.
+//!
+//! * Without beacons ([`Options::without_beacons`]) no UDP socket is opened; nodes are found
+//!   through [`Options::known_endpoints`] (a DEALER to each, sending HELLO, reconnecting until a
+//!   node listens there) and through the HELLOs of the nodes that know this one.
+//! * Beacons go to [`Options::broadcast`] only. Beacons that do not decode (wrong size, wrong
+//!   header) and this node's own are dropped silently.
+//! * A DEALER's send queue that is full makes the message drop there (never waiting), and the
+//!   state machine drops the peer if the queue stays full for its `send_stall` timeout; the
+//!   queue draining (the ZMTP `SendQueueDrained` event) clears that.
+//! * Events reach the application through [`ZreNode::recv`], a bounded queue: while it is
+//!   full the node stops reading its sockets.
+//!
+//! ```no_run
+//! use dafka_zre::{Options, ZreNode};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dafka_zre::Error> {
+//! let mut node = ZreNode::start(Options::loopback(5670).with_name("doc")).await?;
+//! node.join("CHAT").await?;
+//! while let Some(event) = node.recv().await {
+//!     println!("{event:?}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dafka_zmtp::{Message, Socket, SocketEvent, SocketType};
+use dafka_zre_proto::{Beacon, CallerError, Config, Node, Output, ShortStr, Uuid};
+use thiserror::Error;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+
+pub use dafka_zre_proto::{Event, Uuid as PeerId};
+
+/// Default UDP port of ZRE beacons (IANA "zre-disc").
+pub const DEFAULT_PORT: u16 = 5670;
+
+/// How long a closed DEALER may still flush (a GOODBYE at stop).
+const DEALER_LINGER: Duration = Duration::from_millis(200);
+
+/// What went wrong.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A socket could not be set up.
+    #[error("ZRE socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// The ZMTP layer refused (bind, socket options).
+    #[error("ZRE mailbox: {0}")]
+    Zmtp(#[from] dafka_zmtp::Error),
+    /// The caller's mistake (a name too long, an unknown peer, a bad timeout).
+    #[error(transparent)]
+    Caller(#[from] CallerError),
+    /// The node has stopped.
+    #[error("the ZRE node has stopped")]
+    Stopped,
+}
+
+/// A node's settings. There is no default interface: [`Options::loopback`] beacons on
+/// `127.255.255.255` only, [`Options::on`] on the interface address and broadcast address
+/// given.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Options {
+    /// The address peers reach the mailbox at (announced in HELLO as `tcp://ip:port`).
+    pub ip: Ipv4Addr,
+    /// Where beacons go.
+    pub broadcast: SocketAddrV4,
+    /// The node's name (default: first six hex characters of its UUID).
+    pub name: Option<String>,
+    /// Headers announced in HELLO.
+    pub headers: Vec<(String, String)>,
+    /// Beacon interval (1 s).
+    pub interval: Duration,
+    /// Evasive, silent and expired timeouts (5 s, 10 s, 30 s).
+    pub timeouts: (Duration, Duration, Duration),
+    /// How long a peer's send queue may stay full (5 s).
+    pub send_stall: Duration,
+    /// Messages queued per peer before its queue counts as full (1000).
+    pub sndhwm: usize,
+    /// Events queued for the application before the node stops reading (1024).
+    pub event_queue: usize,
+    /// Whether to beacon over UDP (yes). Without, no UDP socket is opened at all and peers are
+    /// found through [`Options::known_endpoints`] and their HELLOs.
+    pub beacons: bool,
+    /// Mailboxes (`tcp://ip:port`) of nodes to find without beacons.
+    pub known_endpoints: Vec<String>,
+}
+
+impl Options {
+    /// On loopback: mailbox on 127.0.0.1, beacons to `127.255.255.255:port`, which reaches every
+    /// node bound to `port` on this host and nothing else.
+    pub fn loopback(port: u16) -> Self {
+        Options::on(
+            Ipv4Addr::LOCALHOST,
+            SocketAddrV4::new(Ipv4Addr::new(127, 255, 255, 255), port),
+        )
+    }
+
+    /// On the interface with address `ip`, beaconing to `broadcast` (its subnet's broadcast
+    /// address and the beacon port).
+    pub fn on(ip: Ipv4Addr, broadcast: SocketAddrV4) -> Self {
+        Options {
+            ip,
+            broadcast,
+            name: None,
+            headers: Vec::new(),
+            interval: Duration::from_secs(1),
+            timeouts: (
+                Duration::from_secs(5),
+                Duration::from_secs(10),
+                Duration::from_secs(30),
+            ),
+            send_stall: Duration::from_secs(5),
+            sndhwm: 1000,
+            event_queue: 1024,
+            beacons: true,
+            known_endpoints: Vec::new(),
+        }
+    }
+
+    /// With a name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// With one more header.
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((key.into(), value.into()));
+        self
+    }
+
+    /// With another beacon interval.
+    pub fn with_interval(mut self, d: Duration) -> Self {
+        self.interval = d;
+        self
+    }
+
+    /// With other evasive, silent and expired timeouts.
+    pub fn with_timeouts(mut self, evasive: Duration, silent: Duration, expired: Duration) -> Self {
+        self.timeouts = (evasive, silent, expired);
+        self
+    }
+
+    /// With another send-stall timeout.
+    pub fn with_send_stall(mut self, d: Duration) -> Self {
+        self.send_stall = d;
+        self
+    }
+
+    /// Without UDP beacons: discovery through known endpoints only (networks where broadcast
+    /// does not pass). The mailbox still binds to [`Options::ip`].
+    pub fn without_beacons(mut self) -> Self {
+        self.beacons = false;
+        self
+    }
+
+    /// With one more known endpoint to find a node at, beacons or not.
+    pub fn with_known_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.known_endpoints.push(endpoint.into());
+        self
+    }
+
+    /// With another per-peer send queue size.
+    pub fn with_sndhwm(mut self, n: usize) -> Self {
+        self.sndhwm = n;
+        self
+    }
+
+    fn config(&self, uuid: Uuid) -> Result<Config, Error> {
+        let text =
+            |what, s: &str| ShortStr::new(s).map_err(|error| CallerError::String { what, error });
+        let mut cfg = Config::new(uuid)
+            .with_beacon_interval(self.interval)
+            .with_timeouts(self.timeouts.0, self.timeouts.1, self.timeouts.2)
+            .with_send_stall(self.send_stall)
+            .with_beacons(self.beacons);
+        if let Some(name) = &self.name {
+            cfg = cfg.with_name(text("name", name)?);
+        }
+        for (k, v) in &self.headers {
+            cfg = cfg.with_header(text("header key", k)?, v.clone());
+        }
+        Ok(cfg)
+    }
+
+    fn known(&self) -> Result<Vec<ShortStr>, Error> {
+        self.known_endpoints
+            .iter()
+            .map(|e| {
+                ShortStr::new(e.as_str()).map_err(|error| {
+                    Error::Caller(CallerError::String {
+                        what: "known endpoint",
+                        error,
+                    })
+                })
+            })
+            .collect()
+    }
+}
+
+type Query = Box<dyn FnOnce(&Node) + Send>;
+
+enum Command {
+    Join(ShortStr),
+    Leave(String),
+    Shout(ShortStr, Vec<Bytes>),
+    Whisper(Uuid, Vec<Bytes>, oneshot::Sender<Result<(), CallerError>>),
+    Query(Query),
+    Stop,
+}
+
+/// A running ZRE node.
+pub struct ZreNode {
+    uuid: Uuid,
+    endpoint: String,
+    commands: mpsc::Sender<Command>,
+    events: mpsc::Receiver<Event>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ZreNode {
+    /// Binds the beacon port and the mailbox, and starts beaconing (the first beacon at once).
+    pub async fn start(options: Options) -> Result<ZreNode, Error> {
+        let uuid = Uuid::from_bytes(rand::random());
+        let mut node = Node::new(options.config(uuid)?)?;
+        for endpoint in options.known()? {
+            node.connect_endpoint(endpoint);
+        }
+        let udp = match options.beacons {
+            true => Some(beacon_socket(options.broadcast.port())?),
+            false => None,
+        };
+        let router = Socket::new(
+            SocketType::Router,
+            dafka_zmtp::Options::default().with_router_handover(true),
+        )?;
+        let endpoint = router.bind(&format!("tcp://{}:0", options.ip)).await?;
+        let port = endpoint
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("no port in {endpoint}")))?;
+        let announced = ShortStr::new(endpoint.clone()).map_err(|error| CallerError::String {
+            what: "endpoint",
+            error,
+        })?;
+        node.start(announced, port, Instant::now())?;
+        let (commands, command_rx) = mpsc::channel(256);
+        let (event_tx, events) = mpsc::channel(options.event_queue.max(1));
+        let (peer_tx, peer_rx) = mpsc::channel(1024);
+        let driver = Driver {
+            node,
+            udp,
+            router,
+            broadcast: SocketAddr::V4(options.broadcast),
+            sndhwm: options.sndhwm,
+            dealers: HashMap::new(),
+            probes: HashMap::new(),
+            events: event_tx,
+            peer_tx,
+            peer_rx,
+        };
+        let task = tokio::spawn(driver.run(command_rx));
+        Ok(ZreNode {
+            uuid,
+            endpoint,
+            commands,
+            events,
+            task: Some(task),
+        })
+    }
+
+    /// This node's id.
+    pub fn uuid(&self) -> Uuid {
+        self.uuid
+    }
+
+    /// This node's mailbox, `tcp://ip:port`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The next event; `None` once the node has stopped and every event was taken.
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    /// Joins `group`.
+    pub async fn join(&self, group: &str) -> Result<(), Error> {
+        let group = ShortStr::new(group).map_err(|error| CallerError::String {
+            what: "group",
+            error,
+        })?;
+        self.command(Command::Join(group)).await
+    }
+
+    /// Leaves `group`.
+    pub async fn leave(&self, group: &str) -> Result<(), Error> {
+        self.command(Command::Leave(group.to_owned())).await
+    }
+
+    /// Sends `frames` to every peer in `group`.
+    pub async fn shout(&self, group: &str, frames: Vec<Bytes>) -> Result<(), Error> {
+        let group = ShortStr::new(group).map_err(|error| CallerError::String {
+            what: "group",
+            error,
+        })?;
+        self.command(Command::Shout(group, frames)).await
+    }
+
+    /// Sends `frames` to `peer`.
+    pub async fn whisper(&self, peer: Uuid, frames: Vec<Bytes>) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::Whisper(peer, frames, tx)).await?;
+        Ok(rx.await.map_err(|_| Error::Stopped)??)
+    }
+
+    /// Runs `f` on the state machine, in the node's task (peers, groups, headers).
+    pub async fn query<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Node) -> R + Send + 'static,
+    ) -> Result<R, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.command(Command::Query(Box::new(move |n| {
+            let _ = tx.send(f(n));
+        })))
+        .await?;
+        rx.await.map_err(|_| Error::Stopped)
+    }
+
+    /// Peers that said HELLO.
+    pub async fn peers(&self) -> Result<Vec<Uuid>, Error> {
+        self.query(Node::peers).await
+    }
+
+    /// Stops: a port-0 beacon, every connection closed, then [`Event::Stop`] is the last event.
+    pub async fn stop(&mut self) {
+        let _ = self.commands.send(Command::Stop).await;
+        if let Some(task) = self.task.take() {
+            // Keep draining events so a full event queue cannot hold the task up.
+            let mut task = task;
+            loop {
+                tokio::select! {
+                    _ = &mut task => break,
+                    e = self.events.recv() => if e.is_none() { let _ = (&mut task).await; break; },
+                }
+            }
+        }
+    }
+
+    async fn command(&self, c: Command) -> Result<(), Error> {
+        self.commands.send(c).await.map_err(|_| Error::Stopped)
+    }
+}
+
+impl Drop for ZreNode {
+    fn drop(&mut self) {
+        // Without `stop`, the task ends when it sees the command channel closed (it then stops
+        // politely too, if the runtime still runs).
+        let _ = self.commands.try_send(Command::Stop);
+    }
+}
+
+/// The UDP socket beacons are sent and received on: bound to `0.0.0.0:port`, shared.
+fn beacon_socket(port: u16) -> Result<UdpSocket, Error> {
+    use socket2::{Domain, Protocol, Socket as RawSocket, Type};
+    let s = RawSocket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    #[cfg(unix)]
+    s.set_reuse_port(true)?;
+    s.set_broadcast(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)).into())?;
+    Ok(UdpSocket::from_std(s.into())?)
+}
+
+struct Driver {
+    node: Node,
+    udp: Option<UdpSocket>,
+    router: Socket,
+    /// DEALERs opened to known endpoints whose node has not said HELLO yet.
+    probes: HashMap<String, Socket>,
+    broadcast: SocketAddr,
+    sndhwm: usize,
+    dealers: HashMap<Uuid, Socket>,
+    events: mpsc::Sender<Event>,
+    /// DEALER monitor events, forwarded by one small task per peer. Bounded: a forwarder waits
+    /// when it is full, and its monitor then drops its oldest events.
+    peer_tx: mpsc::Sender<(Uuid, SocketEvent)>,
+    peer_rx: mpsc::Receiver<(Uuid, SocketEvent)>,
+}
+
+impl Driver {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let mut buf = [0u8; 64];
+        let mut inbox = Vec::new();
+        loop {
+            if self.carry_out().await {
+                break;
+            }
+            let deadline = self.node.poll_timeout();
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let udp = async {
+                match &self.udp {
+                    Some(udp) => udp.recv_from(&mut buf).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = udp => match r {
+                    // A datagram longer than the buffer is cut to 64 bytes, which is no beacon
+                    // size either, so it is dropped like any other malformed one.
+                    Ok((n, from)) => self.on_datagram(buf.get(..n).unwrap_or(&[]), from.ip()),
+                    Err(e) => tracing::warn!("ZRE beacon socket: {e}"),
+                },
+                r = self.router.recv_many(256, &mut inbox) => match r {
+                    Ok(_) => {
+                        let now = Instant::now();
+                        for msg in inbox.drain(..) {
+                            self.on_mailbox(msg, now);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("ZRE mailbox closed: {e}");
+                        self.node.stop();
+                    }
+                },
+                c = commands.recv() => match c {
+                    Some(c) => self.on_command(c),
+                    None => self.node.stop(),
+                },
+                Some((peer, e)) = self.peer_rx.recv() => self.on_peer_event(peer, e),
+                () = sleep => self.node.handle_timeout(Instant::now()),
+            }
+        }
+        for (_, probe) in self.probes.drain() {
+            probe.close_in_background_with(Some(Duration::ZERO));
+        }
+        self.router.close_in_background_with(Some(Duration::ZERO));
+    }
+
+    fn on_datagram(&mut self, payload: &[u8], from: IpAddr) {
+        // 43/ZRE: "a node that receives an invalid beacon SHALL silently discard it".
+        let Ok(beacon) = Beacon::decode(payload) else {
+            return;
+        };
+        if let Err(e) = self.node.handle_beacon(&beacon, from, Instant::now()) {
+            tracing::debug!("ZRE beacon from {from}: {e}");
+        }
+    }
+
+    fn on_mailbox(&mut self, msg: Message, now: Instant) {
+        let Some((id, frames)) = msg.frames().split_first() else {
+            return;
+        };
+        if let Err(e) = self.node.handle_message(id, frames, now) {
+            tracing::warn!("ZRE message dropped: {e}");
+        }
+    }
+
+    fn on_command(&mut self, c: Command) {
+        match c {
+            Command::Join(g) => self.node.join(g),
+            Command::Leave(g) => self.node.leave(&g),
+            Command::Shout(g, frames) => self.node.shout(g, frames),
+            Command::Whisper(peer, frames, reply) => {
+                let _ = reply.send(self.node.whisper(peer, frames));
+            }
+            Command::Query(f) => f(&self.node),
+            Command::Stop => self.node.stop(),
+        }
+    }
+
+    fn on_peer_event(&mut self, peer: Uuid, e: SocketEvent) {
+        match e {
+            SocketEvent::SendQueueFull { .. } => {
+                self.node.handle_send_blocked(peer, Instant::now())
+            }
+            SocketEvent::SendQueueDrained { .. } => self.node.handle_send_drained(peer),
+            SocketEvent::HandshakeFailed { reason, .. } => {
+                tracing::debug!("ZRE peer {peer}: handshake failed: {reason}");
+            }
+            _ => {}
+        }
+    }
+
+    /// Carries out everything the state machine asked for; true once it reported STOP.
+    async fn carry_out(&mut self) -> bool {
+        let mut stopped = false;
+        while let Some(out) = self.node.poll_output() {
+            match out {
+                Output::Beacon(b) => {
+                    let Some(udp) = &self.udp else { continue };
+                    if let Err(e) = udp.send_to(&b.encode(), self.broadcast).await {
+                        tracing::warn!("ZRE beacon to {}: {e}", self.broadcast);
+                    }
+                }
+                Output::Connect { peer, endpoint } => {
+                    if let Some(dealer) = self.open(&endpoint).await {
+                        self.adopt(peer, dealer);
+                    } else {
+                        self.node.handle_connection_failed(peer);
+                    }
+                }
+                Output::Probe { endpoint, hello } => {
+                    if let Some(dealer) = self.open(&endpoint).await {
+                        // Queued until a node listens there (the DEALER keeps reconnecting).
+                        let _ = dealer.try_send(Message::from(hello));
+                        if let Some(old) = self.probes.insert(endpoint, dealer) {
+                            old.close_in_background_with(Some(Duration::ZERO));
+                        }
+                    }
+                }
+                Output::Adopt { endpoint, peer } => {
+                    if let Some(dealer) = self.probes.remove(&endpoint) {
+                        self.adopt(peer, dealer);
+                    }
+                }
+                Output::Send { peer, frames } => {
+                    let Some(dealer) = self.dealers.get(&peer) else {
+                        continue;
+                    };
+                    if dealer.try_send(Message::from(frames)).is_err() {
+                        self.node.handle_send_blocked(peer, Instant::now());
+                    }
+                }
+                Output::Disconnect { peer } => {
+                    if let Some(d) = self.dealers.remove(&peer) {
+                        d.close_in_background();
+                    }
+                }
+                Output::Event(e) => {
+                    stopped |= matches!(e, Event::Stop);
+                    if self.events.send(e).await.is_err() && !stopped {
+                        // Nobody listens any more: stop.
+                        self.node.stop();
+                    }
+                }
+                _ => {}
+            }
+        }
+        stopped
+    }
+
+    /// A DEALER with this node's identity, connecting to `endpoint`.
+    async fn open(&mut self, endpoint: &str) -> Option<Socket> {
+        let options = dafka_zmtp::Options::default()
+            .with_routing_id(Some(Bytes::copy_from_slice(
+                &self.node.uuid().dealer_identity(),
+            )))
+            .with_sndhwm(self.sndhwm)
+            // Long enough to flush a GOODBYE at stop, short enough for a dead peer.
+            .with_linger(Some(DEALER_LINGER));
+        let dealer = match Socket::new(SocketType::Dealer, options) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("ZRE DEALER to {endpoint}: {e}");
+                return None;
+            }
+        };
+        if let Err(e) = dealer.connect(endpoint).await {
+            tracing::warn!("ZRE DEALER to {endpoint}: {e}");
+            dealer.close_in_background_with(Some(Duration::ZERO));
+            return None;
+        }
+        Some(dealer)
+    }
+
+    /// Makes `dealer` `peer`'s, forwarding its monitor events to the state machine.
+    fn adopt(&mut self, peer: Uuid, dealer: Socket) {
+        let mut monitor = dealer.monitor(64);
+        let tx = self.peer_tx.clone();
+        tokio::spawn(async move {
+            while let Some(e) = monitor.recv().await {
+                if tx.send((peer, e)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        if let Some(old) = self.dealers.insert(peer, dealer) {
+            old.close_in_background_with(Some(Duration::ZERO));
+        }
+    }
+}
