@@ -478,7 +478,13 @@ fn topic_subscriptions(topic: &Topic) -> [Bytes; 2] {
     ]
 }
 
-fn fetch_for(sender: NodeId, topic: &Topic, producer: NodeId, from: u64, end: u64) -> Message {
+pub(crate) fn fetch_for(
+    sender: NodeId,
+    topic: &Topic,
+    producer: NodeId,
+    from: u64,
+    end: u64,
+) -> Message {
     Message::Fetch(Fetch {
         producer,
         sender,

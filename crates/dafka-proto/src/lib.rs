@@ -12,6 +12,9 @@
 //!   cumulative ACKs from `min_acks` stores.
 //! * [`Consumer`]: exact topics, earliest/latest/explicit start, gap FETCHes retried on a timer
 //!   with backoff, a bounded reorder buffer, duplicates dropped, in-order delivery.
+//! * [`StoreWriter`], [`StoreReader`]: the two halves of a store (the reference's writer and
+//!   reader nodes): replication with gap FETCHes on a timer, ACKs only for durable records,
+//!   FETCH, GET-HEADS, CONSUMER-HELLO and STORE-HELLO answered from a [`StoreLog`].
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
@@ -53,6 +56,7 @@ mod error;
 mod id;
 pub mod message;
 pub mod producer;
+pub mod store;
 pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
@@ -66,3 +70,4 @@ pub use message::{
     PREFIX_END, Record, StoreHello, VERSION,
 };
 pub use producer::{Producer, ProducerConfig};
+pub use store::{StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig};
