@@ -50,6 +50,9 @@ pub enum Error {
     /// The node was closed.
     #[error("the node is closed")]
     Closed,
+    /// The store directory could not be opened or recovered.
+    #[error(transparent)]
+    Storage(#[from] dafka_store::OpenError),
     /// A socket failed (binding a port in use, a runtime missing, ...).
     #[error(transparent)]
     Socket(#[from] dafka_zmtp::Error),
