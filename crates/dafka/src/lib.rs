@@ -66,6 +66,6 @@ pub use dafka_proto::{NodeId, OffsetReset, Topic};
 pub use dafka_store::SyncPolicy;
 pub use error::Error;
 pub use node::{NodeConfig, NodeStats, TowerAddress};
-pub use producer::{ProducerNode, ProducerOptions};
+pub use producer::{ProducerNode, ProducerOptions, RESUME_GRACE};
 pub use store::{StoreNode, StoreOptions};
 pub use tower::{Tower, TowerConfig};

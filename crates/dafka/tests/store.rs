@@ -336,3 +336,51 @@ async fn store_killed_repeatedly_keeps_every_acknowledged_record() {
     }
     tower.close().await;
 }
+
+/// A producer dropped without a word and started again with its partition id learns the
+/// stores' head and continues at the next offset; a consumer gets every record once. A
+/// partition no store holds cannot be resumed (the producer does not guess an offset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_producer_continues_at_the_next_offset() {
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = store(d1.path(), &towers).await;
+    let s2 = store(d2.path(), &towers).await;
+    let first = ProducerNode::start("resumed", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("resumed", 1500);
+    first.send_many(sent[..1000].to_vec()).await.unwrap();
+    first.flush(Some(PATIENCE)).await.unwrap();
+    let partition = first.partition();
+    drop(first);
+    let second = ProducerNode::start(
+        "resumed",
+        fast(&towers),
+        producer_options().with_partition(Some(partition)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.next_offset(), 1000);
+    assert_eq!(second.send_many(sent[1000..].to_vec()).await.unwrap(), 1000);
+    second.flush(Some(PATIENCE)).await.unwrap();
+    let consumer = ConsumerNode::start(&["resumed"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    let got = collect(&consumer, 1500).await;
+    check_exactly_once(&got, &BTreeMap::from([(partition, sent)]));
+    let unknown = ProducerNode::start(
+        "resumed",
+        fast(&towers),
+        producer_options()
+            .with_partition(Some(NodeId::from_bytes([7; 16])))
+            .with_resume_timeout(Some(Duration::from_millis(500))),
+    )
+    .await;
+    assert!(matches!(unknown, Err(Error::ResumeTimeout { .. })));
+    consumer.close().await;
+    second.close().await;
+    s1.close().await;
+    s2.close().await;
+    tower.close().await;
+}
