@@ -169,13 +169,14 @@ impl Consumer {
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
-    /// `'D'`, `'E'` and `'L'` + its id.
-    pub fn subscriptions(&self) -> [Bytes; 3] {
+    /// `'D'`, `'E'`, `'L'` and (the low-water extension) `'O'` + its id.
+    pub fn subscriptions(&self) -> [Bytes; 4] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
+            subscription::node(Kind::DirectLowWater, id),
         ]
     }
 
@@ -251,6 +252,10 @@ impl Consumer {
             Message::DirectHead(d) => {
                 self.check_to(Kind::DirectHead, &d.to)?;
                 self.on_head(&d.head.topic, d.head.producer, d.head.sequence, now)
+            }
+            Message::DirectLowWater(d) => {
+                self.check_to(Kind::DirectLowWater, &d.to)?;
+                self.on_low_water(&d.low.topic, d.low.producer, d.low.sequence, now)
             }
             Message::StoreHello(s) => {
                 self.check_to(Kind::StoreHello, &s.consumer)?;
@@ -330,6 +335,53 @@ impl Consumer {
         };
         if let Some(p) = self.partitions.get_mut(&key) {
             p.head = Some(p.head.map_or(sequence, |h| h.max(sequence)));
+        }
+        self.refetch(&key, now);
+        Ok(())
+    }
+
+    /// A store no longer holds the offsets below `low` (retention): a partition positioned
+    /// below it skips to it (nobody can serve the records before), and an "earliest" consumer
+    /// starts a new partition there. A "latest" consumer does not learn partitions from it.
+    fn on_low_water(
+        &mut self,
+        topic: &Topic,
+        producer: NodeId,
+        low: u64,
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        let key = (topic.clone(), producer);
+        if !self.partitions.contains_key(&key) && self.config.offset_reset != OffsetReset::Earliest
+        {
+            return Ok(());
+        }
+        let Some(key) = self.partition(topic, producer, low)? else {
+            return Ok(());
+        };
+        let Some(p) = self.partitions.get_mut(&key) else {
+            return Ok(());
+        };
+        if p.next >= low {
+            return Ok(());
+        }
+        p.next = low;
+        while let Some(entry) = p.reorder.first_entry() {
+            if *entry.key() >= low {
+                break;
+            }
+            self.reorder_bytes -= entry.remove().len();
+        }
+        p.retry = None;
+        // Records held from `low` on are now next in line.
+        if let Some(content) = p.reorder.remove(&low) {
+            self.reorder_bytes -= content.len();
+            let record = Record {
+                producer,
+                topic: topic.clone(),
+                sequence: low,
+                content,
+            };
+            return self.on_record(&record, now);
         }
         self.refetch(&key, now);
         Ok(())

@@ -31,6 +31,7 @@
 //! | `0x47` 'G' | GET-HEADS | topic name | address = consumer | 1 |
 //! | `0x57` 'W' | CONSUMER-HELLO | store reader's UUID | address = consumer, subjects = topics | 1 |
 //! | `0x4C` 'L' | STORE-HELLO | consumer's UUID | address = store reader | 1 |
+//! | `0x4F` 'O' | DIRECT-LOW-WATER (extension) | requesting consumer's UUID | address = producer, subject, sequence (8) = first offset held | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
 //! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
@@ -180,6 +181,7 @@ kinds! {
     GetHeads = 0x47, "GET-HEADS", 1;
     ConsumerHello = 0x57, "CONSUMER-HELLO", 1;
     StoreHello = 0x4C, "STORE-HELLO", 1;
+    DirectLowWater = 0x4F, "DIRECT-LOW-WATER", 1;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -253,6 +255,19 @@ pub struct DirectHead {
     pub head: Head,
 }
 
+/// An extension (not in 46/DAFKA, not sent by the reference): a store's low-water mark of a
+/// partition, sent to one consumer with the DIRECT-HEAD of the same partition when the store no
+/// longer holds its first records (retention): DIRECT-LOW-WATER (`'O'`). Same layout as
+/// DIRECT-HEAD; `low.sequence` is the first offset the store still holds. A reference consumer
+/// never subscribes to `'O'`, so it never receives one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectLowWater {
+    /// The consumer that asked: the topic prefix.
+    pub to: NodeId,
+    /// Producer, topic, and the first offset still held.
+    pub low: Head,
+}
+
 /// A consumer's request for the heads of a topic's partitions: GET-HEADS (`'G'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetHeads {
@@ -307,6 +322,7 @@ impl Message {
             Message::GetHeads(g) => Prefix::Topic(&g.topic),
             Message::DirectRecord(d) => Prefix::Node(&d.to),
             Message::DirectHead(d) => Prefix::Node(&d.to),
+            Message::DirectLowWater(d) => Prefix::Node(&d.to),
             Message::Fetch(f) => Prefix::Node(&f.producer),
             Message::Ack(a) => Prefix::Node(&a.producer),
             Message::ConsumerHello(c) => Prefix::Node(&c.store),
@@ -330,6 +346,10 @@ impl Message {
             | Message::Head(Head { topic, .. })
             | Message::DirectHead(DirectHead {
                 head: Head { topic, .. },
+                ..
+            })
+            | Message::DirectLowWater(DirectLowWater {
+                low: Head { topic, .. },
                 ..
             }) => ADDRESS + 1 + topic.len() + 8,
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
@@ -357,7 +377,9 @@ impl Message {
             Message::Record(r) | Message::DirectRecord(DirectRecord { record: r, .. }) => {
                 put_position(out, &r.producer, &r.topic, r.sequence)
             }
-            Message::Head(h) | Message::DirectHead(DirectHead { head: h, .. }) => {
+            Message::Head(h)
+            | Message::DirectHead(DirectHead { head: h, .. })
+            | Message::DirectLowWater(DirectLowWater { low: h, .. }) => {
                 put_position(out, &h.producer, &h.topic, h.sequence)
             }
             Message::Fetch(f) => {
@@ -451,17 +473,19 @@ impl Message {
                     },
                 })
             }
-            Kind::DirectHead => {
+            Kind::DirectHead | Kind::DirectLowWater => {
                 let to = NodeId::decode(&prefix, "topic prefix")?;
                 let (producer, topic, sequence) = position(&mut r)?;
-                Message::DirectHead(DirectHead {
-                    to,
-                    head: Head {
-                        producer,
-                        topic,
-                        sequence,
-                    },
-                })
+                let head = Head {
+                    producer,
+                    topic,
+                    sequence,
+                };
+                if kind == Kind::DirectHead {
+                    Message::DirectHead(DirectHead { to, head })
+                } else {
+                    Message::DirectLowWater(DirectLowWater { to, low: head })
+                }
             }
             Kind::Fetch => {
                 let producer = NodeId::decode(&prefix, "topic prefix")?;

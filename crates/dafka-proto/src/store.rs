@@ -17,7 +17,8 @@
 //!   DIRECT-RECORDs in ascending order, read from the engine lazily in chunks of
 //!   [`StoreReaderConfig::read_chunk`] records (so an answer of a million records holds one
 //!   chunk in memory), GET-HEADS and CONSUMER-HELLO with one DIRECT-HEAD per partition of the
-//!   topic it holds, and a `'L'` + consumer subscription reaching its XPUB with STORE-HELLO. It
+//!   topic it holds (preceded by a DIRECT-LOW-WATER, an extension, when retention dropped the
+//!   partition's first records), and a `'L'` + consumer subscription reaching its XPUB with STORE-HELLO. It
 //!   ignores FETCHes from its own writer (the reference does too).
 //!
 //! # Engine access
@@ -43,7 +44,7 @@ use crate::consumer::fetch_for;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectRecord, Fetch, Head, Kind, Message, Record, StoreHello,
+    Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreHello,
 };
 use crate::subscription;
 
@@ -60,8 +61,8 @@ pub trait StoreLog {
     /// its last durable record; `None` for a partition the store does not hold.
     fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)>;
 
-    /// Every partition of `topic` (exactly that topic) with its head.
-    fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64)>;
+    /// Every partition of `topic` (exactly that topic) with its `(low_water, head)`.
+    fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64, u64)>;
 
     /// Durable records of the partition from offset `from`, ascending, at most `max`.
     fn read(
@@ -559,10 +560,22 @@ impl StoreReader {
     }
 
     fn heads<L: StoreLog>(&mut self, topic: &Topic, to: NodeId, log: &L) {
-        for (producer, head) in log.partitions_of(topic) {
+        for (producer, low, head) in log.partitions_of(topic) {
             let Some(sequence) = head.checked_sub(1) else {
                 continue;
             };
+            if low > 0 {
+                // Extension: the first records are gone (retention); an "earliest" consumer
+                // starts here instead of FETCHing offsets nobody holds.
+                self.queue(Message::DirectLowWater(DirectLowWater {
+                    to,
+                    low: Head {
+                        producer,
+                        topic: topic.clone(),
+                        sequence: low,
+                    },
+                }));
+            }
             self.queue(Message::DirectHead(DirectHead {
                 to,
                 head: Head {

@@ -53,11 +53,11 @@ impl StoreLog for MemLog {
         Some((*low, *low + values.len() as u64))
     }
 
-    fn partitions_of(&self, t: &Topic) -> Vec<(NodeId, u64)> {
+    fn partitions_of(&self, t: &Topic) -> Vec<(NodeId, u64, u64)> {
         self.parts
             .iter()
             .filter(|((pt, _), _)| pt == t)
-            .map(|((_, p), (low, v))| (*p, low + v.len() as u64))
+            .map(|((_, p), (low, v))| (*p, *low, low + v.len() as u64))
             .collect()
     }
 
@@ -690,4 +690,73 @@ fn cluster_replicates_and_serves_after_the_producers_are_gone() {
         c.step();
     }
     assert_eq!(c.delivered[&ci].len(), 2 * N as usize);
+}
+
+/// Extension: after retention a store sends DIRECT-LOW-WATER before DIRECT-HEAD, and an
+/// "earliest" consumer starts at the low-water mark instead of FETCHing offsets nobody holds.
+#[test]
+fn earliest_consumer_starts_at_the_low_water_mark() {
+    let t0 = Instant::now();
+    let mut log = MemLog::default();
+    log.parts.insert(
+        key(),
+        (5, (5..8).map(|s| record(s).content).collect::<Vec<_>>()),
+    );
+    let mut r = reader();
+    let mut cfg = ConsumerConfig::new(id(C1));
+    cfg.offset_reset = OffsetReset::Earliest;
+    let mut c = dafka_proto::Consumer::new(cfg).unwrap();
+    assert!(
+        c.subscriptions()
+            .iter()
+            .any(|s| s == format!("O{C1}").as_bytes())
+    );
+    c.subscribe(topic("golden"));
+    let get_heads: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    for m in &get_heads {
+        r.handle_message(m, &log).unwrap();
+    }
+    let answers = sent_r(&mut r, &log);
+    assert!(matches!(
+        &answers[..],
+        [Message::DirectLowWater(l), Message::DirectHead(h)]
+            if l.low.sequence == 5 && h.head.sequence == 7 && l.to == id(C1)
+    ));
+    // The bytes: DIRECT-HEAD's layout under id 'O'.
+    let frames = answers[0].to_frames();
+    assert_eq!(&frames[0][..33], format!("O{C1}").as_bytes());
+    assert_eq!(
+        Message::decode(&frames, &dafka_proto::Limits::DEFAULT).unwrap(),
+        answers[0]
+    );
+    for m in &answers {
+        c.handle_message(m, t0).unwrap();
+    }
+    let fetches: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    assert!(matches!(
+        &fetches[..],
+        [Message::Fetch(f)] if f.sequence == 5 && f.count == 3
+    ));
+    for m in &fetches {
+        r.handle_message(m, &log).unwrap();
+    }
+    for m in sent_r(&mut r, &log) {
+        c.handle_message(&m, t0).unwrap();
+    }
+    let got: Vec<u64> = std::iter::from_fn(|| c.poll_record())
+        .map(|d| d.offset)
+        .collect();
+    assert_eq!(got, [5, 6, 7]);
+    // A partition already past the mark does not move back; records held beyond it stay.
+    let low = Message::DirectLowWater(dafka_proto::DirectLowWater {
+        to: id(C1),
+        low: Head {
+            producer: id(P1),
+            topic: topic("golden"),
+            sequence: 2,
+        },
+    });
+    c.handle_message(&low, t0).unwrap();
+    c.handle_message(&Message::Record(record(8)), t0).unwrap();
+    assert_eq!(c.poll_record().map(|d| d.offset), Some(8));
 }

@@ -397,7 +397,7 @@ impl StoreLog for EngineLog {
         Some((self.engine.low_water(id)?, self.engine.head(id)?))
     }
 
-    fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64)> {
+    fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64, u64)> {
         let Ok(name) = std::str::from_utf8(topic.as_bytes()) else {
             return Vec::new();
         };
@@ -405,7 +405,7 @@ impl StoreLog for EngineLog {
             .partitions()
             .into_iter()
             .filter(|p| p.key.topic == name)
-            .map(|p| (NodeId::from_bytes(p.key.producer), p.head))
+            .map(|p| (NodeId::from_bytes(p.key.producer), p.low_water, p.head))
             .collect()
     }
 

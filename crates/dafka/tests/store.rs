@@ -384,3 +384,50 @@ async fn a_restarted_producer_continues_at_the_next_offset() {
     s2.close().await;
     tower.close().await;
 }
+
+/// After retention dropped the first segments, an "earliest" consumer starts at the store's
+/// low-water mark (DIRECT-LOW-WATER, an extension) and gets every record from there once, in
+/// order, with the producer gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earliest_consumer_after_retention_starts_at_the_low_water_mark() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = dafka_store::Config::with_sync(SyncPolicy::Always);
+    engine.segment_bytes = 16 << 10;
+    engine.max_record_bytes = 1024;
+    engine.retention.max_bytes = Some(64 << 10);
+    let s = StoreNode::open(
+        dir.path(),
+        fast(&towers),
+        StoreOptions::default()
+            .with_engine(engine)
+            .with_fetch_retry(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    let producer = ProducerNode::start("retained", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("retained", 5000);
+    for chunk in sent.chunks(500) {
+        producer.send_many(chunk.to_vec()).await.unwrap();
+        producer.flush(Some(PATIENCE)).await.unwrap();
+    }
+    let partition = producer.partition();
+    producer.close().await;
+    let key = dafka_store::PartitionKey::new("retained", *partition.as_bytes());
+    let id = s.engine().lookup(&key).unwrap();
+    let low = s.engine().low_water(id).unwrap();
+    assert!(low > 0 && low < 5000, "low-water mark {low}");
+    let consumer = ConsumerNode::start(&["retained"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    let want = 5000 - low as usize;
+    let got = collect(&consumer, want).await;
+    let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (low..5000).collect::<Vec<_>>());
+    assert!(got.iter().all(|r| r.value == sent[r.offset as usize]));
+    consumer.close().await;
+    s.close().await;
+    tower.close().await;
+}
