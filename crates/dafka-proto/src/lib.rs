@@ -67,7 +67,7 @@ pub use error::{
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
     Ack, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads, Head, Kind,
-    Limits, Message, PREFIX_END, Record, StoreHello, VERSION,
+    Limits, Message, PREFIX_END, Record, StoreAck, StoreHello, VERSION,
 };
 pub use producer::{Producer, ProducerConfig};
 pub use store::{StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig};

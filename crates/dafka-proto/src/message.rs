@@ -31,6 +31,7 @@
 //! | `0x47` 'G' | GET-HEADS | topic name | address = consumer | 1 |
 //! | `0x57` 'W' | CONSUMER-HELLO | store reader's UUID | address = consumer, subjects = topics | 1 |
 //! | `0x4C` 'L' | STORE-HELLO | consumer's UUID | address = store reader | 1 |
+//! | `0x41` 'A' | STORE-ACK (extension) | producer's UUID | address = store writer, subject, sequence (8) | 1 |
 //! | `0x4F` 'O' | DIRECT-LOW-WATER (extension) | requesting consumer's UUID | address = producer, subject, sequence (8) = first offset held | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
@@ -182,6 +183,7 @@ kinds! {
     ConsumerHello = 0x57, "CONSUMER-HELLO", 1;
     StoreHello = 0x4C, "STORE-HELLO", 1;
     DirectLowWater = 0x4F, "DIRECT-LOW-WATER", 1;
+    StoreAck = 0x41, "STORE-ACK", 1;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -255,6 +257,18 @@ pub struct DirectHead {
     pub head: Head,
 }
 
+/// An extension (not in 46/DAFKA, not sent by the reference): an ACK that names the store
+/// writer that sends it, so a producer can count distinct stores for `min_acks > 1`:
+/// STORE-ACK (`'A'`). A store sends it beside every ACK; a publisher sends it only to
+/// subscribers of `'A'` + producer, which a reference producer never is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreAck {
+    /// The store writer that acknowledges.
+    pub store: NodeId,
+    /// The acknowledgement, as in ACK (the producer is the topic prefix).
+    pub ack: Ack,
+}
+
 /// An extension (not in 46/DAFKA, not sent by the reference): a store's low-water mark of a
 /// partition, sent to one consumer with the DIRECT-HEAD of the same partition when the store no
 /// longer holds its first records (retention): DIRECT-LOW-WATER (`'O'`). Same layout as
@@ -325,6 +339,7 @@ impl Message {
             Message::DirectLowWater(d) => Prefix::Node(&d.to),
             Message::Fetch(f) => Prefix::Node(&f.producer),
             Message::Ack(a) => Prefix::Node(&a.producer),
+            Message::StoreAck(a) => Prefix::Node(&a.ack.producer),
             Message::ConsumerHello(c) => Prefix::Node(&c.store),
             Message::StoreHello(s) => Prefix::Node(&s.consumer),
         }
@@ -354,6 +369,7 @@ impl Message {
             }) => ADDRESS + 1 + topic.len() + 8,
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
             Message::Ack(a) => 1 + a.topic.len() + 8,
+            Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
             Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
             Message::ConsumerHello(c) => {
                 ADDRESS + 4 + c.topics.iter().map(|t| 4 + t.len()).sum::<usize>()
@@ -390,6 +406,7 @@ impl Message {
                 a.topic.put_string(out);
                 out.put_u64(a.sequence);
             }
+            Message::StoreAck(a) => put_position(out, &a.store, &a.ack.topic, a.ack.sequence),
             Message::GetHeads(g) => g.consumer.put_string(out),
             Message::ConsumerHello(c) => {
                 c.consumer.put_string(out);
@@ -507,6 +524,18 @@ impl Message {
                     producer,
                     topic,
                     sequence,
+                })
+            }
+            Kind::StoreAck => {
+                let producer = NodeId::decode(&prefix, "topic prefix")?;
+                let (store, topic, sequence) = position(&mut r)?;
+                Message::StoreAck(StoreAck {
+                    store,
+                    ack: Ack {
+                        producer,
+                        topic,
+                        sequence,
+                    },
                 })
             }
             Kind::GetHeads => Message::GetHeads(GetHeads {

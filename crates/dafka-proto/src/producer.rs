@@ -14,9 +14,10 @@
 //!   lazily from at most [`ProducerConfig::max_pending_fetches`] pending ranges, so a flood of
 //!   FETCHes costs no memory beyond that.
 //! * ACKs are cumulative. Records are released once [`ProducerConfig::min_acks`] distinct stores
-//!   have acknowledged them. A reference ACK names no store, so the driver says which store
-//!   sent it when it knows (`store` in [`Producer::handle_ack`]); every ACK without a store
-//!   counts as one and the same store.
+//!   have acknowledged them. A reference ACK names no store, so with `min_acks` 1 the producer
+//!   takes ACKs (`'K'`) from any store, and with `min_acks` > 1 it takes only STORE-ACKs
+//!   (`'A'`, an extension our stores send beside each ACK, naming the store writer): distinct
+//!   stores of ours are counted, reference stores not at all.
 //!
 //! * Resuming a saved partition id ([`Producer::start_resume`]): the producer asks the stores
 //!   for its partition's head with GET-HEADS (its own id in the consumer field; a store reader
@@ -168,10 +169,17 @@ impl Producer {
         &self.config
     }
 
-    /// The subscriptions of the producer's SUB socket: `'K'` and `'F'` + its id.
+    /// The subscriptions of the producer's SUB socket: `'K'` (with `min_acks` 1) or `'A'`
+    /// (STORE-ACK, the extension that names the store, with `min_acks` > 1), and `'F'` + its
+    /// id.
     pub fn subscriptions(&self) -> [Bytes; 2] {
+        let acks = if self.config.min_acks > 1 {
+            Kind::StoreAck
+        } else {
+            Kind::Ack
+        };
         [
-            subscription::node(Kind::Ack, &self.config.id),
+            subscription::node(acks, &self.config.id),
             subscription::node(Kind::Fetch, &self.config.id),
         ]
     }
@@ -264,7 +272,10 @@ impl Producer {
         store: Option<NodeId>,
     ) -> Result<(), PeerError> {
         match message {
-            Message::Ack(ack) => self.handle_ack(ack, store),
+            // With min_acks > 1 only STORE-ACKs count: a reference ACK cannot say which store
+            // sent it, and counting both forms would count one of our stores twice.
+            Message::Ack(ack) if self.config.min_acks == 1 => self.handle_ack(ack, store),
+            Message::StoreAck(a) => self.handle_ack(&a.ack, Some(a.store)),
             Message::Fetch(fetch) => self.handle_fetch(fetch),
             Message::DirectHead(dh) => self.on_direct_head(dh),
             _ => Ok(()),

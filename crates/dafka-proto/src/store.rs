@@ -9,7 +9,8 @@
 //!   offset are dropped and come back through FETCH, as the reference does.
 //! * An ACK goes out only for records the engine reports durable: the driver appends, waits
 //!   for the group commit and then calls [`StoreWriter::durable`]. ACKs are cumulative, one
-//!   per partition and durability report. A HEAD at or below the durable head is answered
+//!   per partition and durability report, each followed by a STORE-ACK (an extension naming
+//!   the writer, for producers with `min_acks > 1`). A HEAD at or below the durable head is answered
 //!   with an ACK of that HEAD (so a producer whose ACK was lost is released at its next
 //!   HEAD).
 //! * [`StoreReader`] (the reader node, an XPUB): subscribes to every FETCH and GET-HEADS
@@ -44,7 +45,8 @@ use crate::consumer::fetch_for;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreHello,
+    Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreAck,
+    StoreHello,
 };
 use crate::subscription;
 
@@ -165,6 +167,8 @@ pub struct StoreWriter {
     appends: VecDeque<Append>,
     acks: VecDeque<PartitionKey>,
     transmit: VecDeque<Message>,
+    /// The STORE-ACK that follows the ACK just returned.
+    store_ack: Option<Message>,
     dropped: u64,
 }
 
@@ -178,6 +182,7 @@ impl StoreWriter {
             appends: VecDeque::new(),
             acks: VecDeque::new(),
             transmit: VecDeque::new(),
+            store_ack: None,
             dropped: 0,
         })
     }
@@ -265,10 +270,15 @@ impl StoreWriter {
         if head.sequence < p.durable {
             // Everything the producer has is durable here: say so again, in case the ACK
             // was lost.
-            self.transmit.push_back(Message::Ack(Ack {
+            let ack = Ack {
                 producer: head.producer,
                 topic: head.topic.clone(),
                 sequence: head.sequence,
+            };
+            self.transmit.push_back(Message::Ack(ack.clone()));
+            self.transmit.push_back(Message::StoreAck(StoreAck {
+                store: self.config.id,
+                ack,
             }));
         }
         self.refetch(&key, now);
@@ -363,8 +373,12 @@ impl StoreWriter {
         }
     }
 
-    /// The next message to publish: ACKs first, then FETCHes.
+    /// The next message to publish: ACKs (each followed by its STORE-ACK, the extension that
+    /// names this writer), then FETCHes.
     pub fn poll_transmit(&mut self) -> Option<Message> {
+        if let Some(m) = self.store_ack.take() {
+            return Some(m);
+        }
         while let Some(key) = self.acks.pop_front() {
             let Some(p) = self.partitions.get_mut(&key) else {
                 continue;
@@ -373,11 +387,16 @@ impl StoreWriter {
             let Some(sequence) = p.durable.checked_sub(1) else {
                 continue;
             };
-            return Some(Message::Ack(Ack {
+            let ack = Ack {
                 producer: key.1,
                 topic: key.0,
                 sequence,
+            };
+            self.store_ack = Some(Message::StoreAck(StoreAck {
+                store: self.config.id,
+                ack: ack.clone(),
             }));
+            return Some(Message::Ack(ack));
         }
         self.transmit.pop_front()
     }

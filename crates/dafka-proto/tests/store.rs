@@ -760,3 +760,38 @@ fn earliest_consumer_starts_at_the_low_water_mark() {
     c.handle_message(&Message::Record(record(8)), t0).unwrap();
     assert_eq!(c.poll_record().map(|d| d.offset), Some(8));
 }
+
+/// Extension for `min_acks > 1`: every ACK is followed by a STORE-ACK naming the writer; a
+/// producer with `min_acks` 2 subscribes to STORE-ACKs only and counts distinct writers.
+#[test]
+fn store_acks_name_the_writer_and_count_towards_min_acks() {
+    let t0 = Instant::now();
+    let mut log = MemLog::default();
+    let mut w = writer();
+    w.handle_message(&Message::Record(record(0)), t0).unwrap();
+    append_all(&mut w, &mut log);
+    w.durable(&key(), 1);
+    let out = sent_w(&mut w);
+    assert!(matches!(
+        &out[..],
+        [Message::Ack(a), Message::StoreAck(s)]
+            if a.sequence == 0 && s.ack == *a && s.store == id(S1_WRITER)
+    ));
+    let mut cfg = ProducerConfig::new(id(P1), topic("golden"));
+    cfg.min_acks = 2;
+    let mut p = Producer::new(cfg).unwrap();
+    assert_eq!(p.subscriptions()[0], format!("A{P1}").as_bytes());
+    p.send(record(0).content, t0).unwrap();
+    while p.poll_transmit().is_some() {}
+    // The reference form does not count, one store twice does not count.
+    p.handle_message(&out[0], None).unwrap();
+    p.handle_message(&out[1], None).unwrap();
+    p.handle_message(&out[1], None).unwrap();
+    assert!(!p.is_flushed());
+    let mut other = out[1].clone();
+    if let Message::StoreAck(s) = &mut other {
+        s.store = id(S2_WRITER);
+    }
+    p.handle_message(&other, None).unwrap();
+    assert!(p.is_flushed());
+}

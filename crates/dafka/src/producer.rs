@@ -373,7 +373,10 @@ struct ProducerRole {
 impl Role for ProducerRole {
     fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
         let result = self.shared.lock().handle_message(message, None);
-        if matches!(message, Message::Ack(_) | Message::DirectHead(_)) {
+        if matches!(
+            message,
+            Message::Ack(_) | Message::StoreAck(_) | Message::DirectHead(_)
+        ) {
             self.shared.control.changed.notify_waiters();
         }
         result

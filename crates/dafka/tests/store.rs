@@ -431,3 +431,30 @@ async fn earliest_consumer_after_retention_starts_at_the_low_water_mark() {
     s.close().await;
     tower.close().await;
 }
+
+/// `min_acks` 2: one store is not enough (flush times out), two distinct stores are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_acks_two_needs_two_distinct_stores() {
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = store(d1.path(), &towers).await;
+    let producer = ProducerNode::start("twice", fast(&towers), producer_options().with_min_acks(2))
+        .await
+        .unwrap();
+    producer.send_many(values("twice", 200)).await.unwrap();
+    wait_for_head(&s1, "twice", producer.partition(), 200).await;
+    assert!(matches!(
+        producer.flush(Some(Duration::from_millis(500))).await,
+        Err(Error::FlushTimeout { unacked: 200, .. })
+    ));
+    let s2 = store(d2.path(), &towers).await;
+    // No deadline inside flush: a lost wake-up fails here instead of passing at the deadline.
+    tokio::time::timeout(PATIENCE, producer.flush(None))
+        .await
+        .expect("flush woken by the second store's STORE-ACK")
+        .unwrap();
+    producer.close().await;
+    s1.close().await;
+    s2.close().await;
+    tower.close().await;
+}
