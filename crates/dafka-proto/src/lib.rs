@@ -30,6 +30,8 @@
 //! | DIRECT-HEAD | 1 | store reader XPUB | consumer SUB | `'E'` + consumer |
 //! | CONSUMER-HELLO | 1 | consumer XPUB | store reader SUB | `'W'` + store reader |
 //! | STORE-HELLO | 1 | store reader XPUB | consumer SUB | `'L'` + consumer |
+//! | STORE-ACK (extension) | 1 | store writer PUB | producer SUB (`min_acks` > 1) | `'A'` + producer |
+//! | DIRECT-LOW-WATER (extension) | 1 | store reader XPUB | consumer SUB | `'O'` + consumer |
 //! | node beacon | 4 | node beacon PUB | tower XSUB | `"B"` |
 //! | tower beacon, welcome | 3, 1 | tower XPUB | node beacon SUB | `"B"`, `"W"` |
 //!

@@ -95,7 +95,7 @@ impl Default for Limits {
     }
 }
 
-/// Declares [`Kind`] and [`Message`] from one table, so the nine kinds are listed once:
+/// Declares [`Kind`] and [`Message`] from one table, so the kinds (the reference's nine, then our two extensions) are listed once:
 /// variant (also the name of the body type), id byte, the RFC's name, frames on the wire.
 macro_rules! kinds {
     ($($variant:ident = $id:literal, $name:literal, $frames:literal;)*) => {
