@@ -30,6 +30,7 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{ConsumerHello, Fetch, GetHeads, Kind, Message, Record};
+use crate::retry::Retry;
 use crate::subscription;
 
 /// Where a consumer starts in a partition it has no position for.
@@ -98,17 +99,6 @@ pub struct Delivery {
     pub offset: u64,
     /// The record's value.
     pub content: Bytes,
-}
-
-/// The FETCH state of a partition with a gap.
-#[derive(Debug, Clone, Copy)]
-struct Retry {
-    /// The next offset when last checked: progress past it resets the backoff.
-    from: u64,
-    /// One past the last offset asked for: a gap starting below it is already requested.
-    end: u64,
-    at: Instant,
-    backoff: Duration,
 }
 
 #[derive(Debug)]
@@ -435,62 +425,26 @@ impl Consumer {
     /// After a partition changed: FETCH a gap not asked for yet at once; forget the retry once
     /// the gap closed.
     fn refetch(&mut self, key: &(Topic, NodeId), now: Instant) {
-        let first_retry = self.config.fetch_retry;
         let Some(p) = self.partitions.get_mut(key) else {
             return;
         };
-        let Some((from, end)) = p.gap() else {
-            p.retry = None;
-            return;
-        };
-        if let Some(r) = &mut p.retry
-            && from < r.end
+        let gap = p.gap();
+        if let Some((from, end)) = Retry::on_change(&mut p.retry, gap, now, self.config.fetch_retry)
         {
-            // Already asked for: the answer is on its way. Progress restarts the timer, so a
-            // long answer streaming in is not asked for again record by record.
-            if from > r.from {
-                *r = Retry {
-                    from,
-                    end: r.end,
-                    at: now + first_retry,
-                    backoff: first_retry,
-                };
-            }
-            return;
+            self.transmit
+                .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
         }
-        p.retry = Some(Retry {
-            from,
-            end,
-            at: now + first_retry,
-            backoff: first_retry,
-        });
-        self.transmit
-            .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
     }
 
     /// Retries every FETCH whose time has come, doubling its backoff.
     pub fn handle_timeout(&mut self, now: Instant) {
         let max = self.config.fetch_retry_max;
         for ((topic, producer), p) in &mut self.partitions {
-            let Some(retry) = p.retry else {
-                continue;
-            };
-            if now < retry.at {
-                continue;
+            let gap = p.gap();
+            if let Some((from, end)) = Retry::on_timeout(&mut p.retry, gap, now, max) {
+                self.transmit
+                    .push_back(fetch_for(self.config.id, topic, *producer, from, end));
             }
-            let Some((from, end)) = p.gap() else {
-                p.retry = None;
-                continue;
-            };
-            let backoff = (retry.backoff * 2).min(max);
-            p.retry = Some(Retry {
-                from,
-                end,
-                at: now + backoff,
-                backoff,
-            });
-            self.transmit
-                .push_back(fetch_for(self.config.id, topic, *producer, from, end));
         }
     }
 

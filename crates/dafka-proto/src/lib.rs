@@ -58,6 +58,7 @@ mod error;
 mod id;
 pub mod message;
 pub mod producer;
+mod retry;
 pub mod store;
 pub mod subscription;
 

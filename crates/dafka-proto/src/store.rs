@@ -48,6 +48,7 @@ use crate::message::{
     Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreAck,
     StoreHello,
 };
+use crate::retry::Retry;
 use crate::subscription;
 
 /// A partition: its topic and its producer.
@@ -120,14 +121,6 @@ impl StoreWriterConfig {
 
 /// A record for the driver to append to the engine, in offset order per partition.
 pub type Append = Record;
-
-#[derive(Debug, Clone, Copy)]
-struct Retry {
-    from: u64,
-    end: u64,
-    at: Instant,
-    backoff: Duration,
-}
 
 #[derive(Debug)]
 struct WriterPartition {
@@ -285,62 +278,29 @@ impl StoreWriter {
         Ok(())
     }
 
-    /// FETCHes a gap not asked for yet at once; progress restarts the retry timer.
-    fn refetch(&mut self, key: &PartitionKey, now: Instant) {
-        let first = self.config.fetch_retry;
+    /// After a partition changed: FETCH a gap not asked for yet at once; forget the retry once
+    /// the gap closed.
+    fn refetch(&mut self, key: &(Topic, NodeId), now: Instant) {
         let Some(p) = self.partitions.get_mut(key) else {
             return;
         };
-        let Some((from, end)) = p.gap() else {
-            p.retry = None;
-            return;
-        };
-        if let Some(r) = &mut p.retry
-            && from < r.end
+        let gap = p.gap();
+        if let Some((from, end)) = Retry::on_change(&mut p.retry, gap, now, self.config.fetch_retry)
         {
-            if from > r.from {
-                *r = Retry {
-                    from,
-                    end: r.end,
-                    at: now + first,
-                    backoff: first,
-                };
-            }
-            return;
+            self.transmit
+                .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
         }
-        p.retry = Some(Retry {
-            from,
-            end,
-            at: now + first,
-            backoff: first,
-        });
-        self.transmit
-            .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
     }
 
     /// Retries every FETCH whose time has come, doubling its backoff.
     pub fn handle_timeout(&mut self, now: Instant) {
         let max = self.config.fetch_retry_max;
         for ((topic, producer), p) in &mut self.partitions {
-            let Some(retry) = p.retry else {
-                continue;
-            };
-            if now < retry.at {
-                continue;
+            let gap = p.gap();
+            if let Some((from, end)) = Retry::on_timeout(&mut p.retry, gap, now, max) {
+                self.transmit
+                    .push_back(fetch_for(self.config.id, topic, *producer, from, end));
             }
-            let Some((from, end)) = p.gap() else {
-                p.retry = None;
-                continue;
-            };
-            let backoff = (retry.backoff * 2).min(max);
-            p.retry = Some(Retry {
-                from,
-                end,
-                at: now + backoff,
-                backoff,
-            });
-            self.transmit
-                .push_back(fetch_for(self.config.id, topic, *producer, from, end));
         }
     }
 
