@@ -30,6 +30,7 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{ConsumerHello, Fetch, GetHeads, Kind, Message, Record};
+use crate::retry::Retry;
 use crate::subscription;
 
 /// Where a consumer starts in a partition it has no position for.
@@ -100,17 +101,6 @@ pub struct Delivery {
     pub content: Bytes,
 }
 
-/// The FETCH state of a partition with a gap.
-#[derive(Debug, Clone, Copy)]
-struct Retry {
-    /// The next offset when last checked: progress past it resets the backoff.
-    from: u64,
-    /// One past the last offset asked for: a gap starting below it is already requested.
-    end: u64,
-    at: Instant,
-    backoff: Duration,
-}
-
 #[derive(Debug)]
 struct Partition {
     /// The next offset to deliver.
@@ -169,13 +159,14 @@ impl Consumer {
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
-    /// `'D'`, `'E'` and `'L'` + its id.
-    pub fn subscriptions(&self) -> [Bytes; 3] {
+    /// `'D'`, `'E'`, `'L'` and (the low-water extension) `'O'` + its id.
+    pub fn subscriptions(&self) -> [Bytes; 4] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
+            subscription::node(Kind::DirectLowWater, id),
         ]
     }
 
@@ -251,6 +242,10 @@ impl Consumer {
             Message::DirectHead(d) => {
                 self.check_to(Kind::DirectHead, &d.to)?;
                 self.on_head(&d.head.topic, d.head.producer, d.head.sequence, now)
+            }
+            Message::DirectLowWater(d) => {
+                self.check_to(Kind::DirectLowWater, &d.to)?;
+                self.on_low_water(&d.low.topic, d.low.producer, d.low.sequence, now)
             }
             Message::StoreHello(s) => {
                 self.check_to(Kind::StoreHello, &s.consumer)?;
@@ -335,6 +330,53 @@ impl Consumer {
         Ok(())
     }
 
+    /// A store no longer holds the offsets below `low` (retention): a partition positioned
+    /// below it skips to it (nobody can serve the records before), and an "earliest" consumer
+    /// starts a new partition there. A "latest" consumer does not learn partitions from it.
+    fn on_low_water(
+        &mut self,
+        topic: &Topic,
+        producer: NodeId,
+        low: u64,
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        let key = (topic.clone(), producer);
+        if !self.partitions.contains_key(&key) && self.config.offset_reset != OffsetReset::Earliest
+        {
+            return Ok(());
+        }
+        let Some(key) = self.partition(topic, producer, low)? else {
+            return Ok(());
+        };
+        let Some(p) = self.partitions.get_mut(&key) else {
+            return Ok(());
+        };
+        if p.next >= low {
+            return Ok(());
+        }
+        p.next = low;
+        while let Some(entry) = p.reorder.first_entry() {
+            if *entry.key() >= low {
+                break;
+            }
+            self.reorder_bytes -= entry.remove().len();
+        }
+        p.retry = None;
+        // Records held from `low` on are now next in line.
+        if let Some(content) = p.reorder.remove(&low) {
+            self.reorder_bytes -= content.len();
+            let record = Record {
+                producer,
+                topic: topic.clone(),
+                sequence: low,
+                content,
+            };
+            return self.on_record(&record, now);
+        }
+        self.refetch(&key, now);
+        Ok(())
+    }
+
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
         let Some(key) = self.partition(&record.topic, record.producer, record.sequence)? else {
             return Ok(());
@@ -383,62 +425,26 @@ impl Consumer {
     /// After a partition changed: FETCH a gap not asked for yet at once; forget the retry once
     /// the gap closed.
     fn refetch(&mut self, key: &(Topic, NodeId), now: Instant) {
-        let first_retry = self.config.fetch_retry;
         let Some(p) = self.partitions.get_mut(key) else {
             return;
         };
-        let Some((from, end)) = p.gap() else {
-            p.retry = None;
-            return;
-        };
-        if let Some(r) = &mut p.retry
-            && from < r.end
+        let gap = p.gap();
+        if let Some((from, end)) = Retry::on_change(&mut p.retry, gap, now, self.config.fetch_retry)
         {
-            // Already asked for: the answer is on its way. Progress restarts the timer, so a
-            // long answer streaming in is not asked for again record by record.
-            if from > r.from {
-                *r = Retry {
-                    from,
-                    end: r.end,
-                    at: now + first_retry,
-                    backoff: first_retry,
-                };
-            }
-            return;
+            self.transmit
+                .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
         }
-        p.retry = Some(Retry {
-            from,
-            end,
-            at: now + first_retry,
-            backoff: first_retry,
-        });
-        self.transmit
-            .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
     }
 
     /// Retries every FETCH whose time has come, doubling its backoff.
     pub fn handle_timeout(&mut self, now: Instant) {
         let max = self.config.fetch_retry_max;
         for ((topic, producer), p) in &mut self.partitions {
-            let Some(retry) = p.retry else {
-                continue;
-            };
-            if now < retry.at {
-                continue;
+            let gap = p.gap();
+            if let Some((from, end)) = Retry::on_timeout(&mut p.retry, gap, now, max) {
+                self.transmit
+                    .push_back(fetch_for(self.config.id, topic, *producer, from, end));
             }
-            let Some((from, end)) = p.gap() else {
-                p.retry = None;
-                continue;
-            };
-            let backoff = (retry.backoff * 2).min(max);
-            p.retry = Some(Retry {
-                from,
-                end,
-                at: now + backoff,
-                backoff,
-            });
-            self.transmit
-                .push_back(fetch_for(self.config.id, topic, *producer, from, end));
         }
     }
 
@@ -478,7 +484,13 @@ fn topic_subscriptions(topic: &Topic) -> [Bytes; 2] {
     ]
 }
 
-fn fetch_for(sender: NodeId, topic: &Topic, producer: NodeId, from: u64, end: u64) -> Message {
+pub(crate) fn fetch_for(
+    sender: NodeId,
+    topic: &Topic,
+    producer: NodeId,
+    from: u64,
+    end: u64,
+) -> Message {
     Message::Fetch(Fetch {
         producer,
         sender,

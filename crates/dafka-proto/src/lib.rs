@@ -12,6 +12,9 @@
 //!   cumulative ACKs from `min_acks` stores.
 //! * [`Consumer`]: exact topics, earliest/latest/explicit start, gap FETCHes retried on a timer
 //!   with backoff, a bounded reorder buffer, duplicates dropped, in-order delivery.
+//! * [`StoreWriter`], [`StoreReader`]: the two halves of a store (the reference's writer and
+//!   reader nodes): replication with gap FETCHes on a timer, ACKs only for durable records,
+//!   FETCH, GET-HEADS, CONSUMER-HELLO and STORE-HELLO answered from a [`StoreLog`].
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
@@ -27,6 +30,8 @@
 //! | DIRECT-HEAD | 1 | store reader XPUB | consumer SUB | `'E'` + consumer |
 //! | CONSUMER-HELLO | 1 | consumer XPUB | store reader SUB | `'W'` + store reader |
 //! | STORE-HELLO | 1 | store reader XPUB | consumer SUB | `'L'` + consumer |
+//! | STORE-ACK (extension) | 1 | store writer PUB | producer SUB (`min_acks` > 1) | `'A'` + producer |
+//! | DIRECT-LOW-WATER (extension) | 1 | store reader XPUB | consumer SUB | `'O'` + consumer |
 //! | node beacon | 4 | node beacon PUB | tower XSUB | `"B"` |
 //! | tower beacon, welcome | 3, 1 | tower XPUB | node beacon SUB | `"B"`, `"W"` |
 //!
@@ -53,6 +58,8 @@ mod error;
 mod id;
 pub mod message;
 pub mod producer;
+mod retry;
+pub mod store;
 pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
@@ -62,7 +69,8 @@ pub use error::{
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
-    Ack, ConsumerHello, DirectHead, DirectRecord, Fetch, GetHeads, Head, Kind, Limits, Message,
-    PREFIX_END, Record, StoreHello, VERSION,
+    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads, Head, Kind,
+    Limits, Message, PREFIX_END, Record, StoreAck, StoreHello, VERSION,
 };
 pub use producer::{Producer, ProducerConfig};
+pub use store::{StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig};

@@ -31,6 +31,8 @@
 //! | `0x47` 'G' | GET-HEADS | topic name | address = consumer | 1 |
 //! | `0x57` 'W' | CONSUMER-HELLO | store reader's UUID | address = consumer, subjects = topics | 1 |
 //! | `0x4C` 'L' | STORE-HELLO | consumer's UUID | address = store reader | 1 |
+//! | `0x41` 'A' | STORE-ACK (extension) | producer's UUID | address = store writer, subject, sequence (8) | 1 |
+//! | `0x4F` 'O' | DIRECT-LOW-WATER (extension) | requesting consumer's UUID | address = producer, subject, sequence (8) = first offset held | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
 //! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
@@ -93,7 +95,7 @@ impl Default for Limits {
     }
 }
 
-/// Declares [`Kind`] and [`Message`] from one table, so the nine kinds are listed once:
+/// Declares [`Kind`] and [`Message`] from one table, so the kinds (the reference's nine, then our two extensions) are listed once:
 /// variant (also the name of the body type), id byte, the RFC's name, frames on the wire.
 macro_rules! kinds {
     ($($variant:ident = $id:literal, $name:literal, $frames:literal;)*) => {
@@ -180,6 +182,8 @@ kinds! {
     GetHeads = 0x47, "GET-HEADS", 1;
     ConsumerHello = 0x57, "CONSUMER-HELLO", 1;
     StoreHello = 0x4C, "STORE-HELLO", 1;
+    DirectLowWater = 0x4F, "DIRECT-LOW-WATER", 1;
+    StoreAck = 0x41, "STORE-ACK", 1;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -253,6 +257,31 @@ pub struct DirectHead {
     pub head: Head,
 }
 
+/// An extension (not in 46/DAFKA, not sent by the reference): an ACK that names the store
+/// writer that sends it, so a producer can count distinct stores for `min_acks > 1`:
+/// STORE-ACK (`'A'`). A store sends it beside every ACK; a publisher sends it only to
+/// subscribers of `'A'` + producer, which a reference producer never is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreAck {
+    /// The store writer that acknowledges.
+    pub store: NodeId,
+    /// The acknowledgement, as in ACK (the producer is the topic prefix).
+    pub ack: Ack,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a store's low-water mark of a
+/// partition, sent to one consumer with the DIRECT-HEAD of the same partition when the store no
+/// longer holds its first records (retention): DIRECT-LOW-WATER (`'O'`). Same layout as
+/// DIRECT-HEAD; `low.sequence` is the first offset the store still holds. A reference consumer
+/// never subscribes to `'O'`, so it never receives one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectLowWater {
+    /// The consumer that asked: the topic prefix.
+    pub to: NodeId,
+    /// Producer, topic, and the first offset still held.
+    pub low: Head,
+}
+
 /// A consumer's request for the heads of a topic's partitions: GET-HEADS (`'G'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetHeads {
@@ -307,8 +336,10 @@ impl Message {
             Message::GetHeads(g) => Prefix::Topic(&g.topic),
             Message::DirectRecord(d) => Prefix::Node(&d.to),
             Message::DirectHead(d) => Prefix::Node(&d.to),
+            Message::DirectLowWater(d) => Prefix::Node(&d.to),
             Message::Fetch(f) => Prefix::Node(&f.producer),
             Message::Ack(a) => Prefix::Node(&a.producer),
+            Message::StoreAck(a) => Prefix::Node(&a.ack.producer),
             Message::ConsumerHello(c) => Prefix::Node(&c.store),
             Message::StoreHello(s) => Prefix::Node(&s.consumer),
         }
@@ -331,9 +362,14 @@ impl Message {
             | Message::DirectHead(DirectHead {
                 head: Head { topic, .. },
                 ..
+            })
+            | Message::DirectLowWater(DirectLowWater {
+                low: Head { topic, .. },
+                ..
             }) => ADDRESS + 1 + topic.len() + 8,
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
             Message::Ack(a) => 1 + a.topic.len() + 8,
+            Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
             Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
             Message::ConsumerHello(c) => {
                 ADDRESS + 4 + c.topics.iter().map(|t| 4 + t.len()).sum::<usize>()
@@ -357,7 +393,9 @@ impl Message {
             Message::Record(r) | Message::DirectRecord(DirectRecord { record: r, .. }) => {
                 put_position(out, &r.producer, &r.topic, r.sequence)
             }
-            Message::Head(h) | Message::DirectHead(DirectHead { head: h, .. }) => {
+            Message::Head(h)
+            | Message::DirectHead(DirectHead { head: h, .. })
+            | Message::DirectLowWater(DirectLowWater { low: h, .. }) => {
                 put_position(out, &h.producer, &h.topic, h.sequence)
             }
             Message::Fetch(f) => {
@@ -368,6 +406,7 @@ impl Message {
                 a.topic.put_string(out);
                 out.put_u64(a.sequence);
             }
+            Message::StoreAck(a) => put_position(out, &a.store, &a.ack.topic, a.ack.sequence),
             Message::GetHeads(g) => g.consumer.put_string(out),
             Message::ConsumerHello(c) => {
                 c.consumer.put_string(out);
@@ -451,17 +490,19 @@ impl Message {
                     },
                 })
             }
-            Kind::DirectHead => {
+            Kind::DirectHead | Kind::DirectLowWater => {
                 let to = NodeId::decode(&prefix, "topic prefix")?;
                 let (producer, topic, sequence) = position(&mut r)?;
-                Message::DirectHead(DirectHead {
-                    to,
-                    head: Head {
-                        producer,
-                        topic,
-                        sequence,
-                    },
-                })
+                let head = Head {
+                    producer,
+                    topic,
+                    sequence,
+                };
+                if kind == Kind::DirectHead {
+                    Message::DirectHead(DirectHead { to, head })
+                } else {
+                    Message::DirectLowWater(DirectLowWater { to, low: head })
+                }
             }
             Kind::Fetch => {
                 let producer = NodeId::decode(&prefix, "topic prefix")?;
@@ -483,6 +524,18 @@ impl Message {
                     producer,
                     topic,
                     sequence,
+                })
+            }
+            Kind::StoreAck => {
+                let producer = NodeId::decode(&prefix, "topic prefix")?;
+                let (store, topic, sequence) = position(&mut r)?;
+                Message::StoreAck(StoreAck {
+                    store,
+                    ack: Ack {
+                        producer,
+                        topic,
+                        sequence,
+                    },
                 })
             }
             Kind::GetHeads => Message::GetHeads(GetHeads {

@@ -14,9 +14,16 @@
 //!   lazily from at most [`ProducerConfig::max_pending_fetches`] pending ranges, so a flood of
 //!   FETCHes costs no memory beyond that.
 //! * ACKs are cumulative. Records are released once [`ProducerConfig::min_acks`] distinct stores
-//!   have acknowledged them. A reference ACK names no store, so the driver says which store
-//!   sent it when it knows (`store` in [`Producer::handle_ack`]); every ACK without a store
-//!   counts as one and the same store.
+//!   have acknowledged them. A reference ACK names no store, so with `min_acks` 1 the producer
+//!   takes ACKs (`'K'`) from any store, and with `min_acks` > 1 it takes only STORE-ACKs
+//!   (`'A'`, an extension our stores send beside each ACK, naming the store writer): distinct
+//!   stores of ours are counted, reference stores not at all.
+//!
+//! * Resuming a saved partition id ([`Producer::start_resume`]): the producer asks the stores
+//!   for its partition's head with GET-HEADS (its own id in the consumer field; a store reader
+//!   answers any node with DIRECT-HEADs, so no new message is needed), again every
+//!   [`ProducerConfig::resume_retry`] while the driver waits, and takes the highest DIRECT-HEAD
+//!   heard before its first record: its first offset is one past it.
 //!
 //! Time is passed in; the driver calls [`Producer::handle_timeout`] at
 //! [`Producer::poll_timeout`] and publishes every message [`Producer::poll_transmit`] returns
@@ -29,7 +36,7 @@ use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError, SendError};
 use crate::id::{NodeId, Topic};
-use crate::message::{Ack, DirectRecord, Fetch, Head, Kind, Message, Record};
+use crate::message::{Ack, DirectHead, DirectRecord, Fetch, GetHeads, Head, Kind, Message, Record};
 use crate::subscription;
 
 /// Settings of a [`Producer`].
@@ -57,6 +64,8 @@ pub struct ProducerConfig {
     pub max_pending_fetches: usize,
     /// Most distinct stores whose ACK positions are tracked.
     pub max_stores: usize,
+    /// Interval between GET-HEADS while resuming.
+    pub resume_retry: Duration,
 }
 
 impl ProducerConfig {
@@ -74,6 +83,7 @@ impl ProducerConfig {
             min_acks: 1,
             max_pending_fetches: 64,
             max_stores: 64,
+            resume_retry: Duration::from_millis(200),
         }
     }
 
@@ -124,6 +134,11 @@ pub struct Producer {
     dropped_fetches: u64,
     /// Highest offset each store acknowledged (`None`: a store that did not say who it is).
     store_acks: Vec<(Option<NodeId>, u64)>,
+    /// While resuming: when the next GET-HEADS is due.
+    resume_at: Option<Instant>,
+    get_heads_due: bool,
+    /// The highest partition head a store reported while resuming.
+    resume_heard: Option<u64>,
 }
 
 impl Producer {
@@ -143,6 +158,9 @@ impl Producer {
             answers: VecDeque::new(),
             dropped_fetches: 0,
             store_acks: Vec::new(),
+            resume_at: None,
+            get_heads_due: false,
+            resume_heard: None,
         })
     }
 
@@ -151,12 +169,68 @@ impl Producer {
         &self.config
     }
 
-    /// The subscriptions of the producer's SUB socket: `'K'` and `'F'` + its id.
+    /// The subscriptions of the producer's SUB socket: `'K'` (with `min_acks` 1) or `'A'`
+    /// (STORE-ACK, the extension that names the store, with `min_acks` > 1), and `'F'` + its
+    /// id.
     pub fn subscriptions(&self) -> [Bytes; 2] {
+        let acks = if self.config.min_acks > 1 {
+            Kind::StoreAck
+        } else {
+            Kind::Ack
+        };
         [
-            subscription::node(Kind::Ack, &self.config.id),
+            subscription::node(acks, &self.config.id),
             subscription::node(Kind::Fetch, &self.config.id),
         ]
+    }
+
+    /// The subscription that brings DIRECT-HEADs while resuming: `'E'` + its id.
+    pub fn resume_subscription(&self) -> Bytes {
+        subscription::node(Kind::DirectHead, &self.config.id)
+    }
+
+    /// Starts asking the stores for the partition's head (GET-HEADS now and every
+    /// [`ProducerConfig::resume_retry`]) until [`finish_resume`](Self::finish_resume).
+    pub fn start_resume(&mut self, now: Instant) {
+        self.get_heads_due = true;
+        self.resume_at = Some(now + self.config.resume_retry);
+    }
+
+    /// Stops asking; returns the highest head heard (`None`: no store answered).
+    pub fn finish_resume(&mut self) -> Option<u64> {
+        self.resume_at = None;
+        self.get_heads_due = false;
+        self.resume_heard
+    }
+
+    /// The highest head a store reported while resuming.
+    pub fn resume_heard(&self) -> Option<u64> {
+        self.resume_heard
+    }
+
+    /// A store's DIRECT-HEAD: before the first record, the next offset moves past it.
+    fn on_direct_head(&mut self, dh: &DirectHead) -> Result<(), PeerError> {
+        if dh.to != self.config.id {
+            return Err(PeerError::NotForUs {
+                kind: Kind::DirectHead.name(),
+                to: dh.to,
+            });
+        }
+        // A store lists every partition of the topic: only ours matters.
+        if dh.head.producer != self.config.id || dh.head.topic != self.config.topic {
+            return Ok(());
+        }
+        let seq = dh.head.sequence;
+        if self.resume_at.is_some() {
+            self.resume_heard = Some(self.resume_heard.map_or(seq, |h| h.max(seq)));
+        }
+        let untouched = self.unacked.is_empty() && self.sent_upto == self.next_offset;
+        if untouched && self.next_head.is_none() && seq >= self.next_offset {
+            self.next_offset = seq + 1;
+            self.base = self.next_offset;
+            self.sent_upto = self.next_offset;
+        }
+        Ok(())
     }
 
     /// Queues a record and returns its offset.
@@ -198,8 +272,12 @@ impl Producer {
         store: Option<NodeId>,
     ) -> Result<(), PeerError> {
         match message {
-            Message::Ack(ack) => self.handle_ack(ack, store),
+            // With min_acks > 1 only STORE-ACKs count: a reference ACK cannot say which store
+            // sent it, and counting both forms would count one of our stores twice.
+            Message::Ack(ack) if self.config.min_acks == 1 => self.handle_ack(ack, store),
+            Message::StoreAck(a) => self.handle_ack(&a.ack, Some(a.store)),
             Message::Fetch(fetch) => self.handle_fetch(fetch),
+            Message::DirectHead(dh) => self.on_direct_head(dh),
             _ => Ok(()),
         }
     }
@@ -287,8 +365,14 @@ impl Producer {
         Ok(())
     }
 
-    /// Marks a HEAD due when its time has come.
+    /// Marks a HEAD (or, while resuming, a GET-HEADS) due when its time has come.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(at) = self.resume_at
+            && now >= at
+        {
+            self.get_heads_due = true;
+            self.resume_at = Some(now + self.config.resume_retry);
+        }
         if let Some(due) = self.next_head
             && now >= due
         {
@@ -303,9 +387,12 @@ impl Producer {
         }
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) is next due: the next HEAD.
+    /// When [`handle_timeout`](Self::handle_timeout) is next due: the next HEAD or GET-HEADS.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.next_head
+        match (self.next_head, self.resume_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next message to publish: RECORDs in offset order, then a due HEAD, then FETCH
@@ -315,6 +402,13 @@ impl Producer {
             let offset = self.sent_upto;
             self.sent_upto += 1;
             return Some(Message::Record(self.record(offset)?));
+        }
+        if self.get_heads_due {
+            self.get_heads_due = false;
+            return Some(Message::GetHeads(GetHeads {
+                topic: self.config.topic.clone(),
+                consumer: self.config.id,
+            }));
         }
         if self.head_due {
             self.head_due = false;

@@ -13,6 +13,9 @@
 //! | `'L'` + own UUID | consumer | STORE-HELLO; arriving at a store reader's XPUB it asks for one |
 //! | `'K'` + own UUID, `'F'` + own UUID | producer | ACKs and FETCHes of its partition |
 //! | `'F'`, `'G'` | store reader | every FETCH, every GET-HEADS |
+//! | `'A'` + own UUID | producer with `min_acks` > 1 (instead of `'K'`) | STORE-ACKs (extension) |
+//! | `'O'` + own UUID | consumer | DIRECT-LOW-WATERs (extension) |
+//! | `'E'` + own UUID | producer resuming | DIRECT-HEADs of its partition |
 //! | `'W'` + own UUID | store reader | CONSUMER-HELLOs to it; arriving at a consumer's XPUB it asks for one |
 //! | `"B"`, `"W"` | beacon SUB | tower beacons, the welcome |
 //!

@@ -400,3 +400,48 @@ fn the_captured_head_fetch_ack_exchange() {
     p.handle_message(&ack, None).unwrap();
     assert!(p.is_flushed());
 }
+
+fn direct_head(producer: &str, seq: u64) -> Message {
+    Message::DirectHead(dafka_proto::DirectHead {
+        to: id(P1),
+        head: dafka_proto::Head {
+            producer: id(producer),
+            topic: golden(),
+            sequence: seq,
+        },
+    })
+}
+
+#[test]
+fn resuming_asks_the_stores_and_starts_past_the_highest_head() {
+    let t0 = Instant::now();
+    let mut p = Producer::new(config()).unwrap();
+    assert_eq!(p.resume_subscription(), format!("E{P1}").as_bytes());
+    p.start_resume(t0);
+    let asked = |p: &mut Producer| {
+        drain(p)
+            .into_iter()
+            .filter(|m| matches!(m, Message::GetHeads(g) if g.consumer == id(P1) && g.topic == golden()))
+            .count()
+    };
+    assert_eq!(asked(&mut p), 1);
+    // Asked again on the timer until a store answers.
+    assert_eq!(p.poll_timeout(), Some(t0 + Duration::from_millis(200)));
+    p.handle_timeout(t0 + Duration::from_millis(200));
+    assert_eq!(asked(&mut p), 1);
+    // Another partition of the topic is not ours; two stores answer, one behind.
+    p.handle_message(&direct_head(C1, 50), None).unwrap();
+    p.handle_message(&direct_head(P1, 41), None).unwrap();
+    p.handle_message(&direct_head(P1, 99), None).unwrap();
+    p.handle_message(&direct_head(P1, 70), None).unwrap();
+    assert_eq!(p.finish_resume(), Some(99));
+    assert_eq!(p.poll_timeout(), None);
+    assert_eq!(p.send(value(0), t0).unwrap(), 100);
+    // After the first record a late DIRECT-HEAD changes nothing.
+    p.handle_message(&direct_head(P1, 500), None).unwrap();
+    assert_eq!(p.send(value(1), t0).unwrap(), 101);
+    assert!(matches!(
+        drain(&mut p).first(),
+        Some(Message::Record(r)) if r.sequence == 100
+    ));
+}

@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use dafka_proto::{
-    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectRecord, Fetch, GetHeads, Head, Limits,
-    Message, NodeBeacon, NodeId, Record, StoreHello, Topic, TowerBeacon,
+    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads,
+    Head, Limits, Message, NodeBeacon, NodeId, Record, StoreAck, StoreHello, Topic, TowerBeacon,
 };
 use proptest::prelude::*;
 
@@ -61,6 +61,16 @@ fn message() -> impl Strategy<Value = Message> {
         .into()),
         head().prop_map(Message::Head),
         (node_id(), head()).prop_map(|(to, head)| DirectHead { to, head }.into()),
+        (node_id(), head()).prop_map(|(to, low)| DirectLowWater { to, low }.into()),
+        (node_id(), head()).prop_map(|(store, h)| StoreAck {
+            store,
+            ack: Ack {
+                producer: h.producer,
+                topic: h.topic,
+                sequence: h.sequence
+            }
+        }
+        .into()),
         (topic(), node_id()).prop_map(|(topic, consumer)| GetHeads { topic, consumer }.into()),
         (node_id(), node_id(), prop::collection::vec(topic(), 0..8)).prop_map(
             |(store, consumer, topics)| ConsumerHello {

@@ -44,12 +44,22 @@ pub enum Error {
         /// How long `flush` waited.
         waited: Duration,
     },
+    /// A producer resuming a saved partition heard no store report the partition's head
+    /// within `waited` (no store reachable, or none holds a record of it).
+    #[error("no store reported the partition's head within {waited:?}")]
+    ResumeTimeout {
+        /// How long it waited.
+        waited: Duration,
+    },
     /// The producer state machine refused a record for a reason of its own.
     #[error(transparent)]
     Refused(dafka_proto::SendError),
     /// The node was closed.
     #[error("the node is closed")]
     Closed,
+    /// The store directory could not be opened or recovered.
+    #[error(transparent)]
+    Storage(#[from] dafka_store::OpenError),
     /// A socket failed (binding a port in use, a runtime missing, ...).
     #[error(transparent)]
     Socket(#[from] dafka_zmtp::Error),

@@ -8,6 +8,9 @@
 //! * [`ProducerNode`]: one topic, one partition (its id); `send`, `send_many`, `flush`.
 //! * [`ConsumerNode`]: exact topics, earliest/latest/explicit start offsets, `poll` in
 //!   batches, `positions`.
+//! * [`StoreNode`]: the store, as the reference's two nodes (writer and reader) over the
+//!   storage engine `dafka-store`: replicates every partition, ACKs durable records only,
+//!   answers FETCH from disk.
 //! * What every node shares (beacons, the publisher, the subscriber connected to every peer,
 //!   dropping malformed input with a rate-limited log) is in [`node`].
 //!
@@ -55,11 +58,14 @@ mod consumer;
 mod error;
 pub mod node;
 mod producer;
+mod store;
 mod tower;
 
 pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, Position};
 pub use dafka_proto::{NodeId, OffsetReset, Topic};
+pub use dafka_store::SyncPolicy;
 pub use error::Error;
 pub use node::{NodeConfig, NodeStats, TowerAddress};
-pub use producer::{ProducerNode, ProducerOptions};
+pub use producer::{ProducerNode, ProducerOptions, RESUME_GRACE};
+pub use store::{StoreNode, StoreOptions};
 pub use tower::{Tower, TowerConfig};

@@ -39,6 +39,11 @@ pub struct ProducerOptions {
     pub max_record: usize,
     /// How long `send` waits for room in a full unacknowledged buffer.
     pub send_timeout: Duration,
+    /// With a saved [`partition`](Self::partition): how long [`ProducerNode::start`] waits
+    /// for a store to report the partition's head (GET-HEADS -> DIRECT-HEAD) before failing
+    /// with [`Error::ResumeTimeout`]; `None` starts at [`first_offset`](Self::first_offset)
+    /// without asking.
+    pub resume_timeout: Option<Duration>,
 }
 
 impl Default for ProducerOptions {
@@ -58,6 +63,7 @@ impl Default for ProducerOptions {
             max_unacked_bytes: c.max_unacked_bytes,
             max_record: c.max_record,
             send_timeout: Duration::from_secs(30),
+            resume_timeout: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -86,7 +92,11 @@ setters! {
     max_unacked_bytes / with_max_unacked_bytes: usize,
     max_record / with_max_record: usize,
     send_timeout / with_send_timeout: Duration,
+    resume_timeout / with_resume_timeout: Option<Duration>,
 }
+
+/// How long a resuming producer keeps listening after the first store reported its head.
+pub const RESUME_GRACE: Duration = Duration::from_millis(300);
 
 struct Shared {
     producer: Mutex<Producer>,
@@ -142,6 +152,12 @@ impl std::fmt::Debug for ProducerNode {
 
 impl ProducerNode {
     /// Starts a producer of `topic` on the current tokio runtime.
+    ///
+    /// With a saved [`ProducerOptions::partition`] and a
+    /// [`ProducerOptions::resume_timeout`], it first learns the partition's head from the
+    /// stores, so a restarted producer continues at the next offset: it waits for the first
+    /// DIRECT-HEAD, then [`RESUME_GRACE`] more for other stores (one behind the rest must
+    /// not set the offset), and starts one past the highest head heard.
     pub async fn start(
         topic: &str,
         node: NodeConfig,
@@ -156,10 +172,19 @@ impl ProducerNode {
         config.max_unacked_records = options.max_unacked_records;
         config.max_unacked_bytes = options.max_unacked_bytes;
         config.max_record = options.max_record;
-        let producer = Producer::new(config)?;
+        let mut producer = Producer::new(config)?;
         let plumbing = Plumbing::open(id, node, SocketType::Pub).await?;
         for s in producer.subscriptions() {
             plumbing.subscriber.subscribe(&s)?;
+        }
+        let resume = options
+            .resume_timeout
+            .filter(|_| options.partition.is_some());
+        if resume.is_some() {
+            plumbing
+                .subscriber
+                .subscribe(&producer.resume_subscription())?;
+            producer.start_resume(now());
         }
         let control = Arc::new(Control::default());
         let shared = Arc::new(Shared {
@@ -172,11 +197,26 @@ impl ProducerNode {
         let role = ProducerRole {
             shared: shared.clone(),
         };
-        Ok(ProducerNode {
+        let node = ProducerNode {
             shared,
             port,
             task: NodeTask::spawn(plumbing, role, control),
-        })
+        };
+        if let Some(timeout) = resume {
+            let shared = &node.shared;
+            let deadline = tokio::time::Instant::now() + timeout;
+            let heard = wait_until(&shared.control.changed, Some(deadline), || {
+                shared.lock().resume_heard().is_some()
+            })
+            .await;
+            if !heard {
+                node.close().await;
+                return Err(Error::ResumeTimeout { waited: timeout });
+            }
+            tokio::time::sleep(RESUME_GRACE).await;
+            shared.lock().finish_resume();
+        }
+        Ok(node)
     }
 
     /// The partition: the producer's id (32 upper-case hex characters on the wire).
@@ -333,7 +373,10 @@ struct ProducerRole {
 impl Role for ProducerRole {
     fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
         let result = self.shared.lock().handle_message(message, None);
-        if matches!(message, Message::Ack(_)) {
+        if matches!(
+            message,
+            Message::Ack(_) | Message::StoreAck(_) | Message::DirectHead(_)
+        ) {
             self.shared.control.changed.notify_waiters();
         }
         result

@@ -9,29 +9,11 @@ use bytes::Bytes;
 mod support;
 
 use dafka_node::{
-    ConsumerNode, ConsumerOptions, ConsumerRecord, Error, NodeConfig, NodeId, ProducerNode,
-    TowerAddress,
+    ConsumerNode, ConsumerOptions, Error, NodeConfig, NodeId, ProducerNode, TowerAddress,
 };
 use dafka_proto::{BeaconMessage, Limits, Message, Record, Topic};
 use dafka_zmtp::{Options, Socket, SocketType};
-use support::{PATIENCE, announce, collect, fast, producer_options, tower};
-
-/// Every partition's offsets are 0.. in order, each once, and each value is what was sent.
-fn check_exactly_once(got: &[ConsumerRecord], sent: &BTreeMap<NodeId, Vec<Bytes>>) {
-    let mut per: BTreeMap<NodeId, Vec<&ConsumerRecord>> = BTreeMap::new();
-    for r in got {
-        per.entry(r.partition).or_default().push(r);
-    }
-    assert_eq!(per.len(), sent.len(), "partitions");
-    for (partition, values) in sent {
-        let records = &per[partition];
-        let offsets: Vec<u64> = records.iter().map(|r| r.offset).collect();
-        assert_eq!(offsets, (0..values.len() as u64).collect::<Vec<_>>());
-        for r in records {
-            assert_eq!(r.value, values[r.offset as usize]);
-        }
-    }
-}
+use support::{PATIENCE, announce, check_exactly_once, collect, fast, producer_options, tower};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_to_consumers_exactly_once_in_order() {

@@ -89,6 +89,8 @@ async fn producer_speaks_the_reference_bytes() {
         // Room for three unacknowledged records, as many as the scenario has in flight.
         producer_options()
             .with_partition(Some(id(P1)))
+            // The scenario's P1 starts at offset 0 with no store to ask.
+            .with_resume_timeout(None)
             .with_max_unacked_records(3)
             .with_send_timeout(Duration::from_secs(3600)),
     )

@@ -2,7 +2,10 @@
 //! enough records came, a bare beacon announcing a raw peer.
 #![allow(dead_code, unreachable_pub)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use dafka_node::{
     ConsumerNode, ConsumerRecord, NodeConfig, NodeId, ProducerOptions, Tower, TowerAddress,
@@ -66,4 +69,21 @@ pub async fn announce(towers: &[TowerAddress], node: NodeId, port: u16) -> Socke
         }
     });
     beacon
+}
+
+/// Every partition's offsets are 0.. in order, each once, and each value is what was sent.
+pub fn check_exactly_once(got: &[ConsumerRecord], sent: &BTreeMap<NodeId, Vec<Bytes>>) {
+    let mut per: BTreeMap<NodeId, Vec<&ConsumerRecord>> = BTreeMap::new();
+    for r in got {
+        per.entry(r.partition).or_default().push(r);
+    }
+    assert_eq!(per.len(), sent.len(), "partitions");
+    for (partition, values) in sent {
+        let records = &per[partition];
+        let offsets: Vec<u64> = records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..values.len() as u64).collect::<Vec<_>>());
+        for r in records {
+            assert_eq!(r.value, values[r.offset as usize]);
+        }
+    }
 }

@@ -1,0 +1,631 @@
+//! The store state machines, split as the reference splits a store into two nodes.
+//!
+//! * [`StoreWriter`] (the reference's writer node, a PUB): subscribes to every RECORD and
+//!   HEAD (`'M'`, `'H'`) and to DIRECT-RECORDs sent to it (`'D'` + its id). It replicates
+//!   every partition it hears of: a record at the partition's next offset becomes an
+//!   [`Append`] for the driver; a record ahead of it, or a HEAD beyond it, opens a gap that
+//!   is FETCHed at once (from whoever answers: the producer or another store's reader) and
+//!   again on a timer with exponential backoff until it closes. Records ahead of the next
+//!   offset are dropped and come back through FETCH, as the reference does.
+//! * An ACK goes out only for records the engine reports durable: the driver appends, waits
+//!   for the group commit and then calls [`StoreWriter::durable`]. ACKs are cumulative, one
+//!   per partition and durability report, each followed by a STORE-ACK (an extension naming
+//!   the writer, for producers with `min_acks > 1`). A HEAD at or below the durable head is answered
+//!   with an ACK of that HEAD (so a producer whose ACK was lost is released at its next
+//!   HEAD).
+//! * [`StoreReader`] (the reader node, an XPUB): subscribes to every FETCH and GET-HEADS
+//!   (`'F'`, `'G'`) and to CONSUMER-HELLOs sent to it (`'W'` + its id). It answers FETCH with
+//!   DIRECT-RECORDs in ascending order, read from the engine lazily in chunks of
+//!   [`StoreReaderConfig::read_chunk`] records (so an answer of a million records holds one
+//!   chunk in memory), GET-HEADS and CONSUMER-HELLO with one DIRECT-HEAD per partition of the
+//!   topic it holds (preceded by a DIRECT-LOW-WATER, an extension, when retention dropped the
+//!   partition's first records), and a `'L'` + consumer subscription reaching its XPUB with STORE-HELLO. It
+//!   ignores FETCHes from its own writer (the reference does too).
+//!
+//! # Engine access
+//!
+//! Writes leave the writer as outputs ([`StoreWriter::poll_append`]) and their durability
+//! comes back as an input ([`StoreWriter::durable`]), because a group commit completes later
+//! and the ACK must wait for it: the machine never sees a disk and a test decides when (and
+//! whether) a write becomes durable. Reads go through the small [`StoreLog`] trait, passed
+//! into each call: an answer is shaped by what the log holds at that moment (its head, its
+//! low-water mark, the records), and a synchronous lookup keeps the answer in the same turn
+//! without a round of read requests and replies. The node implements it over `dafka-store`;
+//! the tests over a `BTreeMap`.
+//!
+//! Time is passed in; the driver calls `handle_timeout` at `poll_timeout`, and publishes
+//! every `poll_transmit` message on the node's publisher.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::consumer::fetch_for;
+use crate::error::{CallerError, PeerError};
+use crate::id::{NodeId, Topic};
+use crate::message::{
+    Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreAck,
+    StoreHello,
+};
+use crate::retry::Retry;
+use crate::subscription;
+
+/// A partition: its topic and its producer.
+pub type PartitionKey = (Topic, NodeId);
+
+/// What the reader needs of the storage engine. Offsets are those of the partition; `head` is
+/// the next offset after the last durable record.
+pub trait StoreLog {
+    /// Why a read failed (disk errors; logged by the driver, the requester asks again).
+    type Error: std::fmt::Display;
+
+    /// The partition's `(low_water, head)`: its first offset still held and the offset after
+    /// its last durable record; `None` for a partition the store does not hold.
+    fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)>;
+
+    /// Every partition of `topic` (exactly that topic) with its `(low_water, head)`.
+    fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64, u64)>;
+
+    /// Durable records of the partition from offset `from`, ascending, at most `max`.
+    fn read(
+        &self,
+        topic: &Topic,
+        producer: &NodeId,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, Bytes)>, Self::Error>;
+}
+
+/// Settings of a [`StoreWriter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreWriterConfig {
+    /// The writer's id (the sender of its FETCHes, the prefix of DIRECT-RECORDs to it).
+    pub id: NodeId,
+    /// First FETCH retry delay.
+    pub fetch_retry: Duration,
+    /// Longest FETCH retry delay (the backoff doubles up to it).
+    pub fetch_retry_max: Duration,
+    /// Most partitions held; records of further partitions are refused.
+    pub max_partitions: usize,
+    /// Most appends waiting for the driver; records past it are dropped and FETCHed again.
+    pub max_pending_appends: usize,
+}
+
+impl StoreWriterConfig {
+    /// Defaults: FETCH retried after 200 ms doubling up to 5 s, 65 536 partitions, 65 536
+    /// appends waiting.
+    pub fn new(id: NodeId) -> Self {
+        StoreWriterConfig {
+            id,
+            fetch_retry: Duration::from_millis(200),
+            fetch_retry_max: Duration::from_secs(5),
+            max_partitions: 65_536,
+            max_pending_appends: 65_536,
+        }
+    }
+
+    fn validate(&self) -> Result<(), CallerError> {
+        if self.fetch_retry.is_zero() || self.fetch_retry_max < self.fetch_retry {
+            return Err(CallerError::Config(
+                "fetch_retry must be positive and at most fetch_retry_max",
+            ));
+        }
+        if self.max_pending_appends == 0 {
+            return Err(CallerError::Config("max_pending_appends must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// A record for the driver to append to the engine, in offset order per partition.
+pub type Append = Record;
+
+#[derive(Debug)]
+struct WriterPartition {
+    /// The next offset to append.
+    accepted: u64,
+    /// The offset after the last durable record.
+    durable: u64,
+    /// The highest offset known to exist.
+    head: Option<u64>,
+    retry: Option<Retry>,
+    /// An ACK for this partition is queued in `acks`.
+    ack_queued: bool,
+}
+
+impl WriterPartition {
+    fn new(next: u64) -> Self {
+        WriterPartition {
+            accepted: next,
+            durable: next,
+            head: None,
+            retry: None,
+            ack_queued: false,
+        }
+    }
+
+    fn gap(&self) -> Option<(u64, u64)> {
+        let end = self.head?.checked_add(1)?;
+        (end > self.accepted).then_some((self.accepted, end))
+    }
+}
+
+/// The store writer state machine. See the [module docs](self).
+#[derive(Debug)]
+pub struct StoreWriter {
+    config: StoreWriterConfig,
+    partitions: HashMap<PartitionKey, WriterPartition>,
+    appends: VecDeque<Append>,
+    acks: VecDeque<PartitionKey>,
+    transmit: VecDeque<Message>,
+    /// The STORE-ACK that follows the ACK just returned.
+    store_ack: Option<Message>,
+    dropped: u64,
+}
+
+impl StoreWriter {
+    /// A writer with `config`, or the reason the configuration is invalid.
+    pub fn new(config: StoreWriterConfig) -> Result<Self, CallerError> {
+        config.validate()?;
+        Ok(StoreWriter {
+            config,
+            partitions: HashMap::new(),
+            appends: VecDeque::new(),
+            acks: VecDeque::new(),
+            transmit: VecDeque::new(),
+            store_ack: None,
+            dropped: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreWriterConfig {
+        &self.config
+    }
+
+    /// The subscriptions of the writer's SUB: `'M'` and `'H'` (every topic) and `'D'` + its id.
+    pub fn subscriptions(&self) -> [Bytes; 3] {
+        [
+            subscription::all(Kind::Record),
+            subscription::all(Kind::Head),
+            subscription::node(Kind::DirectRecord, &self.config.id),
+        ]
+    }
+
+    /// A partition the engine already holds (at start), with the offset after its last
+    /// durable record. Also used when the engine refused an append, to take its word for the
+    /// next offset.
+    pub fn restore(&mut self, key: PartitionKey, next: u64) {
+        let p = self
+            .partitions
+            .entry(key)
+            .or_insert_with(|| WriterPartition::new(next));
+        p.accepted = next;
+    }
+
+    /// Handles a message from the writer's SUB: RECORD, DIRECT-RECORD to it, HEAD. Anything
+    /// else is not for a writer and is ignored.
+    pub fn handle_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+        match message {
+            Message::Record(r) => self.on_record(r, now),
+            Message::DirectRecord(d) => {
+                if d.to != self.config.id {
+                    return Err(PeerError::NotForUs {
+                        kind: Kind::DirectRecord.name(),
+                        to: d.to,
+                    });
+                }
+                self.on_record(&d.record, now)
+            }
+            Message::Head(h) => self.on_head(h, now),
+            _ => Ok(()),
+        }
+    }
+
+    fn partition(&mut self, key: &PartitionKey) -> Result<&mut WriterPartition, PeerError> {
+        if !self.partitions.contains_key(key) {
+            if self.partitions.len() >= self.config.max_partitions {
+                return Err(PeerError::PartitionLimit {
+                    max: self.config.max_partitions,
+                });
+            }
+            self.partitions.insert(key.clone(), WriterPartition::new(0));
+        }
+        self.partitions
+            .get_mut(key)
+            .ok_or(PeerError::PartitionLimit {
+                max: self.config.max_partitions,
+            })
+    }
+
+    fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
+        let key = (record.topic.clone(), record.producer);
+        let full = self.appends.len() >= self.config.max_pending_appends;
+        let p = self.partition(&key)?;
+        p.head = Some(p.head.map_or(record.sequence, |h| h.max(record.sequence)));
+        if record.sequence == p.accepted && !full {
+            p.accepted += 1;
+            self.appends.push_back(record.clone());
+        } else {
+            // Behind: a duplicate. Ahead (or no room): dropped, FETCHed again below.
+            self.dropped += 1;
+        }
+        self.refetch(&key, now);
+        Ok(())
+    }
+
+    fn on_head(&mut self, head: &Head, now: Instant) -> Result<(), PeerError> {
+        let key = (head.topic.clone(), head.producer);
+        let p = self.partition(&key)?;
+        p.head = Some(p.head.map_or(head.sequence, |h| h.max(head.sequence)));
+        if head.sequence < p.durable {
+            // Everything the producer has is durable here: say so again, in case the ACK
+            // was lost.
+            let ack = Ack {
+                producer: head.producer,
+                topic: head.topic.clone(),
+                sequence: head.sequence,
+            };
+            self.transmit.push_back(Message::Ack(ack.clone()));
+            self.transmit.push_back(Message::StoreAck(StoreAck {
+                store: self.config.id,
+                ack,
+            }));
+        }
+        self.refetch(&key, now);
+        Ok(())
+    }
+
+    /// After a partition changed: FETCH a gap not asked for yet at once; forget the retry once
+    /// the gap closed.
+    fn refetch(&mut self, key: &(Topic, NodeId), now: Instant) {
+        let Some(p) = self.partitions.get_mut(key) else {
+            return;
+        };
+        let gap = p.gap();
+        if let Some((from, end)) = Retry::on_change(&mut p.retry, gap, now, self.config.fetch_retry)
+        {
+            self.transmit
+                .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
+        }
+    }
+
+    /// Retries every FETCH whose time has come, doubling its backoff.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let max = self.config.fetch_retry_max;
+        for ((topic, producer), p) in &mut self.partitions {
+            let gap = p.gap();
+            if let Some((from, end)) = Retry::on_timeout(&mut p.retry, gap, now, max) {
+                self.transmit
+                    .push_back(fetch_for(self.config.id, topic, *producer, from, end));
+            }
+        }
+    }
+
+    /// The earliest FETCH retry.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.partitions
+            .values()
+            .filter_map(|p| p.retry.map(|r| r.at))
+            .min()
+    }
+
+    /// The next record to append to the engine.
+    pub fn poll_append(&mut self) -> Option<Append> {
+        self.appends.pop_front()
+    }
+
+    /// The engine made the partition's records durable up to (not including) `next`: an ACK
+    /// of `next - 1` is queued.
+    pub fn durable(&mut self, key: &PartitionKey, next: u64) {
+        let Some(p) = self.partitions.get_mut(key) else {
+            return;
+        };
+        if next <= p.durable {
+            return;
+        }
+        p.durable = next;
+        if !p.ack_queued {
+            p.ack_queued = true;
+            self.acks.push_back(key.clone());
+        }
+    }
+
+    /// The next message to publish: ACKs (each followed by its STORE-ACK, the extension that
+    /// names this writer), then FETCHes.
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        if let Some(m) = self.store_ack.take() {
+            return Some(m);
+        }
+        while let Some(key) = self.acks.pop_front() {
+            let Some(p) = self.partitions.get_mut(&key) else {
+                continue;
+            };
+            p.ack_queued = false;
+            let Some(sequence) = p.durable.checked_sub(1) else {
+                continue;
+            };
+            let ack = Ack {
+                producer: key.1,
+                topic: key.0,
+                sequence,
+            };
+            self.store_ack = Some(Message::StoreAck(StoreAck {
+                store: self.config.id,
+                ack: ack.clone(),
+            }));
+            return Some(Message::Ack(ack));
+        }
+        self.transmit.pop_front()
+    }
+
+    /// The offset after the partition's last durable record, if it is known.
+    pub fn durable_head(&self, key: &PartitionKey) -> Option<u64> {
+        self.partitions.get(key).map(|p| p.durable)
+    }
+
+    /// Records dropped: duplicates, records ahead of a gap, no room to append.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+/// Settings of a [`StoreReader`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreReaderConfig {
+    /// The reader's id (in STORE-HELLO, the prefix of CONSUMER-HELLOs to it).
+    pub id: NodeId,
+    /// Its writer's id: FETCHes from it are ignored.
+    pub writer: NodeId,
+    /// Records read from the engine at a time for one FETCH answer.
+    pub read_chunk: usize,
+    /// Most FETCH answers pending; further FETCHes are dropped (their senders retry).
+    pub max_pending_answers: usize,
+    /// Most messages (DIRECT-HEADs, STORE-HELLOs) queued; further requests are dropped.
+    pub max_queued: usize,
+}
+
+impl StoreReaderConfig {
+    /// Defaults: chunks of 1024 records, 256 pending answers, 65 536 queued messages.
+    pub fn new(id: NodeId, writer: NodeId) -> Self {
+        StoreReaderConfig {
+            id,
+            writer,
+            read_chunk: 1024,
+            max_pending_answers: 256,
+            max_queued: 65_536,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Answer {
+    to: NodeId,
+    topic: Topic,
+    producer: NodeId,
+    next: u64,
+    end: u64,
+}
+
+/// The store reader state machine. See the [module docs](self).
+#[derive(Debug)]
+pub struct StoreReader {
+    config: StoreReaderConfig,
+    answers: VecDeque<Answer>,
+    /// DIRECT-RECORDs read for the front answer, not yet sent.
+    chunk: VecDeque<Message>,
+    transmit: VecDeque<Message>,
+    dropped: u64,
+    read_errors: u64,
+}
+
+impl StoreReader {
+    /// A reader with `config`, or the reason the configuration is invalid.
+    pub fn new(config: StoreReaderConfig) -> Result<Self, CallerError> {
+        if config.read_chunk == 0 || config.max_pending_answers == 0 {
+            return Err(CallerError::Config(
+                "read_chunk and max_pending_answers must be positive",
+            ));
+        }
+        Ok(StoreReader {
+            config,
+            answers: VecDeque::new(),
+            chunk: VecDeque::new(),
+            transmit: VecDeque::new(),
+            dropped: 0,
+            read_errors: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreReaderConfig {
+        &self.config
+    }
+
+    /// The subscriptions of the reader's SUB: `'F'`, `'G'` (every one) and `'W'` + its id.
+    pub fn subscriptions(&self) -> [Bytes; 3] {
+        [
+            subscription::all(Kind::Fetch),
+            subscription::all(Kind::GetHeads),
+            subscription::node(Kind::ConsumerHello, &self.config.id),
+        ]
+    }
+
+    /// Handles FETCH, GET-HEADS and CONSUMER-HELLO; anything else is ignored.
+    pub fn handle_message<L: StoreLog>(
+        &mut self,
+        message: &Message,
+        log: &L,
+    ) -> Result<(), PeerError> {
+        match message {
+            Message::Fetch(f) => {
+                self.on_fetch(f, log);
+                Ok(())
+            }
+            Message::GetHeads(g) => {
+                self.heads(&g.topic, g.consumer, log);
+                Ok(())
+            }
+            Message::ConsumerHello(h) => {
+                if h.store != self.config.id {
+                    return Err(PeerError::NotForUs {
+                        kind: Kind::ConsumerHello.name(),
+                        to: h.store,
+                    });
+                }
+                for topic in &h.topics {
+                    self.heads(topic, h.consumer, log);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A subscription that reached the reader's XPUB: `'L'` + consumer asks for STORE-HELLO.
+    pub fn handle_subscription(&mut self, prefix: &[u8]) {
+        if let Some((Kind::StoreHello, consumer)) = subscription::parse_node(prefix) {
+            self.queue(Message::StoreHello(StoreHello {
+                consumer,
+                store: self.config.id,
+            }));
+        }
+    }
+
+    fn queue(&mut self, message: Message) {
+        if self.transmit.len() >= self.config.max_queued {
+            self.dropped += 1;
+        } else {
+            self.transmit.push_back(message);
+        }
+    }
+
+    fn on_fetch<L: StoreLog>(&mut self, fetch: &Fetch, log: &L) {
+        if fetch.sender == self.config.writer {
+            return;
+        }
+        let Some((low, head)) = log.bounds(&fetch.topic, &fetch.producer) else {
+            return;
+        };
+        // "A store answers FETCH only if the first requested record exists" (NOTES.md).
+        if fetch.sequence < low || fetch.sequence >= head {
+            return;
+        }
+        let end = fetch
+            .sequence
+            .saturating_add(u64::from(fetch.count))
+            .min(head);
+        if let Some(a) = self.answers.iter_mut().find(|a| {
+            a.to == fetch.sender && a.producer == fetch.producer && a.topic == fetch.topic
+        }) {
+            a.next = a.next.min(fetch.sequence);
+            a.end = a.end.max(end);
+            return;
+        }
+        if self.answers.len() >= self.config.max_pending_answers {
+            self.dropped += 1;
+            return;
+        }
+        self.answers.push_back(Answer {
+            to: fetch.sender,
+            topic: fetch.topic.clone(),
+            producer: fetch.producer,
+            next: fetch.sequence,
+            end,
+        });
+    }
+
+    fn heads<L: StoreLog>(&mut self, topic: &Topic, to: NodeId, log: &L) {
+        for (producer, low, head) in log.partitions_of(topic) {
+            let Some(sequence) = head.checked_sub(1) else {
+                continue;
+            };
+            if low > 0 {
+                // Extension: the first records are gone (retention); an "earliest" consumer
+                // starts here instead of FETCHing offsets nobody holds.
+                self.queue(Message::DirectLowWater(DirectLowWater {
+                    to,
+                    low: Head {
+                        producer,
+                        topic: topic.clone(),
+                        sequence: low,
+                    },
+                }));
+            }
+            self.queue(Message::DirectHead(DirectHead {
+                to,
+                head: Head {
+                    producer,
+                    topic: topic.clone(),
+                    sequence,
+                },
+            }));
+        }
+    }
+
+    /// The next message to publish: STORE-HELLOs and DIRECT-HEADs, then FETCH answers, read
+    /// from `log` a chunk at a time, in ascending offset order.
+    pub fn poll_transmit<L: StoreLog>(&mut self, log: &L) -> Option<Message> {
+        if let Some(m) = self.transmit.pop_front() {
+            return Some(m);
+        }
+        loop {
+            if let Some(m) = self.chunk.pop_front() {
+                return Some(m);
+            }
+            let answer = self.answers.front_mut()?;
+            if answer.next >= answer.end {
+                self.answers.pop_front();
+                continue;
+            }
+            let want = usize::try_from(answer.end - answer.next)
+                .unwrap_or(usize::MAX)
+                .min(self.config.read_chunk);
+            match log.read(&answer.topic, &answer.producer, answer.next, want) {
+                Ok(records) => {
+                    let mut expected = answer.next;
+                    for (offset, content) in records {
+                        // Only the contiguous run from the offset asked for: an answer never
+                        // skips a record.
+                        if offset != expected || offset >= answer.end {
+                            break;
+                        }
+                        expected += 1;
+                        self.chunk.push_back(Message::DirectRecord(DirectRecord {
+                            to: answer.to,
+                            record: Record {
+                                producer: answer.producer,
+                                topic: answer.topic.clone(),
+                                sequence: offset,
+                                content,
+                            },
+                        }));
+                    }
+                    if expected == answer.next {
+                        // Nothing there (retention went past it): give up on the rest.
+                        self.answers.pop_front();
+                    } else {
+                        answer.next = expected;
+                    }
+                }
+                Err(_) => {
+                    self.read_errors += 1;
+                    self.answers.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Requests dropped for want of room (FETCHes, DIRECT-HEADs, STORE-HELLOs).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// FETCH answers abandoned because the log could not be read.
+    pub fn read_errors(&self) -> u64 {
+        self.read_errors
+    }
+}

@@ -1,0 +1,797 @@
+//! The store state machines (writer and reader) under a virtual clock, alone and in an
+//! in-memory cluster with producers and consumers over a lossy network that routes by the
+//! nodes' real subscription prefixes.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dafka_proto::{
+    ConsumerConfig, ConsumerHello, DirectRecord, Fetch, GetHeads, Head, Message, NodeId,
+    OffsetReset, PeerError, Producer, ProducerConfig, Record, StoreLog, StoreReader,
+    StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic, subscription,
+};
+
+use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
+
+const S1_READER: &str = "C0AE384776F04AE29D3D0738F9CCD7A6";
+
+/// A log in memory: what the engine would hold, with a low-water mark per partition.
+#[derive(Default)]
+struct MemLog {
+    parts: BTreeMap<(Topic, NodeId), (u64, Vec<Bytes>)>,
+}
+
+impl MemLog {
+    /// Appends at the partition's head (the engine refuses anything else).
+    fn append(&mut self, r: &Record) {
+        let (low, values) = self.parts.entry((r.topic.clone(), r.producer)).or_default();
+        assert_eq!(
+            *low + values.len() as u64,
+            r.sequence,
+            "append out of order"
+        );
+        values.push(r.content.clone());
+    }
+
+    fn values(&self, t: &str, p: &str) -> Vec<Bytes> {
+        self.parts
+            .get(&(topic(t), id(p)))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl StoreLog for MemLog {
+    type Error = Infallible;
+
+    fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
+        let (low, values) = self.parts.get(&(topic.clone(), *producer))?;
+        Some((*low, *low + values.len() as u64))
+    }
+
+    fn partitions_of(&self, t: &Topic) -> Vec<(NodeId, u64, u64)> {
+        self.parts
+            .iter()
+            .filter(|((pt, _), _)| pt == t)
+            .map(|((_, p), (low, v))| (*p, *low, low + v.len() as u64))
+            .collect()
+    }
+
+    fn read(
+        &self,
+        topic: &Topic,
+        producer: &NodeId,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, Bytes)>, Infallible> {
+        let Some((low, values)) = self.parts.get(&(topic.clone(), *producer)) else {
+            return Ok(Vec::new());
+        };
+        Ok(values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (low + i as u64, v.clone()))
+            .skip_while(|(o, _)| *o < from)
+            .take(max)
+            .collect())
+    }
+}
+
+fn record(seq: u64) -> Record {
+    Record {
+        producer: id(P1),
+        topic: topic("golden"),
+        sequence: seq,
+        content: Bytes::from(format!("golden-r{seq:03}")),
+    }
+}
+
+fn head(seq: u64) -> Message {
+    Message::Head(Head {
+        producer: id(P1),
+        topic: topic("golden"),
+        sequence: seq,
+    })
+}
+
+fn writer() -> StoreWriter {
+    StoreWriter::new(StoreWriterConfig::new(id(S1_WRITER))).unwrap()
+}
+
+fn reader() -> StoreReader {
+    StoreReader::new(StoreReaderConfig::new(id(S1_READER), id(S1_WRITER))).unwrap()
+}
+
+fn sent_w(w: &mut StoreWriter) -> Vec<Message> {
+    std::iter::from_fn(|| w.poll_transmit()).collect()
+}
+
+fn sent_r(r: &mut StoreReader, log: &MemLog) -> Vec<Message> {
+    std::iter::from_fn(|| r.poll_transmit(log)).collect()
+}
+
+/// Moves the writer's appends into `log` and returns their offsets.
+fn append_all(w: &mut StoreWriter, log: &mut MemLog) -> Vec<u64> {
+    std::iter::from_fn(|| w.poll_append())
+        .map(|r| {
+            log.append(&r);
+            r.sequence
+        })
+        .collect()
+}
+
+fn key() -> (Topic, NodeId) {
+    (topic("golden"), id(P1))
+}
+
+/// (sequence, count) of every FETCH in `messages`, checking the sender is S1's writer.
+fn fetches(messages: &[Message]) -> Vec<(u64, u32)> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Fetch(f) => {
+                assert_eq!(f.sender, id(S1_WRITER));
+                assert_eq!(f.producer, id(P1));
+                Some((f.sequence, f.count))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn acks(messages: &[Message]) -> Vec<u64> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Ack(a) => Some(a.sequence),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn subscriptions_are_the_references() {
+    // As captured: S.writer.msg_subscriber subscribes M and H, direct_subscriber D + own id;
+    // S.reader.subscriber F, G and W + own id.
+    let w = writer();
+    let subs: Vec<Bytes> = w.subscriptions().into();
+    assert_eq!(subs[0], &b"M"[..]);
+    assert_eq!(subs[1], &b"H"[..]);
+    assert_eq!(subs[2], format!("D{S1_WRITER}").as_bytes());
+    let r = reader();
+    let subs: Vec<Bytes> = r.subscriptions().into();
+    assert_eq!(subs[0], &b"F"[..]);
+    assert_eq!(subs[1], &b"G"[..]);
+    assert_eq!(subs[2], format!("W{S1_READER}").as_bytes());
+}
+
+#[test]
+fn acks_wait_for_durability() {
+    let t0 = Instant::now();
+    let mut w = writer();
+    let mut log = MemLog::default();
+    for seq in 0..3 {
+        w.handle_message(&Message::Record(record(seq)), t0).unwrap();
+    }
+    assert_eq!(append_all(&mut w, &mut log), [0, 1, 2]);
+    // Appended, not durable: no ACK.
+    assert!(acks(&sent_w(&mut w)).is_empty());
+    w.durable(&key(), 2);
+    w.durable(&key(), 3);
+    // Two reports before the driver published: one cumulative ACK of the last durable.
+    assert_eq!(acks(&sent_w(&mut w)), [2]);
+    // A report that moves nothing forward sends nothing.
+    w.durable(&key(), 3);
+    assert!(sent_w(&mut w).is_empty());
+    assert_eq!(w.durable_head(&key()), Some(3));
+}
+
+#[test]
+fn gaps_are_fetched_at_once_then_on_a_timer_with_backoff() {
+    let t0 = Instant::now();
+    let mut w = writer();
+    let mut log = MemLog::default();
+    w.handle_message(&Message::Record(record(0)), t0).unwrap();
+    w.handle_message(&Message::Record(record(3)), t0).unwrap();
+    // 1..=3 missing: FETCH(1, 3) at once; record 3 dropped (no reorder buffer in a store).
+    assert_eq!(fetches(&sent_w(&mut w)), [(1, 3)]);
+    assert_eq!(append_all(&mut w, &mut log), [0]);
+    // The same gap is not asked for again record by record.
+    w.handle_message(&Message::Record(record(4)), t0).unwrap();
+    assert!(fetches(&sent_w(&mut w)).is_empty());
+    assert_eq!(w.poll_timeout(), Some(t0 + Duration::from_millis(200)));
+    let mut at = t0;
+    let mut gaps = Vec::new();
+    for _ in 0..4 {
+        at = w.poll_timeout().unwrap();
+        w.handle_timeout(at);
+        gaps.push((at - t0, fetches(&sent_w(&mut w))));
+    }
+    let ms = Duration::from_millis;
+    assert_eq!(
+        gaps,
+        [
+            (ms(200), vec![(1, 4)]),
+            (ms(600), vec![(1, 4)]),
+            (ms(1400), vec![(1, 4)]),
+            (ms(3000), vec![(1, 4)]),
+        ]
+    );
+    // The answers close the gap: no more retries.
+    for seq in 1..=4 {
+        w.handle_message(
+            &Message::DirectRecord(DirectRecord {
+                to: id(S1_WRITER),
+                record: record(seq),
+            }),
+            at,
+        )
+        .unwrap();
+    }
+    assert_eq!(append_all(&mut w, &mut log), [1, 2, 3, 4]);
+    assert_eq!(w.poll_timeout(), None);
+    assert_eq!(log.values("golden", P1).len(), 5);
+}
+
+#[test]
+fn head_beyond_fetches_from_the_start_head_behind_is_acked() {
+    let t0 = Instant::now();
+    let mut w = writer();
+    let mut log = MemLog::default();
+    // A new store hears HEAD(2) of a partition it never saw: FETCH(0, 3), as S2 did.
+    w.handle_message(&head(2), t0).unwrap();
+    assert_eq!(fetches(&sent_w(&mut w)), [(0, 3)]);
+    for seq in 0..3 {
+        w.handle_message(
+            &Message::DirectRecord(DirectRecord {
+                to: id(S1_WRITER),
+                record: record(seq),
+            }),
+            t0,
+        )
+        .unwrap();
+    }
+    append_all(&mut w, &mut log);
+    w.durable(&key(), 3);
+    assert_eq!(acks(&sent_w(&mut w)), [2]);
+    // The next HEAD(2): everything durable; the ACK is repeated (the first may be lost).
+    w.handle_message(&head(2), t0).unwrap();
+    assert_eq!(acks(&sent_w(&mut w)), [2]);
+    // A DIRECT-RECORD for another writer is refused.
+    let other = Message::DirectRecord(DirectRecord {
+        to: id(S2_WRITER),
+        record: record(3),
+    });
+    assert!(matches!(
+        w.handle_message(&other, t0),
+        Err(PeerError::NotForUs { .. })
+    ));
+}
+
+#[test]
+fn restored_partitions_continue_at_the_engine_head() {
+    let t0 = Instant::now();
+    let mut w = writer();
+    w.restore(key(), 10);
+    w.handle_message(&Message::Record(record(9)), t0).unwrap();
+    assert!(w.poll_append().is_none());
+    w.handle_message(&Message::Record(record(10)), t0).unwrap();
+    assert_eq!(w.poll_append().map(|r| r.sequence), Some(10));
+    // HEAD(9) after a restart: already durable, acked without a FETCH.
+    w.handle_message(&head(9), t0).unwrap();
+    let out = sent_w(&mut w);
+    assert_eq!(acks(&out), [9]);
+    assert!(fetches(&out).is_empty());
+}
+
+#[test]
+fn partitions_are_bounded() {
+    let t0 = Instant::now();
+    let mut cfg = StoreWriterConfig::new(id(S1_WRITER));
+    cfg.max_partitions = 1;
+    let mut w = StoreWriter::new(cfg).unwrap();
+    w.handle_message(&Message::Record(record(0)), t0).unwrap();
+    let mut other = record(0);
+    other.producer = id(C1);
+    assert!(matches!(
+        w.handle_message(&Message::Record(other), t0),
+        Err(PeerError::PartitionLimit { max: 1 })
+    ));
+}
+
+fn fetch(from: &str, seq: u64, count: u32) -> Message {
+    Message::Fetch(Fetch {
+        producer: id(P1),
+        sender: id(from),
+        topic: topic("golden"),
+        sequence: seq,
+        count,
+    })
+}
+
+fn log_with(n: u64) -> MemLog {
+    let mut log = MemLog::default();
+    for seq in 0..n {
+        log.append(&record(seq));
+    }
+    log
+}
+
+fn direct_records(messages: &[Message]) -> Vec<(NodeId, u64)> {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::DirectRecord(d) => {
+                assert_eq!(
+                    d.record,
+                    record(d.record.sequence),
+                    "content of its own offset"
+                );
+                (d.to, d.record.sequence)
+            }
+            other => panic!("not a DIRECT-RECORD: {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn fetch_is_answered_in_order_from_the_log_in_chunks() {
+    let log = log_with(10);
+    let mut cfg = StoreReaderConfig::new(id(S1_READER), id(S1_WRITER));
+    cfg.read_chunk = 3;
+    let mut r = StoreReader::new(cfg).unwrap();
+    // The reference's count: 100000 - seq % 100000; the answer stops at the head.
+    r.handle_message(&fetch(C1, 2, 99_998), &log).unwrap();
+    let got = direct_records(&sent_r(&mut r, &log));
+    assert_eq!(got, (2..10).map(|s| (id(C1), s)).collect::<Vec<_>>());
+    // count records from seq: FETCH(4, 2) is 4 and 5.
+    r.handle_message(&fetch(S2_WRITER, 4, 2), &log).unwrap();
+    assert_eq!(
+        direct_records(&sent_r(&mut r, &log)),
+        [(id(S2_WRITER), 4), (id(S2_WRITER), 5)]
+    );
+    // Its own writer's FETCH, a FETCH past the head and one of an unknown partition: nothing.
+    r.handle_message(&fetch(S1_WRITER, 0, 5), &log).unwrap();
+    r.handle_message(&fetch(C1, 10, 5), &log).unwrap();
+    let mut unknown = fetch(C1, 0, 5);
+    if let Message::Fetch(f) = &mut unknown {
+        f.topic = topic("golden2");
+    }
+    r.handle_message(&unknown, &log).unwrap();
+    assert!(sent_r(&mut r, &log).is_empty());
+}
+
+#[test]
+fn fetch_below_the_low_water_mark_is_not_answered() {
+    let mut log = log_with(0);
+    log.parts.insert(
+        key(),
+        (5, (5..8).map(|s| record(s).content).collect::<Vec<_>>()),
+    );
+    let mut r = reader();
+    r.handle_message(&fetch(C1, 0, 10), &log).unwrap();
+    assert!(sent_r(&mut r, &log).is_empty());
+    r.handle_message(&fetch(C1, 5, 10), &log).unwrap();
+    assert_eq!(sent_r(&mut r, &log).len(), 3);
+}
+
+#[test]
+fn pending_answers_are_bounded_and_merged_per_requester() {
+    let log = log_with(10);
+    let mut cfg = StoreReaderConfig::new(id(S1_READER), id(S1_WRITER));
+    cfg.max_pending_answers = 1;
+    let mut r = StoreReader::new(cfg).unwrap();
+    r.handle_message(&fetch(C1, 3, 2), &log).unwrap();
+    // The same requester widens its answer; another one finds no room.
+    r.handle_message(&fetch(C1, 1, 2), &log).unwrap();
+    r.handle_message(&fetch(S2_WRITER, 0, 2), &log).unwrap();
+    assert_eq!(r.dropped(), 1);
+    let got = direct_records(&sent_r(&mut r, &log));
+    assert_eq!(got, (1..5).map(|s| (id(C1), s)).collect::<Vec<_>>());
+}
+
+#[test]
+fn get_heads_consumer_hello_and_store_hello() {
+    let mut log = log_with(6);
+    let mut other = record(0);
+    other.topic = topic("golden2");
+    log.append(&other);
+    let mut r = reader();
+    r.handle_message(
+        &Message::GetHeads(GetHeads {
+            topic: topic("golden"),
+            consumer: id(C1),
+        }),
+        &log,
+    )
+    .unwrap();
+    // Exact topic: golden2's partition is not listed (the reference lists it).
+    let out = sent_r(&mut r, &log);
+    assert_eq!(out.len(), 1);
+    let Message::DirectHead(dh) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!((dh.to, dh.head.sequence), (id(C1), 5));
+    // CONSUMER-HELLO with two topics: a DIRECT-HEAD for each partition; an empty one: none.
+    let hello = |topics: Vec<Topic>| {
+        Message::ConsumerHello(ConsumerHello {
+            store: id(S1_READER),
+            consumer: id(C1),
+            topics,
+        })
+    };
+    r.handle_message(&hello(vec![topic("golden"), topic("golden2")]), &log)
+        .unwrap();
+    assert_eq!(sent_r(&mut r, &log).len(), 2);
+    r.handle_message(&hello(Vec::new()), &log).unwrap();
+    assert!(sent_r(&mut r, &log).is_empty());
+    let mut elsewhere = hello(Vec::new());
+    if let Message::ConsumerHello(h) = &mut elsewhere {
+        h.store = id(S2_READER);
+    }
+    assert!(r.handle_message(&elsewhere, &log).is_err());
+    // `L` + consumer reaching the XPUB: STORE-HELLO with the reader's id.
+    r.handle_subscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
+    r.handle_subscription(b"Mgolden");
+    let out = sent_r(&mut r, &log);
+    assert_eq!(out.len(), 1);
+    let Message::StoreHello(sh) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!((sh.consumer, sh.store), (id(C1), id(S1_READER)));
+}
+
+/// Deterministic pseudo-random numbers for the lossy network.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+enum Node {
+    Producer(Producer),
+    Writer(StoreWriter, usize),
+    Reader(StoreReader, usize),
+    Consumer(dafka_proto::Consumer),
+}
+
+/// Nodes, the subscriptions of each, the logs of the stores, durable-but-unreported appends,
+/// and a network that delivers a message to every node with a matching prefix, dropping some.
+struct Cluster {
+    nodes: Vec<(Node, Vec<Bytes>)>,
+    logs: Vec<MemLog>,
+    /// Appended, not yet durable: (store, key, next).
+    syncing: Vec<(usize, (Topic, NodeId), u64)>,
+    alive: Vec<bool>,
+    rng: Rng,
+    loss: u64,
+    now: Instant,
+    delivered: HashMap<usize, Vec<(NodeId, u64, Bytes)>>,
+}
+
+impl Cluster {
+    fn step(&mut self) {
+        let now = self.now;
+        let mut out: Vec<(usize, Message)> = Vec::new();
+        for (i, (node, _)) in self.nodes.iter_mut().enumerate() {
+            if !self.alive[i] {
+                continue;
+            }
+            match node {
+                Node::Producer(p) => {
+                    if p.poll_timeout().is_some_and(|d| now >= d) {
+                        p.handle_timeout(now);
+                    }
+                    out.extend(std::iter::from_fn(|| p.poll_transmit()).map(|m| (i, m)));
+                }
+                Node::Writer(w, s) => {
+                    if w.poll_timeout().is_some_and(|d| now >= d) {
+                        w.handle_timeout(now);
+                    }
+                    for r in std::iter::from_fn(|| w.poll_append()) {
+                        self.logs[*s].append(&r);
+                        self.syncing
+                            .push((*s, (r.topic.clone(), r.producer), r.sequence + 1));
+                    }
+                    out.extend(std::iter::from_fn(|| w.poll_transmit()).map(|m| (i, m)));
+                }
+                Node::Reader(r, s) => {
+                    let log = &self.logs[*s];
+                    out.extend(std::iter::from_fn(|| r.poll_transmit(log)).map(|m| (i, m)));
+                }
+                Node::Consumer(c) => {
+                    if c.poll_timeout().is_some_and(|d| now >= d) {
+                        c.handle_timeout(now);
+                    }
+                    out.extend(std::iter::from_fn(|| c.poll_transmit()).map(|m| (i, m)));
+                    let got = self.delivered.entry(i).or_default();
+                    got.extend(
+                        std::iter::from_fn(|| c.poll_record())
+                            .map(|d| (d.partition, d.offset, d.content)),
+                    );
+                }
+            }
+        }
+        // Group commit: what was appended in this step is durable in the next.
+        for (s, key, next) in std::mem::take(&mut self.syncing) {
+            for (node, _) in &mut self.nodes {
+                if let Node::Writer(w, ws) = node
+                    && *ws == s
+                {
+                    w.durable(&key, next);
+                }
+            }
+        }
+        for (from, m) in out {
+            let frames = m.to_frames();
+            for to in 0..self.nodes.len() {
+                if to == from || !self.alive[to] {
+                    continue;
+                }
+                if !self.nodes[to].1.iter().any(|s| frames[0].starts_with(s)) {
+                    continue;
+                }
+                if self.rng.chance(self.loss) {
+                    continue;
+                }
+                let logs = &self.logs;
+                match &mut self.nodes[to].0 {
+                    Node::Producer(p) => {
+                        let _ = p.handle_message(&m, None);
+                    }
+                    Node::Writer(w, _) => {
+                        let _ = w.handle_message(&m, now);
+                    }
+                    Node::Reader(r, s) => {
+                        let _ = r.handle_message(&m, &logs[*s]);
+                    }
+                    Node::Consumer(c) => {
+                        let _ = c.handle_message(&m, now);
+                    }
+                }
+            }
+        }
+        self.now += Duration::from_millis(10);
+    }
+
+    fn run(&mut self, until: impl Fn(&Cluster) -> bool) {
+        for _ in 0..20_000 {
+            if until(self) {
+                return;
+            }
+            self.step();
+        }
+        panic!("the cluster did not settle");
+    }
+
+    fn producer(&mut self, i: usize) -> &mut Producer {
+        match &mut self.nodes[i].0 {
+            Node::Producer(p) => p,
+            _ => unreachable!(),
+        }
+    }
+}
+
+/// Two producers, two stores (writer and reader each), a lossy network (10% of messages
+/// dropped): every record is acknowledged, both stores hold the same data, and an "earliest"
+/// consumer started after the producers are gone gets every record exactly once, in order,
+/// from the stores alone.
+#[test]
+fn cluster_replicates_and_serves_after_the_producers_are_gone() {
+    let t0 = Instant::now();
+    let producers = [P1, "0000000000000000000000000000000A"];
+    let mut nodes = Vec::new();
+    for p in producers {
+        let mut cfg = ProducerConfig::new(id(p), topic("golden"));
+        cfg.head_interval = Duration::from_millis(100);
+        let p = Producer::new(cfg).unwrap();
+        let subs = p.subscriptions().into();
+        nodes.push((Node::Producer(p), subs));
+    }
+    for (s, (w, r)) in [(S1_WRITER, S1_READER), (S2_WRITER, S2_READER)]
+        .into_iter()
+        .enumerate()
+    {
+        let writer = StoreWriter::new(StoreWriterConfig::new(id(w))).unwrap();
+        let subs = writer.subscriptions().into();
+        nodes.push((Node::Writer(writer, s), subs));
+        let reader = StoreReader::new(StoreReaderConfig::new(id(r), id(w))).unwrap();
+        let subs = reader.subscriptions().into();
+        nodes.push((Node::Reader(reader, s), subs));
+    }
+    let alive = vec![true; nodes.len()];
+    let mut c = Cluster {
+        nodes,
+        logs: vec![MemLog::default(), MemLog::default()],
+        syncing: Vec::new(),
+        alive,
+        rng: Rng(0x9E37_79B9_7F4A_7C15),
+        loss: 10,
+        now: t0,
+        delivered: HashMap::new(),
+    };
+    const N: u64 = 300;
+    for n in 0..N {
+        for i in 0..2 {
+            let now = c.now;
+            c.producer(i)
+                .send(Bytes::from(format!("p{i}-r{n}")), now)
+                .unwrap();
+        }
+        if n % 7 == 0 {
+            c.step();
+        }
+    }
+    c.run(|c| {
+        (0..2).all(|i| match &c.nodes[i].0 {
+            Node::Producer(p) => p.is_flushed(),
+            _ => false,
+        })
+    });
+    // Replication goes on after the ACKs (one store suffices for an ACK): wait for both.
+    c.run(|c| {
+        c.logs.iter().all(|l| {
+            producers
+                .iter()
+                .all(|p| l.values("golden", p).len() == N as usize)
+        })
+    });
+    for p in producers {
+        assert_eq!(c.logs[0].values("golden", p), c.logs[1].values("golden", p));
+    }
+    // The producers go; an earliest consumer arrives.
+    c.alive[0] = false;
+    c.alive[1] = false;
+    let mut cfg = ConsumerConfig::new(id(C1));
+    cfg.offset_reset = OffsetReset::Earliest;
+    let mut consumer = dafka_proto::Consumer::new(cfg).unwrap();
+    let mut subs: Vec<Bytes> = consumer.subscriptions().into();
+    subs.extend(consumer.subscribe(topic("golden")));
+    let ci = c.nodes.len();
+    c.nodes.push((Node::Consumer(consumer), subs));
+    c.alive.push(true);
+    // The readers hear the consumer's `L` subscription (STORE-HELLO -> CONSUMER-HELLO).
+    for (node, _) in &mut c.nodes {
+        if let Node::Reader(r, _) = node {
+            r.handle_subscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
+        }
+    }
+    c.run(|c| {
+        c.delivered
+            .get(&ci)
+            .is_some_and(|d| d.len() == 2 * N as usize)
+    });
+    let got = &c.delivered[&ci];
+    for p in producers {
+        let values: Vec<String> = got
+            .iter()
+            .filter(|(part, _, _)| *part == id(p))
+            .map(|(_, _, v)| String::from_utf8(v.to_vec()).unwrap())
+            .collect();
+        let i = producers.iter().position(|x| *x == p).unwrap();
+        let want: Vec<String> = (0..N).map(|n| format!("p{i}-r{n}")).collect();
+        assert_eq!(values, want);
+    }
+    // Nothing more arrives later (exactly once).
+    for _ in 0..200 {
+        c.step();
+    }
+    assert_eq!(c.delivered[&ci].len(), 2 * N as usize);
+}
+
+/// Extension: after retention a store sends DIRECT-LOW-WATER before DIRECT-HEAD, and an
+/// "earliest" consumer starts at the low-water mark instead of FETCHing offsets nobody holds.
+#[test]
+fn earliest_consumer_starts_at_the_low_water_mark() {
+    let t0 = Instant::now();
+    let mut log = MemLog::default();
+    log.parts.insert(
+        key(),
+        (5, (5..8).map(|s| record(s).content).collect::<Vec<_>>()),
+    );
+    let mut r = reader();
+    let mut cfg = ConsumerConfig::new(id(C1));
+    cfg.offset_reset = OffsetReset::Earliest;
+    let mut c = dafka_proto::Consumer::new(cfg).unwrap();
+    assert!(
+        c.subscriptions()
+            .iter()
+            .any(|s| s == format!("O{C1}").as_bytes())
+    );
+    c.subscribe(topic("golden"));
+    let get_heads: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    for m in &get_heads {
+        r.handle_message(m, &log).unwrap();
+    }
+    let answers = sent_r(&mut r, &log);
+    assert!(matches!(
+        &answers[..],
+        [Message::DirectLowWater(l), Message::DirectHead(h)]
+            if l.low.sequence == 5 && h.head.sequence == 7 && l.to == id(C1)
+    ));
+    // The bytes: DIRECT-HEAD's layout under id 'O'.
+    let frames = answers[0].to_frames();
+    assert_eq!(&frames[0][..33], format!("O{C1}").as_bytes());
+    assert_eq!(
+        Message::decode(&frames, &dafka_proto::Limits::DEFAULT).unwrap(),
+        answers[0]
+    );
+    for m in &answers {
+        c.handle_message(m, t0).unwrap();
+    }
+    let fetches: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    assert!(matches!(
+        &fetches[..],
+        [Message::Fetch(f)] if f.sequence == 5 && f.count == 3
+    ));
+    for m in &fetches {
+        r.handle_message(m, &log).unwrap();
+    }
+    for m in sent_r(&mut r, &log) {
+        c.handle_message(&m, t0).unwrap();
+    }
+    let got: Vec<u64> = std::iter::from_fn(|| c.poll_record())
+        .map(|d| d.offset)
+        .collect();
+    assert_eq!(got, [5, 6, 7]);
+    // A partition already past the mark does not move back; records held beyond it stay.
+    let low = Message::DirectLowWater(dafka_proto::DirectLowWater {
+        to: id(C1),
+        low: Head {
+            producer: id(P1),
+            topic: topic("golden"),
+            sequence: 2,
+        },
+    });
+    c.handle_message(&low, t0).unwrap();
+    c.handle_message(&Message::Record(record(8)), t0).unwrap();
+    assert_eq!(c.poll_record().map(|d| d.offset), Some(8));
+}
+
+/// Extension for `min_acks > 1`: every ACK is followed by a STORE-ACK naming the writer; a
+/// producer with `min_acks` 2 subscribes to STORE-ACKs only and counts distinct writers.
+#[test]
+fn store_acks_name_the_writer_and_count_towards_min_acks() {
+    let t0 = Instant::now();
+    let mut log = MemLog::default();
+    let mut w = writer();
+    w.handle_message(&Message::Record(record(0)), t0).unwrap();
+    append_all(&mut w, &mut log);
+    w.durable(&key(), 1);
+    let out = sent_w(&mut w);
+    assert!(matches!(
+        &out[..],
+        [Message::Ack(a), Message::StoreAck(s)]
+            if a.sequence == 0 && s.ack == *a && s.store == id(S1_WRITER)
+    ));
+    let mut cfg = ProducerConfig::new(id(P1), topic("golden"));
+    cfg.min_acks = 2;
+    let mut p = Producer::new(cfg).unwrap();
+    assert_eq!(p.subscriptions()[0], format!("A{P1}").as_bytes());
+    p.send(record(0).content, t0).unwrap();
+    while p.poll_transmit().is_some() {}
+    // The reference form does not count, one store twice does not count.
+    p.handle_message(&out[0], None).unwrap();
+    p.handle_message(&out[1], None).unwrap();
+    p.handle_message(&out[1], None).unwrap();
+    assert!(!p.is_flushed());
+    let mut other = out[1].clone();
+    if let Message::StoreAck(s) = &mut other {
+        s.store = id(S2_WRITER);
+    }
+    p.handle_message(&other, None).unwrap();
+    assert!(p.is_flushed());
+}

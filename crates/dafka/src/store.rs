@@ -1,0 +1,455 @@
+//! The store node: [`dafka_proto::StoreWriter`] and [`dafka_proto::StoreReader`] over the
+//! storage engine `dafka-store`, as two nodes the way the reference runs a store (two ids, two
+//! publishers, two beacons).
+//!
+//! | node | publisher | subscriber | does |
+//! |---|---|---|---|
+//! | writer | PUB | `'M'`, `'H'`, `'D'` + its id | appends, FETCHes gaps, ACKs durable records |
+//! | reader | XPUB | `'F'`, `'G'`, `'W'` + its id | FETCH, GET-HEADS, CONSUMER-HELLO, STORE-HELLO |
+//!
+//! The writer's task takes the appends its state machine asks for after each batch of input,
+//! hands them to the engine in one call per partition run (group commit forms one batch of
+//! them) and passes the engine's ticket to an acknowledgement task. That task awaits the
+//! ticket (the engine's writer thread wakes it once the batch is durable under the sync
+//! policy), reports the durable heads to the state machine and wakes the writer, which
+//! publishes the ACKs. So an ACK never leaves before its records are durable. The reader
+//! answers from the engine's durable records only (reads from disk, in chunks).
+//!
+//! The engine calls are synchronous: an append blocks the writer's task while the engine's
+//! forming batch is over its `max_pending_bytes` (8 MiB: the disk is behind), and a read is a
+//! `pread`. Both run on the runtime's worker; a store node wants a multi-threaded runtime.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dafka_proto::{
+    Message, NodeId, PeerError, StoreLog, StoreReader, StoreReaderConfig, StoreWriter,
+    StoreWriterConfig, Topic,
+};
+use dafka_store::{AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket};
+use dafka_zmtp::SocketType;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+use crate::node::{
+    Control, LogLimiter, NodeConfig, NodeStats, NodeTask, Plumbing, Role, new_node_id, now,
+    take_up_to,
+};
+
+/// Settings of a [`StoreNode`] beyond those every node has.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// The engine's settings (sync policy, segment size, retention, ...).
+    pub engine: dafka_store::Config,
+    /// First FETCH retry delay for a gap.
+    pub fetch_retry: Duration,
+    /// Longest FETCH retry delay.
+    pub fetch_retry_max: Duration,
+    /// Records read from the engine at a time for a FETCH answer.
+    pub read_chunk: usize,
+    /// Most partitions held.
+    pub max_partitions: usize,
+}
+
+impl StoreOptions {
+    /// The defaults with the sync policy `sync`.
+    pub fn with_sync(sync: SyncPolicy) -> Self {
+        StoreOptions {
+            engine: dafka_store::Config::with_sync(sync),
+            ..StoreOptions::default()
+        }
+    }
+
+    /// Sets [`fetch_retry`](Self::fetch_retry).
+    #[must_use]
+    pub fn with_fetch_retry(mut self, retry: Duration) -> Self {
+        self.fetch_retry = retry;
+        self
+    }
+
+    /// Sets [`engine`](Self::engine).
+    #[must_use]
+    pub fn with_engine(mut self, engine: dafka_store::Config) -> Self {
+        self.engine = engine;
+        self
+    }
+}
+
+impl Default for StoreOptions {
+    /// The engine's defaults (sync `always`), the state machines' defaults.
+    fn default() -> Self {
+        let w = StoreWriterConfig::new(NodeId::from_bytes([0; 16]));
+        let r = StoreReaderConfig::new(NodeId::from_bytes([0; 16]), NodeId::from_bytes([0; 16]));
+        StoreOptions {
+            engine: dafka_store::Config::default(),
+            fetch_retry: w.fetch_retry,
+            fetch_retry_max: w.fetch_retry_max,
+            read_chunk: r.read_chunk,
+            max_partitions: w.max_partitions,
+        }
+    }
+}
+
+/// A running store. Dropping it stops both nodes; [`close`](Self::close) also waits for them
+/// and for the engine to write what it was given.
+pub struct StoreNode {
+    writer_id: NodeId,
+    reader_id: NodeId,
+    engine: dafka_store::Store,
+    writer: NodeTask,
+    reader: NodeTask,
+    acks: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for StoreNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreNode")
+            .field("writer", &self.writer_id)
+            .field("reader", &self.reader_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_of(p: &dafka_store::PartitionInfo) -> Option<(Topic, NodeId)> {
+    let topic = Topic::new(Bytes::from(p.key.topic.clone().into_bytes())).ok()?;
+    Some((topic, NodeId::from_bytes(p.key.producer)))
+}
+
+fn engine_key(topic: &Topic, producer: &NodeId) -> Option<PartitionKey> {
+    let topic = std::str::from_utf8(topic.as_bytes()).ok()?;
+    Some(PartitionKey::new(topic, *producer.as_bytes()))
+}
+
+impl StoreNode {
+    /// Opens (or creates) the store directory `path`, recovers it, and starts the writer and
+    /// reader nodes on the current tokio runtime. The writer's publisher binds
+    /// [`NodeConfig::port`], the reader's the next port (both any free port when it is 0).
+    pub async fn open(
+        path: impl AsRef<Path>,
+        node: NodeConfig,
+        options: StoreOptions,
+    ) -> Result<StoreNode, Error> {
+        let engine = dafka_store::Store::open_path(path, options.engine.clone())?;
+        let writer_id = new_node_id();
+        let reader_id = new_node_id();
+        let mut wc = StoreWriterConfig::new(writer_id);
+        wc.fetch_retry = options.fetch_retry;
+        wc.fetch_retry_max = options.fetch_retry_max;
+        wc.max_partitions = options.max_partitions;
+        let mut writer = StoreWriter::new(wc)?;
+        let mut ids = HashMap::new();
+        for p in engine.partitions() {
+            if let Some(key) = key_of(&p) {
+                writer.restore(key.clone(), p.head);
+                ids.insert(key, p.id);
+            }
+        }
+        let mut rc = StoreReaderConfig::new(reader_id, writer_id);
+        rc.read_chunk = options.read_chunk;
+        let reader = StoreReader::new(rc)?;
+
+        let reader_node = match node.port {
+            0 => node.clone(),
+            p => node
+                .clone()
+                .with_port(p.checked_add(1).ok_or(Error::Endpoint {
+                    endpoint: format!("port {p}"),
+                    reason: "the reader's port (the next one) is out of range",
+                })?),
+        };
+        let wplumbing = Plumbing::open(writer_id, node, SocketType::Pub).await?;
+        for s in writer.subscriptions() {
+            wplumbing.subscriber.subscribe(&s)?;
+        }
+        let rplumbing = Plumbing::open(reader_id, reader_node, SocketType::Xpub).await?;
+        for s in reader.subscriptions() {
+            rplumbing.subscriber.subscribe(&s)?;
+        }
+
+        let shared = Arc::new(Mutex::new(writer));
+        let wcontrol = Arc::new(Control::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let acks = tokio::spawn(acknowledge(rx, shared.clone(), wcontrol.clone()));
+        let wrole = WriterRole {
+            writer: shared,
+            engine: engine.clone(),
+            ids,
+            tickets: tx,
+            log: LogLimiter::new(now()),
+        };
+        let rrole = ReaderRole {
+            reader,
+            log: EngineLog {
+                engine: engine.clone(),
+            },
+        };
+        Ok(StoreNode {
+            writer_id,
+            reader_id,
+            engine,
+            writer: NodeTask::spawn(wplumbing, wrole, wcontrol),
+            reader: NodeTask::spawn(rplumbing, rrole, Arc::new(Control::default())),
+            acks: Some(acks),
+        })
+    }
+
+    /// The writer node's id (the sender of its FETCHes).
+    pub fn writer_id(&self) -> NodeId {
+        self.writer_id
+    }
+
+    /// The reader node's id (in its STORE-HELLOs).
+    pub fn reader_id(&self) -> NodeId {
+        self.reader_id
+    }
+
+    /// The engine underneath (heads, low-water marks, reads of what is durable).
+    pub fn engine(&self) -> &dafka_store::Store {
+        &self.engine
+    }
+
+    /// Input the writer node dropped.
+    pub fn writer_stats(&self) -> &NodeStats {
+        &self.writer.stats
+    }
+
+    /// Input the reader node dropped.
+    pub fn reader_stats(&self) -> &NodeStats {
+        &self.reader.stats
+    }
+
+    /// Stops both nodes, then the engine (after writing and syncing what it was given).
+    pub async fn close(mut self) {
+        self.writer.close().await;
+        self.reader.close().await;
+        if let Some(acks) = self.acks.take() {
+            let _ = acks.await;
+        }
+        let engine = self.engine.clone();
+        drop(self);
+        // Joining the engine's writer thread blocks: off the runtime's worker.
+        let _ = tokio::task::spawn_blocking(move || engine.close()).await;
+    }
+}
+
+type Key = (Topic, NodeId);
+
+/// Durable heads to report once a ticket completes.
+type Pending = (Ticket, Vec<(Key, u64)>);
+
+/// Awaits each ticket and reports durability to the writer, then wakes its task (the ACKs).
+/// Tickets complete in order, so only the last of a batch of them is awaited.
+async fn acknowledge(
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    writer: Arc<Mutex<StoreWriter>>,
+    control: Arc<Control>,
+) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 1024).await > 0 {
+        let all_ok = match batch.last() {
+            Some((ticket, _)) => ticket.clone().await.is_ok(),
+            None => continue,
+        };
+        {
+            let mut w = lock(&writer);
+            for (ticket, heads) in batch.drain(..) {
+                // After a failure (a poisoned store) only batches durable before it count.
+                if all_ok || ticket.wait(Duration::ZERO).is_ok() {
+                    for (key, next) in heads {
+                        w.durable(&key, next);
+                    }
+                }
+            }
+        }
+        if !all_ok {
+            tracing::error!(
+                "the storage engine failed; records after the failure are not acknowledged"
+            );
+        }
+        control.wake.notify_one();
+    }
+}
+
+fn lock(writer: &Mutex<StoreWriter>) -> MutexGuard<'_, StoreWriter> {
+    writer.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct WriterRole {
+    writer: Arc<Mutex<StoreWriter>>,
+    engine: dafka_store::Store,
+    ids: HashMap<Key, PartitionId>,
+    tickets: mpsc::UnboundedSender<Pending>,
+    log: LogLimiter,
+}
+
+impl WriterRole {
+    fn id(&mut self, key: &Key) -> Option<PartitionId> {
+        if let Some(&id) = self.ids.get(key) {
+            return Some(id);
+        }
+        let ekey = engine_key(&key.0, &key.1)?;
+        match self.engine.declare(&ekey) {
+            Ok(id) => {
+                self.ids.insert(key.clone(), id);
+                Some(id)
+            }
+            Err(e) => {
+                if self.log.allow(now()) {
+                    tracing::warn!(error = %e, partition = %ekey, "cannot declare partition");
+                }
+                None
+            }
+        }
+    }
+
+    /// Appends what the state machine asks for, one engine call per run of one partition.
+    fn append(&mut self, writer: &mut StoreWriter) {
+        let records: Vec<_> = std::iter::from_fn(|| writer.poll_append()).collect();
+        if records.is_empty() {
+            return;
+        }
+        let timestamp_ms = dafka_store::now_ms();
+        let mut last = None;
+        let mut heads = Vec::new();
+        for run in records.chunk_by(|a, b| a.producer == b.producer && a.topic == b.topic) {
+            let key = (run[0].topic.clone(), run[0].producer);
+            let Some(id) = self.id(&key) else {
+                // A topic the engine cannot name (not UTF-8): not stored, never acknowledged.
+                continue;
+            };
+            let batch: Vec<AppendRecord<'_>> = run
+                .iter()
+                .map(|r| AppendRecord {
+                    partition: id,
+                    offset: r.sequence,
+                    timestamp_ms,
+                    value: &r.content,
+                })
+                .collect();
+            match self.engine.append(&batch) {
+                Ok(ticket) => {
+                    let next = run[run.len() - 1].sequence + 1;
+                    heads.push((key, next));
+                    last = Some(ticket);
+                }
+                Err(e) => {
+                    if self.log.allow(now()) {
+                        tracing::warn!(error = %e, "append refused");
+                    }
+                    // Take the engine's word for where the partition stands.
+                    if let Some(next) = self.engine.next_offset(id) {
+                        writer.restore(key, next);
+                    }
+                }
+            }
+        }
+        if let Some(ticket) = last {
+            let _ = self.tickets.send((ticket, heads));
+        }
+    }
+}
+
+impl Role for WriterRole {
+    fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+        lock(&self.writer).handle_message(message, now)
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        lock(&self.writer).handle_timeout(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        lock(&self.writer).poll_timeout()
+    }
+
+    fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
+        let writer = self.writer.clone();
+        let mut w = lock(&writer);
+        self.append(&mut w);
+        take_up_to(out, max, || w.poll_transmit())
+    }
+}
+
+/// The engine as the reader's [`StoreLog`]: durable records only.
+struct EngineLog {
+    engine: dafka_store::Store,
+}
+
+impl EngineLog {
+    fn id(&self, topic: &Topic, producer: &NodeId) -> Option<PartitionId> {
+        self.engine.lookup(&engine_key(topic, producer)?)
+    }
+}
+
+/// Most value bytes read from the engine for one chunk of a FETCH answer.
+const READ_BYTES: usize = 4 << 20;
+
+impl StoreLog for EngineLog {
+    type Error = dafka_store::ReadError;
+
+    fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
+        let id = self.id(topic, producer)?;
+        Some((self.engine.low_water(id)?, self.engine.head(id)?))
+    }
+
+    fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64, u64)> {
+        let Ok(name) = std::str::from_utf8(topic.as_bytes()) else {
+            return Vec::new();
+        };
+        self.engine
+            .partitions()
+            .into_iter()
+            .filter(|p| p.key.topic == name)
+            .map(|p| (NodeId::from_bytes(p.key.producer), p.low_water, p.head))
+            .collect()
+    }
+
+    fn read(
+        &self,
+        topic: &Topic,
+        producer: &NodeId,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, Bytes)>, Self::Error> {
+        let Some(id) = self.id(topic, producer) else {
+            return Ok(Vec::new());
+        };
+        Ok(self
+            .engine
+            .read(id, from, max, READ_BYTES)?
+            .into_iter()
+            .map(|r| (r.offset, r.value))
+            .collect())
+    }
+}
+
+struct ReaderRole {
+    reader: StoreReader,
+    log: EngineLog,
+}
+
+impl Role for ReaderRole {
+    fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
+        self.reader.handle_message(message, &self.log)
+    }
+
+    fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {
+        self.reader.handle_subscription(prefix);
+    }
+
+    fn on_timeout(&mut self, _now: Instant) {}
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
+        let (reader, log) = (&mut self.reader, &self.log);
+        take_up_to(out, max, || reader.poll_transmit(log))
+    }
+}

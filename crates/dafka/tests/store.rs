@@ -1,0 +1,460 @@
+//! The store node over real loopback TCP (127.0.0.1, ports 0) with producers and consumers,
+//! and its durability across SIGKILL (the store in a child process: this test binary
+//! re-invoked).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+mod support;
+
+use dafka_node::{
+    ConsumerNode, ConsumerOptions, Error, NodeId, OffsetReset, ProducerNode, StoreNode,
+    StoreOptions, SyncPolicy, TowerAddress,
+};
+use support::{PATIENCE, check_exactly_once, collect, fast, producer_options, tower};
+
+async fn store(dir: &Path, towers: &[TowerAddress]) -> StoreNode {
+    StoreNode::open(
+        dir,
+        fast(towers),
+        StoreOptions::with_sync(SyncPolicy::Always).with_fetch_retry(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap()
+}
+
+/// Every record of `partition` in the store directory `dir`, read by the engine alone.
+fn on_disk(dir: &Path, topic: &str, partition: NodeId) -> Vec<(u64, Bytes)> {
+    let engine = dafka_store::Store::open_path(dir, dafka_store::Config::default()).unwrap();
+    let key = dafka_store::PartitionKey::new(topic, *partition.as_bytes());
+    let Some(id) = engine.lookup(&key) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    loop {
+        let next = out.len() as u64;
+        let chunk = engine.read(id, next, 10_000, 64 << 20).unwrap();
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend(chunk.into_iter().map(|r| (r.offset, r.value)));
+    }
+    engine.close();
+    out
+}
+
+fn values(prefix: &str, n: usize) -> Vec<Bytes> {
+    (0..n)
+        .map(|i| Bytes::from(format!("{prefix}-{i:06}")))
+        .collect()
+}
+
+fn earliest() -> ConsumerOptions {
+    ConsumerOptions::default()
+        .with_offset_reset(OffsetReset::Earliest)
+        .with_fetch_retry(Duration::from_millis(50), Duration::from_millis(400))
+}
+
+/// `flush` returns only once a store acknowledged, and what it acknowledged is in its directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_returns_when_a_store_acknowledged_and_the_records_are_on_disk() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let producer = ProducerNode::start("acked", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("acked", 500);
+    producer.send_many(sent.clone()).await.unwrap();
+    // No store: nothing acknowledges.
+    assert!(matches!(
+        producer.flush(Some(Duration::from_millis(300))).await,
+        Err(Error::FlushTimeout { unacked: 500, .. })
+    ));
+    let store = store(dir.path(), &towers).await;
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    assert_eq!(producer.unacked_records(), 0);
+    let partition = producer.partition();
+    producer.close().await;
+    store.close().await;
+    let disk = on_disk(dir.path(), "acked", partition);
+    assert_eq!(disk.len(), 500);
+    for (i, (offset, value)) in disk.iter().enumerate() {
+        assert_eq!((*offset, value), (i as u64, &sent[i]));
+    }
+    tower.close().await;
+}
+
+/// An "earliest" consumer started after the producer is gone gets every record from the
+/// store (GET-HEADS / CONSUMER-HELLO -> DIRECT-HEAD, then FETCH answered by the store reader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earliest_consumer_reads_everything_from_a_store_after_the_producer_is_gone() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path(), &towers).await;
+    let producer = ProducerNode::start("history", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("history", 3000);
+    producer.send_many(sent.clone()).await.unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    producer.close().await;
+    let consumer = ConsumerNode::start(&["history"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    let got = collect(&consumer, 3000).await;
+    check_exactly_once(&got, &BTreeMap::from([(partition, sent)]));
+    // Nothing twice.
+    assert!(
+        consumer
+            .poll(10, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    consumer.close().await;
+    store.close().await;
+    tower.close().await;
+}
+
+/// Waits until the store holds `n` durable records of `partition`.
+async fn wait_for_head(store: &StoreNode, topic: &str, partition: NodeId, n: u64) {
+    let key = dafka_store::PartitionKey::new(topic, *partition.as_bytes());
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let head = store
+            .engine()
+            .lookup(&key)
+            .and_then(|id| store.engine().head(id));
+        if head == Some(n) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "store head {head:?}, want {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A second store started after the producer's records were acknowledged (and released by
+/// the producer) gets them from the first store's reader: both hold the same data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_store_catches_up_from_the_first() {
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = store(d1.path(), &towers).await;
+    let producer = ProducerNode::start("replicated", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("replicated", 2000);
+    producer.send_many(sent.clone()).await.unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    // The producer's HEADs tell the new store what exists; only S1 holds the records now.
+    let s2 = store(d2.path(), &towers).await;
+    wait_for_head(&s2, "replicated", partition, 2000).await;
+    producer.close().await;
+    s1.close().await;
+    s2.close().await;
+    let a = on_disk(d1.path(), "replicated", partition);
+    let b = on_disk(d2.path(), "replicated", partition);
+    assert_eq!(a.len(), 2000);
+    assert_eq!(a, b);
+    assert!(a.iter().zip(&sent).all(|((_, v), s)| v == s));
+    tower.close().await;
+}
+
+/// Three producers, two stores, two consumers: every record exactly once per consumer, in
+/// order per partition; both stores end with every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_producers_two_stores_consumers() {
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = store(d1.path(), &towers).await;
+    let s2 = store(d2.path(), &towers).await;
+    let mut consumers = Vec::new();
+    for _ in 0..2 {
+        consumers.push(
+            ConsumerNode::start(&["e2e"], fast(&towers), earliest())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut producers = Vec::new();
+    for _ in 0..3 {
+        producers.push(
+            ProducerNode::start("e2e", fast(&towers), producer_options())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut sent = BTreeMap::new();
+    for round in 0..4 {
+        for (i, p) in producers.iter().enumerate() {
+            let v = values(&format!("p{i}"), 4000);
+            let chunk = v[round * 1000..(round + 1) * 1000].to_vec();
+            p.send_many(chunk).await.unwrap();
+            sent.insert(p.partition(), v);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for p in &producers {
+        p.flush(Some(PATIENCE)).await.unwrap();
+    }
+    for c in &consumers {
+        let got = collect(c, 12_000).await;
+        check_exactly_once(&got, &sent);
+    }
+    for p in producers {
+        let partition = p.partition();
+        for s in [&s1, &s2] {
+            wait_for_head(s, "e2e", partition, 4000).await;
+        }
+        p.close().await;
+    }
+    for c in consumers {
+        c.close().await;
+    }
+    s1.close().await;
+    s2.close().await;
+    tower.close().await;
+}
+
+/// The store of the durability test, run in a child process (this binary re-invoked with the
+/// directory and towers in the environment) until it is killed.
+#[test]
+#[ignore = "run by store_killed_repeatedly_keeps_every_acknowledged_record as a child"]
+fn child_store() {
+    let (Ok(dir), Ok(towers)) = (
+        std::env::var("DAFKA_TEST_STORE_DIR"),
+        std::env::var("DAFKA_TEST_TOWERS"),
+    ) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let towers = TowerAddress::parse_list(&towers).unwrap();
+        let _store = store(Path::new(&dir), &towers).await;
+        println!("store ready");
+        std::future::pending::<()>().await;
+    });
+}
+
+/// A child store process, SIGKILLed when dropped.
+struct ChildStore(Child);
+
+impl ChildStore {
+    fn spawn(dir: &Path, towers: &str) -> ChildStore {
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args(["child_store", "--exact", "--ignored", "--nocapture"])
+            .env("DAFKA_TEST_STORE_DIR", dir)
+            .env("DAFKA_TEST_TOWERS", towers)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        ChildStore(child)
+    }
+
+    /// SIGKILL (std's `kill` on Unix), then reap.
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for ChildStore {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The store process SIGKILLed five times during a sustained produce and restarted on its
+/// directory each time: after the producer's flush, every record it sent (all acknowledged)
+/// is in the directory, in order, read by the engine alone with the producer gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_killed_repeatedly_keeps_every_acknowledged_record() {
+    let (tower, towers) = tower().await;
+    let towers_arg = tower.towers();
+    let dir = tempfile::tempdir().unwrap();
+    let producer = std::sync::Arc::new(
+        ProducerNode::start("durable", fast(&towers), producer_options())
+            .await
+            .unwrap(),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let p = producer.clone();
+    let s = stop.clone();
+    let sending = tokio::spawn(async move {
+        let mut n = 0u64;
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            let batch: Vec<Bytes> = (n..n + 50)
+                .map(|i| Bytes::from(format!("durable-{i:08}")))
+                .collect();
+            let first = p.send_many(batch).await.unwrap();
+            assert_eq!(first, n);
+            n += 50;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        n
+    });
+    let mut acked_before_kill = Vec::new();
+    for round in 0..5u64 {
+        let child = ChildStore::spawn(dir.path(), &towers_arg);
+        tokio::time::sleep(Duration::from_millis(600 + 150 * round)).await;
+        child.kill();
+        acked_before_kill.push(producer.next_offset() - producer.unacked_records() as u64);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = sending.await.unwrap();
+    let child = ChildStore::spawn(dir.path(), &towers_arg);
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    assert_eq!(producer.next_offset(), sent);
+    let partition = producer.partition();
+    child.kill();
+    std::sync::Arc::into_inner(producer).unwrap().close().await;
+    // Some records were acknowledged while the stores were being killed.
+    assert!(
+        acked_before_kill.iter().any(|&a| a > 0),
+        "{acked_before_kill:?}"
+    );
+    eprintln!("sent {sent} records; acknowledged at each kill: {acked_before_kill:?}");
+    let disk = on_disk(dir.path(), "durable", partition);
+    assert_eq!(disk.len() as u64, sent);
+    for (i, (offset, value)) in disk.iter().enumerate() {
+        assert_eq!(*offset, i as u64);
+        assert_eq!(value, format!("durable-{i:08}").as_bytes());
+    }
+    tower.close().await;
+}
+
+/// A producer dropped without a word and started again with its partition id learns the
+/// stores' head and continues at the next offset; a consumer gets every record once. A
+/// partition no store holds cannot be resumed (the producer does not guess an offset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_producer_continues_at_the_next_offset() {
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = store(d1.path(), &towers).await;
+    let s2 = store(d2.path(), &towers).await;
+    let first = ProducerNode::start("resumed", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("resumed", 1500);
+    first.send_many(sent[..1000].to_vec()).await.unwrap();
+    first.flush(Some(PATIENCE)).await.unwrap();
+    let partition = first.partition();
+    drop(first);
+    let second = ProducerNode::start(
+        "resumed",
+        fast(&towers),
+        producer_options().with_partition(Some(partition)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.next_offset(), 1000);
+    assert_eq!(second.send_many(sent[1000..].to_vec()).await.unwrap(), 1000);
+    second.flush(Some(PATIENCE)).await.unwrap();
+    let consumer = ConsumerNode::start(&["resumed"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    let got = collect(&consumer, 1500).await;
+    check_exactly_once(&got, &BTreeMap::from([(partition, sent)]));
+    let unknown = ProducerNode::start(
+        "resumed",
+        fast(&towers),
+        producer_options()
+            .with_partition(Some(NodeId::from_bytes([7; 16])))
+            .with_resume_timeout(Some(Duration::from_millis(500))),
+    )
+    .await;
+    assert!(matches!(unknown, Err(Error::ResumeTimeout { .. })));
+    consumer.close().await;
+    second.close().await;
+    s1.close().await;
+    s2.close().await;
+    tower.close().await;
+}
+
+/// After retention dropped the first segments, an "earliest" consumer starts at the store's
+/// low-water mark (DIRECT-LOW-WATER, an extension) and gets every record from there once, in
+/// order, with the producer gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earliest_consumer_after_retention_starts_at_the_low_water_mark() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = dafka_store::Config::with_sync(SyncPolicy::Always);
+    engine.segment_bytes = 16 << 10;
+    engine.max_record_bytes = 1024;
+    engine.retention.max_bytes = Some(64 << 10);
+    let s = StoreNode::open(
+        dir.path(),
+        fast(&towers),
+        StoreOptions::default()
+            .with_engine(engine)
+            .with_fetch_retry(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    let producer = ProducerNode::start("retained", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("retained", 5000);
+    for chunk in sent.chunks(500) {
+        producer.send_many(chunk.to_vec()).await.unwrap();
+        producer.flush(Some(PATIENCE)).await.unwrap();
+    }
+    let partition = producer.partition();
+    producer.close().await;
+    let key = dafka_store::PartitionKey::new("retained", *partition.as_bytes());
+    let id = s.engine().lookup(&key).unwrap();
+    let low = s.engine().low_water(id).unwrap();
+    assert!(low > 0 && low < 5000, "low-water mark {low}");
+    let consumer = ConsumerNode::start(&["retained"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    let want = 5000 - low as usize;
+    let got = collect(&consumer, want).await;
+    let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (low..5000).collect::<Vec<_>>());
+    assert!(got.iter().all(|r| r.value == sent[r.offset as usize]));
+    consumer.close().await;
+    s.close().await;
+    tower.close().await;
+}
+
+/// `min_acks` 2: one store is not enough (flush times out), two distinct stores are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_acks_two_needs_two_distinct_stores() {
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = store(d1.path(), &towers).await;
+    let producer = ProducerNode::start("twice", fast(&towers), producer_options().with_min_acks(2))
+        .await
+        .unwrap();
+    producer.send_many(values("twice", 200)).await.unwrap();
+    wait_for_head(&s1, "twice", producer.partition(), 200).await;
+    assert!(matches!(
+        producer.flush(Some(Duration::from_millis(500))).await,
+        Err(Error::FlushTimeout { unacked: 200, .. })
+    ));
+    let s2 = store(d2.path(), &towers).await;
+    // No deadline inside flush: a lost wake-up fails here instead of passing at the deadline.
+    tokio::time::timeout(PATIENCE, producer.flush(None))
+        .await
+        .expect("flush woken by the second store's STORE-ACK")
+        .unwrap();
+    producer.close().await;
+    s1.close().await;
+    s2.close().await;
+    tower.close().await;
+}
