@@ -22,12 +22,13 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-python fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
 	@echo "make test   - run every test (fmt, clippy, cargo test, fuzz build, wheel, ruff, pytest)"
 	@echo "make bench  - run the side-by-side benchmarks and rewrite BENCHMARKS.md"
+	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
 
 # --- bootstrap -------------------------------------------------------------
@@ -97,9 +98,15 @@ fuzz:
 	  $(CARGO) +nightly fuzz run $$t $(abspath $(TARGET_DIR))/fuzz-corpus/$$t corpus/$$t \
 	    -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
-bench: venv sysdeps
+bench: venv sysdeps wheel
 	$(CARGO) build --release --locked -p dafka-benches
 	$(PY) benches/run.py --bin $(TARGET_DIR)/release/dafka-bench
+	$(PY) benches/run.py --python
+
+# The Python-level pairing alone: dafka.zmtp against pyzmq through their Python
+# APIs (the release wheel installed in .venv), rewriting its section of BENCHMARKS.md.
+bench-python: venv wheel
+	$(PY) benches/run.py --python
 
 clean:
 	$(CARGO) clean

@@ -14,7 +14,7 @@ use dafka_zmtp::{Error, Message, SocketType};
 use pyo3::prelude::*;
 
 use crate::asyncio::lock;
-use crate::zmtp::PySocket;
+use crate::zmtp::{PySocket, receives};
 use crate::{errors, runtime};
 
 /// `zmq.POLLIN` / `zmq.POLLOUT`.
@@ -39,7 +39,7 @@ impl Poller {
 
     /// Poll `socket` for `flags` (`POLLIN | POLLOUT` by default, as pyzmq);
     /// `flags=0` unregisters it. Registering again replaces its flags.
-    #[pyo3(signature = (socket, flags = POLLIN | POLLOUT))]
+    #[pyo3(signature = (socket, flags = 3))]
     fn register(&self, socket: Bound<'_, PySocket>, flags: i32) -> PyResult<()> {
         if flags & !(POLLIN | POLLOUT) != 0 {
             return Err(errors::invalid(format!(
@@ -55,7 +55,7 @@ impl Poller {
     }
 
     /// Change the flags of a registered socket.
-    #[pyo3(signature = (socket, flags = POLLIN | POLLOUT))]
+    #[pyo3(signature = (socket, flags = 3))]
     fn modify(&self, socket: Bound<'_, PySocket>, flags: i32) -> PyResult<()> {
         self.register(socket, flags)
     }
@@ -100,7 +100,7 @@ impl Poller {
         let mut waiting = Vec::new();
         let mut futures: Vec<Received> = Vec::new();
         for (s, flags) in &entries {
-            if flags & POLLIN != 0 {
+            if flags & POLLIN != 0 && receives(s.get().socket_type_value()) {
                 let socket = Arc::clone(s.get().socket()?);
                 futures.push(Box::pin(async move { socket.recv().await }));
                 waiting.push(s);

@@ -627,6 +627,9 @@ impl PySocket {
     /// `POLLIN` when a message is ready (taking it from the core socket into
     /// the stash, in order), as libzmq's `ZMQ_EVENTS`.
     pub(crate) fn events(&self) -> PyResult<i32> {
+        if !receives(self.socket_type) {
+            return Ok(0);
+        }
         let socket = self.socket()?;
         if lock(&self.partial).is_some() || !lock(&self.stash).is_empty() {
             return Ok(crate::poller::POLLIN);
@@ -649,6 +652,11 @@ impl PySocket {
     pub(crate) fn stash_received(&self, msg: Message) {
         lock(&self.stash).push_back(msg);
     }
+}
+
+/// Socket types that receive messages (PUSH and PUB only send).
+pub(crate) fn receives(t: SocketType) -> bool {
+    !matches!(t, SocketType::Push | SocketType::Pub)
 }
 
 fn check_flags(flags: i32, allowed: i32) -> PyResult<()> {
