@@ -923,7 +923,7 @@ def replace_python_section(out: Path, section: list[str]) -> None:
 
 
 def python_main(args: argparse.Namespace) -> int:
-    python = args.python or sys.executable
+    python = args.python_bin or sys.executable
     sizes = [s for s in PY_SIZES if not args.py_sizes or s in args.py_sizes]
     reps = args.reps or (1 if args.quick else 5)
     target_s = 0.3 if args.quick else 1.0
@@ -1035,7 +1035,7 @@ def main() -> int:
         help="run the Python-level pairing (dafka.zmtp against pyzmq) instead, and rewrite "
         "only its section of --out",
     )
-    ap.add_argument("--python-bin", dest="python", help="interpreter for --python (default: this)")
+    ap.add_argument("--python-bin", dest="python_bin", help="interpreter for --python (default: this)")
     ap.add_argument(
         "--py-size",
         dest="py_sizes",

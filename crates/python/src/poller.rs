@@ -149,6 +149,6 @@ fn scan<'py>(
 /// `POLLOUT` is reported for every socket type that sends at all: the core
 /// socket has no "would a send wait" query, so a send may still wait at the
 /// high-water mark (`NOBLOCK` then raises `WouldBlockError`).
-fn can_send(t: SocketType) -> bool {
+pub(crate) fn can_send(t: SocketType) -> bool {
     !matches!(t, SocketType::Pull | SocketType::Sub)
 }

@@ -136,7 +136,7 @@ impl PySocket {
             outgoing: Mutex::default(),
             stash: Arc::default(),
             receivers: Arc::default(),
-            pid: std::process::id(),
+            pid: runtime::pid(),
         })
     }
 
@@ -201,7 +201,16 @@ impl PySocket {
         check_flags(flags, NOBLOCK | SNDMORE)?;
         let socket = self.socket()?;
         let sequence = data.is_instance_of::<PyList>() || data.is_instance_of::<PyTuple>();
-        let mut held = std::mem::take(&mut *lock(&self.outgoing));
+        let mut outgoing = lock(&self.outgoing);
+        if !sequence && flags & SNDMORE == 0 && outgoing.is_empty() {
+            // The common case, one whole frame: no list of held frames to build.
+            drop(outgoing);
+            reject_str(data)?;
+            let msg = Message::from(frame::to_bytes(data, copy)?);
+            return self.send_message(py, socket, msg, flags, timeout);
+        }
+        let mut held = std::mem::take(&mut *outgoing);
+        drop(outgoing);
         if sequence {
             for item in data.try_iter()? {
                 held.push(frame::to_bytes(&item?, copy)?);
@@ -449,7 +458,12 @@ impl PySocket {
                 .into_any(),
             "events" => {
                 drop(settings);
-                self.events()?.into_pyobject(py)?.into_any()
+                let out = if crate::poller::can_send(self.socket_type) {
+                    crate::poller::POLLOUT
+                } else {
+                    0
+                };
+                (self.events()? | out).into_pyobject(py)?.into_any()
             }
             "type" => libzmq_type(self.socket_type).into_pyobject(py)?.into_any(),
             "linger" => ms(settings.linger.unwrap_or(o.linger), -1)
@@ -481,7 +495,7 @@ impl PySocket {
     /// `dafka.zmtp.term()` (run at exit) waits for them, bounded. Idempotent.
     #[pyo3(signature = (linger = None))]
     fn close(&self, linger: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        if std::process::id() != self.pid {
+        if runtime::pid() != self.pid {
             // Inherited across fork(): nothing of it runs in this process.
             return Ok(());
         }
@@ -561,7 +575,7 @@ impl PySocket {
     /// Refuse use from a forked child: the socket's tasks live on the
     /// parent's runtime, whose threads were not copied by `fork()`.
     fn check_process(&self) -> PyResult<()> {
-        let pid = std::process::id();
+        let pid = runtime::pid();
         if pid == self.pid {
             return Ok(());
         }
