@@ -121,6 +121,13 @@ impl Config {
         self.local_metadata().map(drop)
     }
 
+    /// The READY metadata this configuration announces (`Socket-Type`,
+    /// `Identity` when sent, the extra properties); fails as
+    /// [`validate`](Config::validate) does.
+    pub fn metadata(&self) -> Result<Metadata, CallerError> {
+        self.local_metadata()
+    }
+
     /// The READY metadata we send: Socket-Type, Identity (when libzmq would send it), properties.
     fn local_metadata(&self) -> Result<Metadata, CallerError> {
         if self.identity.len() > MAX_IDENTITY {

@@ -17,8 +17,9 @@ use tokio::sync::watch;
 
 use crate::Message;
 use crate::inproc::announced_identity;
+use crate::monitor::{ConnectionEnd, PeerId, Rejection, SocketEvent};
 use crate::pipe::{Out, Pipe};
-use crate::socket::{AttachError, Inner, Link, Phase, Stop, SubscriptionError};
+use crate::socket::{Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 64 * 1024;
@@ -81,27 +82,10 @@ pub(crate) type BoxRead = Box<dyn StreamRead>;
 /// The write half of any stream transport.
 pub(crate) type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
-/// How a connection ended.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ConnEnd {
-    #[error("peer closed the connection")]
-    PeerClosed,
-    #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("protocol error: {0}")]
-    Protocol(#[from] dafka_zmtp_proto::Error),
-    #[error("rejected after handshake: {0}")]
-    Rejected(#[from] AttachError),
-    #[error("subscription limit: {0}")]
-    Subscription(#[from] SubscriptionError),
-    #[error("socket closed")]
-    Closed,
-}
-
 /// Summary returned to the connector (decides whether to reconnect).
 #[derive(Debug)]
 pub(crate) struct Outcome {
-    pub(crate) end: ConnEnd,
+    pub(crate) end: ConnectionEnd,
     /// The handshake completed.
     pub(crate) was_ready: bool,
 }
@@ -139,6 +123,7 @@ pub(crate) async fn run<R, W>(
     mut rd: R,
     mut wr: W,
     connect_pipe: Option<Arc<Pipe>>,
+    id: PeerId,
     stop: &Stop,
     peer: &str,
 ) -> Outcome
@@ -153,7 +138,7 @@ where
             // Options are validated by bind/connect; this is a safety net.
             tracing::error!(peer, error = %e, "invalid socket options");
             return Outcome {
-                end: ConnEnd::Protocol(e.into()),
+                end: ConnectionEnd::Protocol(e.into()),
                 was_ready: false,
             };
         }
@@ -181,7 +166,7 @@ where
     let mut deadline = conn.poll_timeout();
     // A failure is acted on after the events decoded before it were handled
     // (complete messages that preceded the bad bytes are delivered, as libzmq).
-    let mut failure: Option<ConnEnd> = None;
+    let mut failure: Option<ConnectionEnd> = None;
     let sleep = tokio::time::sleep_until(to_tokio(deadline));
     tokio::pin!(sleep);
     // Wake-up sources that live across turns of the loop: creating (and
@@ -222,20 +207,31 @@ where
                 Event::Ready {
                     peer_socket_type,
                     peer_identity,
-                    ..
-                } => match inner.attach(connect_pipe.as_ref(), peer_socket_type, &peer_identity) {
-                    Ok(l) => {
-                        pipe_wake = Some(Box::pin(pipe_woken(l.pipe.clone())));
-                        tracing::debug!(
-                            peer,
-                            peer_type = peer_socket_type.as_str(),
-                            "handshake complete"
-                        );
-                        eviction = eviction_of(&l);
-                        link = Some(l);
+                    peer_metadata,
+                } => {
+                    match inner.attach(connect_pipe.as_ref(), id, peer_socket_type, &peer_identity)
+                    {
+                        Ok(l) => {
+                            inner.events.emit(|| SocketEvent::HandshakeSucceeded {
+                                peer: id,
+                                address: peer.to_owned(),
+                                socket_type: peer_socket_type,
+                                identity: peer_identity,
+                                metadata: peer_metadata,
+                                routing_id: l.route_prefix.clone(),
+                            });
+                            pipe_wake = Some(Box::pin(pipe_woken(l.pipe.clone())));
+                            tracing::debug!(
+                                peer,
+                                peer_type = peer_socket_type.as_str(),
+                                "handshake complete"
+                            );
+                            eviction = eviction_of(&l);
+                            link = Some(l);
+                        }
+                        Err(e) => break 'conn ConnectionEnd::Rejected(e),
                     }
-                    Err(e) => break 'conn ConnEnd::Rejected(e),
-                },
+                }
                 Event::Message(m) => item = Some(Out::Msg(m)),
                 Event::Subscribe(p) => item = Some(Out::Sub(p)),
                 Event::Cancel(p) => item = Some(Out::Cancel(p)),
@@ -244,7 +240,7 @@ where
             if let (Some(l), Some(item)) = (&link, item)
                 && let Err(e) = inner.on_item(l, item, &mut batch)
             {
-                failure = Some(ConnEnd::Subscription(e));
+                failure = Some(ConnectionEnd::Subscription(e));
                 break;
             }
         }
@@ -283,7 +279,7 @@ where
             ph = *phase.borrow_and_update();
         }
         match ph {
-            Phase::Terminated => break ConnEnd::Closed,
+            Phase::Terminated => break ConnectionEnd::Closed,
             Phase::Closing
                 if wbuf.is_empty()
                     && parts.is_empty()
@@ -294,7 +290,7 @@ where
                         .or(connect_pipe.as_ref())
                         .is_none_or(|p| p.is_empty()) =>
             {
-                break ConnEnd::Closed;
+                break ConnectionEnd::Closed;
             }
             _ => {}
         }
@@ -364,12 +360,12 @@ where
         // Unbiased: under sustained load neither reading nor writing starves.
         tokio::select! {
             r = write_out(&mut wr, &parts, &wbuf), if unwritten > 0 => match r {
-                Ok(0) => break ConnEnd::Io(std::io::ErrorKind::WriteZero.into()),
+                Ok(0) => break ConnectionEnd::Io(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => advance_out(&mut parts, &mut wbuf, n),
-                Err(e) => break ConnEnd::Io(e),
+                Err(e) => break ConnectionEnd::Io(e),
             },
             r = rd.read_buf(&mut rbuf), if reading => match r {
-                Ok(0) => break ConnEnd::PeerClosed,
+                Ok(0) => break ConnectionEnd::PeerClosed,
                 Ok(n) => {
                     unyielded += n;
                     if let Some(f) = frame_len
@@ -390,7 +386,7 @@ where
                         Err(e) => failure = Some(e),
                     }
                 }
-                Err(e) => break ConnEnd::Io(e),
+                Err(e) => break ConnectionEnd::Io(e),
             },
             _ = inner.inbound.wait_room(), if inbound_full => {}
             pipe = poll_some(&mut pipe_wake), if can_fill => {
@@ -398,7 +394,7 @@ where
             }
             _ = &mut sleep, if deadline.is_some() => {
                 if let Err(e) = conn.handle_timeout(now()) {
-                    break ConnEnd::Protocol(e);
+                    break ConnectionEnd::Protocol(e);
                 }
             }
             rx = phase_change.poll_if(|| phase_probe.has_changed().unwrap_or(true)) => {
@@ -408,13 +404,13 @@ where
                     armed: false,
                 };
             }
-            _ = stopped.poll_if(|| stop.is_stopped()) => break ConnEnd::Closed,
-            _ = evicted(&mut eviction) => break ConnEnd::Rejected(AttachError::HandedOver),
+            _ = stopped.poll_if(|| stop.is_stopped()) => break ConnectionEnd::Closed,
+            _ = evicted(&mut eviction) => break ConnectionEnd::Rejected(Rejection::HandedOver),
         }
     };
 
     // A failing connection may have queued an ERROR command: best effort.
-    if matches!(end, ConnEnd::Protocol(_) | ConnEnd::Rejected(_)) {
+    if matches!(end, ConnectionEnd::Protocol(_) | ConnectionEnd::Rejected(_)) {
         conn.poll_transmit(&mut wbuf);
         if !wbuf.is_empty() || !parts.is_empty() {
             let flush = async {
@@ -430,17 +426,37 @@ where
     if let Some(l) = &link {
         inner.detach(l, connect_side, local);
     }
+    // Our own close during a handshake is no failure of the peer's.
+    if inner.events.on() && (was_ready || !matches!(end, ConnectionEnd::Closed)) {
+        let reason = end.duplicate();
+        let address = peer.to_owned();
+        inner.events.emit(|| {
+            if was_ready {
+                SocketEvent::Disconnected {
+                    peer: id,
+                    address,
+                    reason,
+                }
+            } else {
+                SocketEvent::HandshakeFailed {
+                    peer: id,
+                    address,
+                    reason,
+                }
+            }
+        });
+    }
     match &end {
-        ConnEnd::Protocol(e) => {
+        ConnectionEnd::Protocol(e) => {
             tracing::warn!(peer, error = %e, "closing connection: protocol error")
         }
-        ConnEnd::Rejected(e) => tracing::warn!(peer, error = %e, "closing connection"),
-        ConnEnd::Subscription(e) => {
+        ConnectionEnd::Rejected(e) => tracing::warn!(peer, error = %e, "closing connection"),
+        ConnectionEnd::Subscription(e) => {
             tracing::warn!(peer, error = %e, "closing connection: peer broke a limit")
         }
-        ConnEnd::Io(e) => tracing::debug!(peer, error = %e, "connection I/O error"),
-        ConnEnd::PeerClosed => tracing::debug!(peer, "peer closed the connection"),
-        ConnEnd::Closed => {}
+        ConnectionEnd::Io(e) => tracing::debug!(peer, error = %e, "connection I/O error"),
+        ConnectionEnd::PeerClosed => tracing::debug!(peer, "peer closed the connection"),
+        ConnectionEnd::Closed => {}
     }
     Outcome { end, was_ready }
 }
@@ -482,7 +498,7 @@ fn decode(
     link: Option<&Link>,
     rbuf: &mut BytesMut,
     batch: &mut VecDeque<(u64, Message)>,
-) -> Result<bool, ConnEnd> {
+) -> Result<bool, ConnectionEnd> {
     let Some(l) = link.filter(|_| !matches!(inner.socket_type, SocketType::Pub | SocketType::Xpub))
     else {
         conn.handle_input(rbuf, now())?;
@@ -514,7 +530,7 @@ fn decode(
         }
     });
     if let Some(e) = broke {
-        return Err(ConnEnd::Subscription(e));
+        return Err(ConnectionEnd::Subscription(e));
     }
     Ok(res? == max)
 }
@@ -667,6 +683,7 @@ fn fill(
         if local.is_empty() {
             if link.pipe.take_all(local) {
                 inner.send_space.notify_waiters();
+                inner.queue_drained(&link.pipe);
             }
             if local.is_empty() {
                 break;
@@ -775,6 +792,24 @@ mod tests {
         }
     }
 
+    /// Runs a connect-side connection over `rd`/`wr` in a task.
+    fn spawn_connect_side<R, W>(
+        inner: &Arc<Inner>,
+        rd: R,
+        wr: W,
+        pipe: Arc<Pipe>,
+    ) -> tokio::task::JoinHandle<Outcome>
+    where
+        R: StreamRead + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let id = PeerId(pipe.id);
+            run(inner, rd, wr, Some(pipe), id, &Stop::default(), "test").await
+        })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn handshake_timeout_closes_a_silent_peer() {
         let inner = Arc::new(Inner::new(
@@ -788,11 +823,11 @@ mod tests {
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
+        let outcome = run(inner, rd, wr, None, PeerId(1), &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
-                ConnEnd::Protocol(ProtoError::Peer(PeerError::HandshakeTimeout(_)))
+                ConnectionEnd::Protocol(ProtoError::Peer(PeerError::HandshakeTimeout(_)))
             ),
             "{:?}",
             outcome.end
@@ -822,11 +857,11 @@ mod tests {
         theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, &Stop::default(), "test").await;
+        let outcome = run(inner, rd, wr, None, PeerId(1), &Stop::default(), "test").await;
         assert!(
             matches!(
                 outcome.end,
-                ConnEnd::Protocol(ProtoError::Peer(PeerError::HeartbeatTimeout(_)))
+                ConnectionEnd::Protocol(ProtoError::Peer(PeerError::HeartbeatTimeout(_)))
             ),
             "{:?}",
             outcome.end
@@ -869,10 +904,7 @@ mod tests {
         let (ours, mut theirs) = tokio::io::duplex(8 * 1024);
         theirs.write_all(&peer_handshake("PULL")).await.unwrap();
         let (rd, wr) = tokio::io::split(ours);
-        let task_inner = inner.clone();
-        let conn = tokio::spawn(async move {
-            run(task_inner, rd, wr, Some(pipe), &Stop::default(), "test").await
-        });
+        let conn = spawn_connect_side(&inner, rd, wr, pipe);
         let total = 64 + 28 + expected.len();
         let mut got = Vec::new();
         let mut buf = vec![0u8; 65536];
@@ -885,7 +917,10 @@ mod tests {
         assert!(got[64 + 28..] == expected[..], "wire bytes differ");
         drop(theirs);
         let outcome = conn.await.unwrap();
-        assert!(matches!(outcome.end, ConnEnd::PeerClosed | ConnEnd::Io(_)));
+        assert!(matches!(
+            outcome.end,
+            ConnectionEnd::PeerClosed | ConnectionEnd::Io(_)
+        ));
     }
 
     #[tokio::test(start_paused = true)]
@@ -910,10 +945,7 @@ mod tests {
             inner: wr,
             writes: writes.clone(),
         };
-        let task_inner = inner.clone();
-        let conn = tokio::spawn(async move {
-            run(task_inner, rd, wr, Some(pipe), &Stop::default(), "test").await
-        });
+        let conn = spawn_connect_side(&inner, rd, wr, pipe);
         // Greeting, READY (28 bytes: Socket-Type PUSH), then 1000 frames of
         // 2 + 4 bytes.
         let total = 64 + 28 + 6000;
@@ -934,6 +966,9 @@ mod tests {
         assert!(writes.load(Ordering::Relaxed) <= 4, "{writes:?}");
         drop(theirs);
         let outcome = conn.await.unwrap();
-        assert!(matches!(outcome.end, ConnEnd::PeerClosed | ConnEnd::Io(_)));
+        assert!(matches!(
+            outcome.end,
+            ConnectionEnd::PeerClosed | ConnectionEnd::Io(_)
+        ));
     }
 }

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use crate::error::Error;
+use crate::monitor::{ConnectionEnd, PeerId, SocketEvent};
 use crate::pipe::{Out, Pipe};
 use crate::socket::{Inner, Link, Phase, Stop};
 use crate::{Message, SocketType, lock};
@@ -58,6 +59,7 @@ pub(crate) fn bind(inner: &Arc<Inner>, name: &str) -> Result<String, Error> {
     // Lock order: never take the socket state while holding the registry.
     inner.register_endpoint(vec![endpoint.clone()], None, stop);
     inner.register_inproc_name(name.to_owned());
+    crate::transport::listening(inner, &endpoint);
     BOUND.notify_waiters();
     Ok(endpoint)
 }
@@ -133,7 +135,7 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String, stop: Arc<S
             }
             Some((peer, peer_stop)) => {
                 let stops = [&*stop, &*peer_stop];
-                if !session(&inner, &pipe, &peer, stops).await {
+                if !session(&inner, &pipe, &peer, stops, &name).await {
                     break;
                 }
             }
@@ -144,7 +146,13 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, name: String, stop: Arc<S
 
 /// Run one inproc connection. Returns `false` if the connector should give
 /// up (incompatible peer, or its routing id was taken over).
-async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&Stop; 2]) -> bool {
+async fn session(
+    a: &Arc<Inner>,
+    a_pipe: &Arc<Pipe>,
+    b: &Arc<Inner>,
+    stops: [&Stop; 2],
+    name: &str,
+) -> bool {
     if !a.socket_type.is_compatible(b.socket_type) {
         tracing::warn!(
             ours = a.socket_type.as_str(),
@@ -153,8 +161,22 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
         );
         return false;
     }
+    let endpoint = format!("inproc://{name}");
+    let a_id = PeerId(a_pipe.id);
+    let b_id = b.next_peer();
+    a.events.emit(|| SocketEvent::Connected {
+        endpoint: endpoint.clone(),
+        address: endpoint.clone(),
+        peer: a_id,
+    });
+    b.events.emit(|| SocketEvent::Accepted {
+        endpoint: endpoint.clone(),
+        address: endpoint.clone(),
+        peer: b_id,
+    });
     let b_link = match b.attach(
         None,
+        b_id,
         a.socket_type,
         &announced_identity(a.socket_type, &a.options),
     ) {
@@ -173,6 +195,7 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
     };
     let a_link = match a.attach(
         Some(a_pipe),
+        a_id,
         b.socket_type,
         &announced_identity(b.socket_type, &b.options),
     ) {
@@ -183,6 +206,8 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
             return false;
         }
     };
+    handshake_succeeded(a, &a_link, a_id, b, &endpoint);
+    handshake_succeeded(b, &b_link, b_id, a, &endpoint);
     let mut pa = a.phase();
     let mut pb = b.phase();
     let mut scratch = Scratch::default();
@@ -232,7 +257,34 @@ async fn session(a: &Arc<Inner>, a_pipe: &Arc<Pipe>, b: &Arc<Inner>, stops: [&St
     // side's pipe goes away with the connection, as for TCP.
     a.detach(&a_link, true, VecDeque::new());
     b.detach(&b_link, false, VecDeque::new());
+    // Ended by this side (closed, or its endpoint stopped) or by the other.
+    for (s, id, own_stop) in [(a, a_id, stops[0]), (b, b_id, stops[1])] {
+        s.events.emit(|| SocketEvent::Disconnected {
+            peer: id,
+            address: endpoint.clone(),
+            reason: if s.is_closed() || own_stop.is_stopped() {
+                ConnectionEnd::Closed
+            } else {
+                ConnectionEnd::PeerClosed
+            },
+        });
+    }
     reconnect
+}
+
+/// Tell `ours`'s monitor about the attached in-process peer `theirs`, with
+/// the READY metadata it would have sent over a stream.
+fn handshake_succeeded(ours: &Inner, link: &Link, id: PeerId, theirs: &Inner, endpoint: &str) {
+    ours.events.emit(|| SocketEvent::HandshakeSucceeded {
+        peer: id,
+        address: endpoint.to_owned(),
+        socket_type: theirs.socket_type,
+        identity: announced_identity(theirs.socket_type, &theirs.options),
+        metadata: crate::conn::config_for(theirs.socket_type, &theirs.options)
+            .metadata()
+            .unwrap_or_default(),
+        routing_id: link.route_prefix.clone(),
+    });
 }
 
 /// Buffers reused across transfers (no allocation per batch).
@@ -255,6 +307,7 @@ fn transfer(
     let Scratch { items, batch } = scratch;
     if src_link.pipe.take_up_to(room, items) {
         src.send_space.notify_waiters();
+        src.queue_drained(&src_link.pipe);
     }
     for item in items.drain(..) {
         // An in-process peer is not hostile: the subscription is dropped.

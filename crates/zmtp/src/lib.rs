@@ -48,6 +48,7 @@ mod drive;
 mod endpoint;
 mod error;
 mod inproc;
+mod monitor;
 mod options;
 mod pipe;
 mod socket;
@@ -60,10 +61,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use bytes::Bytes;
-pub use dafka_zmtp_proto::{Limits, Message, SocketType};
+pub use dafka_zmtp_proto::{Limits, Message, Metadata, SocketType};
 
 pub use crate::background::{pending_closes, term};
 pub use crate::error::{Error, SendError, TermTimeout};
+pub use crate::monitor::{
+    ConnectionEnd, Monitor, PeerId, Rejection, SocketEvent, SubscriptionLimit,
+};
 pub use crate::options::Options;
 
 use crate::endpoint::Endpoint;
@@ -523,6 +527,46 @@ impl Socket {
             return self.try_send(msg);
         }
         inner.set_subscription(prefix, subscribe)
+    }
+
+    /// Attach a monitor: the socket's [`SocketEvent`]s from now on (see
+    /// `docs/driver.md` for the list), at most `capacity` of them queued
+    /// (when full, the oldest is dropped and counted in
+    /// [`Monitor::dropped`]). Replaces (ends) an earlier monitor of the
+    /// socket. On a closed socket the monitor holds just
+    /// [`SocketEvent::Closed`].
+    ///
+    /// ```
+    /// use dafka_zmtp::{Options, Socket, SocketEvent, SocketType};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dafka_zmtp::Error> {
+    /// let router = Socket::new(SocketType::Router, Options::default())?;
+    /// let mut events = router.monitor(1024);
+    /// let endpoint = router.bind("tcp://127.0.0.1:0").await?;
+    /// let dealer = Socket::new(
+    ///     SocketType::Dealer,
+    ///     Options::default()
+    ///         .with_routing_id(Some("mailbox-7".into()))
+    ///         .with_property("X-Name", "node-7"),
+    /// )?;
+    /// dealer.connect(&endpoint).await?;
+    /// loop {
+    ///     match events.recv().await {
+    ///         Some(SocketEvent::HandshakeSucceeded { identity, metadata, .. }) => {
+    ///             assert_eq!(identity, "mailbox-7");
+    ///             assert_eq!(metadata.get("X-Name").unwrap(), "node-7");
+    ///             break;
+    ///         }
+    ///         Some(_) => {} // Listening, Accepted
+    ///         None => unreachable!("the socket is open"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn monitor(&self, capacity: usize) -> Monitor {
+        self.inner().monitor(capacity)
     }
 
     /// Close the socket: stop accepting, flush queued messages for up to

@@ -8,7 +8,7 @@
 //!   from their streams (TCP back-pressure); nothing is ever dropped there.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -52,6 +52,9 @@ pub(crate) struct Pipe {
     /// `notify_one` semantics: a notification is never lost).
     pub(crate) wake: Notify,
     hwm: usize,
+    /// The monitor was told this pipe reached its HWM (and not yet that it
+    /// drained).
+    pub(crate) full_reported: AtomicBool,
 }
 
 impl Pipe {
@@ -61,6 +64,7 @@ impl Pipe {
             queue: Padded(Mutex::new(VecDeque::new())),
             wake: Notify::new(),
             hwm,
+            full_reported: AtomicBool::new(false),
         }
     }
 

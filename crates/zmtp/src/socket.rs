@@ -11,6 +11,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::drive::CoTask;
 use crate::error::{Error, SendError};
+use crate::monitor::{Events, PeerId, Rejection, SocketEvent, SubscriptionLimit};
 use crate::options::Options;
 use crate::pipe::{Inbound, Out, Padded, Pipe};
 use crate::subs::SubSet;
@@ -58,30 +59,6 @@ struct EndpointEntry {
     stop: Arc<Stop>,
     /// A connected endpoint's pipe, removed at once by `disconnect`.
     pipe: Option<u64>,
-}
-
-/// Why a connection could not be attached after its handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum AttachError {
-    #[error("peer socket type {0} is not compatible")]
-    Incompatible(&'static str),
-    #[error("routing id already in use by another peer")]
-    DuplicateRoutingId,
-    #[error("PAIR socket already has a peer")]
-    PairBusy,
-    #[error("socket is closing")]
-    Closed,
-    #[error("routing id taken over by a new peer (router_handover)")]
-    HandedOver,
-}
-
-/// A peer's subscriptions broke [`Options`] limits: its connection is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum SubscriptionError {
-    #[error("subscription prefix of {len} bytes exceeds the limit of {max}")]
-    PrefixTooLong { len: usize, max: usize },
-    #[error("peer exceeded the limit of {0} subscriptions")]
-    TooMany(usize),
 }
 
 /// A connection's handle on its attached pipe.
@@ -150,6 +127,8 @@ pub(crate) struct Inner {
     tasks: AtomicUsize,
     tasks_done: Notify,
     next_pipe_id: AtomicU64,
+    /// Where [`SocketEvent`]s go when a monitor is attached.
+    pub(crate) events: Events,
     pub(crate) runtime: tokio::runtime::Handle,
     /// The connection tasks (see [`crate::drive`]), as one shared snapshot.
     connections: Mutex<Arc<[Arc<CoTask>]>>,
@@ -187,6 +166,7 @@ impl Inner {
             tasks: AtomicUsize::new(0),
             tasks_done: Notify::new(),
             next_pipe_id: AtomicU64::new(1),
+            events: Events::default(),
             runtime,
             connections: Mutex::new(Arc::from(Vec::new())),
         }
@@ -276,9 +256,48 @@ impl Inner {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// A fresh peer id (the id of the pipe that peer will get).
+    pub(crate) fn next_peer(&self) -> PeerId {
+        PeerId(self.next_pipe_id.fetch_add(1, Ordering::Relaxed))
+    }
+
     pub(crate) fn new_pipe(&self) -> Arc<Pipe> {
-        let id = self.next_pipe_id.fetch_add(1, Ordering::Relaxed);
-        Arc::new(Pipe::new(id, self.options.effective_sndhwm()))
+        self.pipe_for(self.next_peer())
+    }
+
+    fn pipe_for(&self, peer: PeerId) -> Arc<Pipe> {
+        Arc::new(Pipe::new(peer.0, self.options.effective_sndhwm()))
+    }
+
+    /// Queue `msg` to `pipe` unless it is at its HWM (then reported to the
+    /// monitor, once until it drains).
+    #[inline]
+    fn push_to(&self, pipe: &Pipe, msg: Message) -> Result<(), Message> {
+        let r = pipe.try_push(msg);
+        if r.is_err() {
+            self.queue_full(pipe);
+        }
+        r
+    }
+
+    #[cold]
+    fn queue_full(&self, pipe: &Pipe) {
+        if self.events.on() && !pipe.full_reported.swap(true, Ordering::Relaxed) {
+            self.events.emit(|| SocketEvent::SendQueueFull {
+                peer: PeerId(pipe.id),
+            });
+        }
+    }
+
+    /// A pipe that was at its HWM was taken by its connection: tell the
+    /// monitor if it was told the pipe was full. Call when the take reported
+    /// the pipe full (a rare path).
+    pub(crate) fn queue_drained(&self, pipe: &Pipe) {
+        if pipe.full_reported.swap(false, Ordering::Relaxed) {
+            self.events.emit(|| SocketEvent::SendQueueDrained {
+                peer: PeerId(pipe.id),
+            });
+        }
     }
 
     /// Register a connect-side pipe: it exists (and queues messages) before
@@ -358,17 +377,18 @@ impl Inner {
     pub(crate) fn attach(
         &self,
         existing: Option<&Arc<Pipe>>,
+        peer: PeerId,
         peer_type: SocketType,
         peer_identity: &Bytes,
-    ) -> Result<Link, AttachError> {
+    ) -> Result<Link, Rejection> {
         if !self.socket_type.is_compatible(peer_type) {
-            return Err(AttachError::Incompatible(peer_type.as_str()));
+            return Err(Rejection::Incompatible(peer_type));
         }
         let mut st = lock(&self.state);
         // While lingering, connect-side pipes may still complete a handshake
         // to flush; new peers are refused.
         if self.is_closed() && existing.is_none() {
-            return Err(AttachError::Closed);
+            return Err(Rejection::Closed);
         }
         let own_id = existing.map(|p| p.id);
         if self.socket_type == SocketType::Pair
@@ -377,7 +397,7 @@ impl Inner {
                 .iter()
                 .any(|e| Some(e.pipe.id) != own_id && (e.ready || existing.is_none()))
         {
-            return Err(AttachError::PairBusy);
+            return Err(Rejection::PairBusy);
         }
         let routing_id = if self.socket_type == SocketType::Router {
             if peer_identity.is_empty() {
@@ -395,7 +415,7 @@ impl Inner {
                 Some(rid)
             } else if let Some(old) = st.routes.get(peer_identity).map(|p| p.id) {
                 if !self.options.router_handover {
-                    return Err(AttachError::DuplicateRoutingId);
+                    return Err(Rejection::DuplicateRoutingId);
                 }
                 // Handover: the old connection is closed (as libzmq
                 // terminates its pipe); replies go to the new one.
@@ -412,7 +432,7 @@ impl Inner {
         };
         let pipe = match existing {
             Some(p) => p.clone(),
-            None => self.new_pipe(),
+            None => self.pipe_for(peer),
         };
         if let Some(rid) = &routing_id {
             st.routes.insert(rid.clone(), pipe.clone());
@@ -512,7 +532,7 @@ impl Inner {
         link: &Link,
         item: Out,
         batch: &mut VecDeque<(u64, Message)>,
-    ) -> Result<(), SubscriptionError> {
+    ) -> Result<(), SubscriptionLimit> {
         match item {
             Out::Msg(m) => self.on_message(link, m, batch),
             Out::Sub(p) => self.on_subscription(link, p, true),
@@ -528,7 +548,7 @@ impl Inner {
         link: &Link,
         mut msg: Message,
         batch: &mut VecDeque<(u64, Message)>,
-    ) -> Result<(), SubscriptionError> {
+    ) -> Result<(), SubscriptionLimit> {
         match self.socket_type {
             SocketType::Pub | SocketType::Xpub => {
                 // 29/PUBSUB: subscriptions may arrive as messages whose first
@@ -569,13 +589,13 @@ impl Inner {
         link: &Link,
         prefix: Bytes,
         subscribe: bool,
-    ) -> Result<(), SubscriptionError> {
+    ) -> Result<(), SubscriptionLimit> {
         if !matches!(self.socket_type, SocketType::Pub | SocketType::Xpub) {
             return Ok(());
         }
         let max = self.options.max_subscription_size;
         if max != 0 && prefix.len() > max {
-            return Err(SubscriptionError::PrefixTooLong {
+            return Err(SubscriptionLimit::PrefixTooLong {
                 len: prefix.len(),
                 max,
             });
@@ -591,7 +611,7 @@ impl Inner {
             if !entry.peer_subs.contains(&prefix) {
                 let max = self.options.max_subscriptions;
                 if max != 0 && entry.peer_subs.len() >= max {
-                    return Err(SubscriptionError::TooMany(max));
+                    return Err(SubscriptionLimit::TooMany(max));
                 }
                 // A copy: a slice would pin the whole read chunk it came in.
                 let owned = Bytes::copy_from_slice(&prefix);
@@ -602,9 +622,19 @@ impl Inner {
                 self.inbound
                     .push_one(link.pipe.id, subscription_message(0x01, &prefix));
             }
-        } else if entry.peer_subs.remove(&prefix) && xpub && st.subs.remove(&prefix) {
-            self.inbound
-                .push_one(link.pipe.id, subscription_message(0x00, &prefix));
+            self.events.emit(|| SocketEvent::Subscribed {
+                peer: PeerId(link.pipe.id),
+                prefix: Bytes::copy_from_slice(&prefix),
+            });
+        } else if entry.peer_subs.remove(&prefix) {
+            if xpub && st.subs.remove(&prefix) {
+                self.inbound
+                    .push_one(link.pipe.id, subscription_message(0x00, &prefix));
+            }
+            self.events.emit(|| SocketEvent::Unsubscribed {
+                peer: PeerId(link.pipe.id),
+                prefix: Bytes::copy_from_slice(&prefix),
+            });
         }
         Ok(())
     }
@@ -634,7 +664,8 @@ impl Inner {
 
     /// Round-robin over all pipes (only connected ones with `immediate`),
     /// skipping full ones. Returns the pipe id.
-    fn load_balance(st: &mut State, mut msg: Message, immediate: bool) -> Result<u64, Message> {
+    fn load_balance(&self, st: &mut State, mut msg: Message) -> Result<u64, Message> {
+        let immediate = self.options.immediate;
         let n = st.pipes.len();
         let mut idx = st.rr;
         for _ in 0..n {
@@ -647,7 +678,7 @@ impl Inner {
                 continue;
             }
             let pipe = &entry.pipe;
-            match pipe.try_push(msg) {
+            match self.push_to(pipe, msg) {
                 Ok(()) => {
                     st.rr = idx + 1;
                     return Ok(pipe.id);
@@ -674,11 +705,10 @@ impl Inner {
             return Err(SendError::Fail(Error::Closed));
         }
         match self.socket_type {
-            SocketType::Push | SocketType::Dealer => {
-                Self::load_balance(&mut st, msg, self.options.immediate)
-                    .map(|_| ())
-                    .map_err(SendError::Block)
-            }
+            SocketType::Push | SocketType::Dealer => self
+                .load_balance(&mut st, msg)
+                .map(|_| ())
+                .map_err(SendError::Block),
             SocketType::Req => {
                 if st.req_waiting.is_some() {
                     return Err(SendError::Fail(Error::InvalidState(
@@ -689,7 +719,7 @@ impl Inner {
                 // empty delimiter frame."
                 msg.push_front(Bytes::new());
                 self.check_message(&msg).map_err(SendError::Fail)?;
-                match Self::load_balance(&mut st, msg, self.options.immediate) {
+                match self.load_balance(&mut st, msg) {
                     Ok(id) => {
                         st.req_waiting = Some(id);
                         Ok(())
@@ -717,7 +747,7 @@ impl Inner {
                 // The requester may be gone or full: the reply is dropped, as
                 // in libzmq.
                 if let Some(e) = st.entry_mut(pipe_id) {
-                    let _ = e.pipe.try_push(out);
+                    let _ = self.push_to(&e.pipe, out);
                 }
                 Ok(())
             }
@@ -731,7 +761,7 @@ impl Inner {
                     None if mandatory => Err(SendError::Fail(Error::HostUnreachable(rid))),
                     None => Ok(()),
                     Some(_) if msg.is_empty() => Ok(()),
-                    Some(p) => match p.try_push(msg) {
+                    Some(p) => match self.push_to(p, msg) {
                         Ok(()) => Ok(()),
                         Err(mut m) if mandatory => {
                             m.push_front(rid);
@@ -746,7 +776,7 @@ impl Inner {
                 for e in st.pipes.iter().filter(|e| e.ready) {
                     if e.peer_subs.matches(&topic) {
                         // A slow subscriber loses messages (29/PUBSUB).
-                        let _ = e.pipe.try_push(msg.clone());
+                        let _ = self.push_to(&e.pipe, msg.clone());
                     }
                 }
                 Ok(())
@@ -768,14 +798,14 @@ impl Inner {
                     }
                 } else {
                     for e in st.pipes.iter().filter(|e| e.ready) {
-                        let _ = e.pipe.try_push(msg.clone());
+                        let _ = self.push_to(&e.pipe, msg.clone());
                     }
                 }
                 Ok(())
             }
             SocketType::Pair => match st.pipes.first() {
                 Some(e) if e.ready || !self.options.immediate => {
-                    e.pipe.try_push(msg).map_err(SendError::Block)
+                    self.push_to(&e.pipe, msg).map_err(SendError::Block)
                 }
                 _ => Err(SendError::Block(msg)),
             },
@@ -861,7 +891,7 @@ impl Inner {
                     return Err(Error::EmptyMessage);
                 }
                 self.check_message(&msg)?;
-                match Self::load_balance(&mut st, msg, self.options.immediate) {
+                match self.load_balance(&mut st, msg) {
                     Ok(_) => n += 1,
                     Err(m) => {
                         msgs.push_front(m);
@@ -1058,9 +1088,17 @@ impl Inner {
         self.terminate();
         self.wait_tasks().await;
         // Release queued messages and state.
-        let mut st = lock(&self.state);
-        st.pipes.clear();
-        st.routes.clear();
+        {
+            let mut st = lock(&self.state);
+            st.pipes.clear();
+            st.routes.clear();
+        }
+        self.events.close();
+    }
+
+    /// Attach a monitor (replacing any previous one).
+    pub(crate) fn monitor(&self, capacity: usize) -> crate::monitor::Monitor {
+        self.events.attach(capacity)
     }
 
     /// Wait until every task ended and every pipe is empty (pipes towards

@@ -10,9 +10,10 @@ use dafka_zmtp_proto::PeerError;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use crate::conn::{self, ConnEnd};
+use crate::conn;
 use crate::endpoint::tcp_string;
 use crate::error::Error;
+use crate::monitor::{ConnectionEnd, PeerId, SocketEvent};
 use crate::pipe::Pipe;
 use crate::socket::{Inner, Phase, Stop};
 
@@ -73,7 +74,8 @@ pub(crate) async fn bind_tcp(
                     stop.clone(),
                 );
                 let task_inner = inner.clone();
-                inner.spawn(accept_loop(task_inner, listener, stop));
+                listening(inner, &local);
+                inner.spawn(accept_loop(task_inner, listener, stop, local.clone()));
                 return Ok(local);
             }
             Err(e) => last_err = Some(e),
@@ -83,6 +85,13 @@ pub(crate) async fn bind_tcp(
         Some(e) => Error::from_bind(endpoint, e),
         None => Error::endpoint(endpoint, "host did not resolve"),
     })
+}
+
+/// Tell the monitor that `endpoint` is bound.
+pub(crate) fn listening(inner: &Inner, endpoint: &str) {
+    inner.events.emit(|| SocketEvent::Listening {
+        endpoint: endpoint.to_owned(),
+    });
 }
 
 /// The `max_connections` semaphore of one bound endpoint (`None`: unlimited).
@@ -167,7 +176,7 @@ impl Drop for IpcListener {
 
 /// Accept connections until the socket stops running or the endpoint is
 /// unbound, one connection task each, at most `max_connections` at once.
-async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>) {
+async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>, endpoint: String) {
     let mut phase = inner.phase();
     let limit = connection_limit(&inner);
     loop {
@@ -177,11 +186,17 @@ async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>)
         tokio::select! {
             r = listener.accept_split() => match r {
                 Ok((rd, wr, peer)) => {
+                    let id = inner.next_peer();
+                    inner.events.emit(|| SocketEvent::Accepted {
+                        endpoint: endpoint.clone(),
+                        address: peer.clone(),
+                        peer: id,
+                    });
                     let conn_inner = inner.clone();
                     let conn_stop = stop.clone();
                     inner.spawn_connection(async move {
                         let _permit = permit;
-                        conn::run(conn_inner, rd, wr, None, &conn_stop, &peer).await;
+                        conn::run(conn_inner, rd, wr, None, id, &conn_stop, &peer).await;
                     });
                 }
                 Err(e) => {
@@ -227,7 +242,8 @@ pub(crate) async fn bind_ipc(
         listener,
         path: path.to_path_buf(),
     };
-    inner.spawn(accept_loop(inner.clone(), listener, stop));
+    listening(inner, &local);
+    inner.spawn(accept_loop(inner.clone(), listener, stop, local.clone()));
     Ok(local)
 }
 
@@ -271,7 +287,13 @@ fn start_connector(inner: &Arc<Inner>, target: Target, endpoint: &str) -> Result
     let stop = Arc::new(Stop::default());
     inner.register_endpoint(vec![endpoint.to_owned()], Some(pipe.id), stop.clone());
     let task_inner = inner.clone();
-    inner.spawn_connection(connector(task_inner, pipe, target, stop));
+    inner.spawn_connection(connector(
+        task_inner,
+        pipe,
+        target,
+        stop,
+        endpoint.to_owned(),
+    ));
     Ok(())
 }
 
@@ -330,7 +352,14 @@ async fn connect_once(
 
 /// Connect, run the connection, reconnect with backoff; the pipe (and the
 /// messages queued in it) survives across connections.
-async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target, stop: Arc<Stop>) {
+async fn connector(
+    inner: Arc<Inner>,
+    pipe: Arc<Pipe>,
+    target: Target,
+    stop: Arc<Stop>,
+    endpoint: String,
+) {
+    let id = PeerId(pipe.id);
     let mut phase = inner.phase();
     let base = inner.options.reconnect_ivl;
     let mut ivl = base;
@@ -347,22 +376,29 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target, stop: Arc
         };
         match res {
             Ok((rd, wr, peer)) => {
+                inner.events.emit(|| SocketEvent::Connected {
+                    endpoint: endpoint.clone(),
+                    address: peer.clone(),
+                    peer: id,
+                });
                 let outcome =
-                    conn::run(inner.clone(), rd, wr, Some(pipe.clone()), &stop, &peer).await;
+                    conn::run(inner.clone(), rd, wr, Some(pipe.clone()), id, &stop, &peer).await;
                 if outcome.was_ready {
                     ivl = base;
                 }
                 match outcome.end {
-                    ConnEnd::Closed => continue,
+                    ConnectionEnd::Closed => continue,
                     // libzmq reconnects after a timeout (the peer may just be
                     // slow or busy) but stops after a protocol error or a
                     // rejected handshake.
-                    ConnEnd::Protocol(dafka_zmtp_proto::Error::Peer(
+                    ConnectionEnd::Protocol(dafka_zmtp_proto::Error::Peer(
                         PeerError::HandshakeTimeout(_)
                         | PeerError::HeartbeatTimeout(_)
                         | PeerError::PingTtlExpired(_),
                     )) => {}
-                    ConnEnd::Protocol(_) | ConnEnd::Rejected(_) if !outcome.was_ready => {
+                    ConnectionEnd::Protocol(_) | ConnectionEnd::Rejected(_)
+                        if !outcome.was_ready =>
+                    {
                         tracing::warn!(peer, "handshake failed: not reconnecting");
                         break;
                     }
@@ -375,6 +411,11 @@ async fn connector(inner: Arc<Inner>, pipe: Arc<Pipe>, target: Target, stop: Arc
         if let Some(max) = inner.options.reconnect_ivl_max {
             ivl = ivl.saturating_mul(2).min(max.max(base));
         }
+        inner.events.emit(|| SocketEvent::ConnectRetried {
+            endpoint: endpoint.clone(),
+            peer: id,
+            delay,
+        });
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = until_terminated(&mut phase) => break,

@@ -136,7 +136,9 @@ async fn handshake_completes_while_receive_queue_is_full() {
 
 /// A handshake timeout is not a protocol error: the connector reconnects
 /// (as libzmq does) and the queued message is delivered.
-#[tokio::test]
+/// Paused time: the timeout and the reconnect delay pass as soon as every
+/// task waits (all I/O here is on loopback, ready before time moves on).
+#[tokio::test(start_paused = true)]
 async fn connector_reconnects_after_handshake_timeout() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ep = format!("tcp://{}", listener.local_addr().unwrap());
@@ -149,9 +151,16 @@ async fn connector_reconnects_after_handshake_timeout() {
     send(&push, msg(&[b"queued"])).await;
     // A peer that accepts but never answers the greeting.
     let (_silent, _) = listener.accept().await.unwrap();
+    let start = tokio::time::Instant::now();
     let second = tokio::time::timeout(Duration::from_secs(3), listener.accept())
         .await
         .expect("no reconnect after a handshake timeout");
+    // The 200 ms timeout, then the 100 ms reconnect interval and its jitter.
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took <= Duration::from_millis(401),
+        "{took:?}"
+    );
     drop(second);
     drop(listener);
     // Once a real peer is there, the message queued all along arrives.
@@ -514,7 +523,8 @@ async fn sub_resubscribes_after_publisher_restart() {
     assert_eq!(frames(&recv(&sub).await), vec![b"t1".to_vec()]);
 }
 
-#[tokio::test]
+/// Paused time (see `connector_reconnects_after_handshake_timeout`).
+#[tokio::test(start_paused = true)]
 async fn heartbeat_timeout_closes_dead_peer() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -532,12 +542,17 @@ async fn heartbeat_timeout_closes_dead_peer() {
     s.write_all(&handshake("PULL")).await.unwrap();
     // Read (and ignore) everything; never answer PINGs. The pusher must close
     // the connection by itself.
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     assert!(
         closed_within(&mut s, Duration::from_secs(5)).await,
         "dead peer was not closed"
     );
-    assert!(started.elapsed() >= Duration::from_millis(100));
+    // The first PING goes out after 50 ms; nothing comes back for 150 ms.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(200) && took <= Duration::from_millis(201),
+        "{took:?}"
+    );
     // And it reconnects.
     let again = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await;
     assert!(again.is_ok(), "no reconnect");
@@ -669,7 +684,9 @@ async fn routing_id_starting_with_zero_is_rejected() {
     ));
 }
 
-#[tokio::test]
+/// Paused time (see `connector_reconnects_after_handshake_timeout`): the
+/// gaps are the connector's delays exactly.
+#[tokio::test(start_paused = true)]
 async fn reconnect_backs_off_exponentially_up_to_the_cap() {
     // A listener that hangs up on every connection at once.
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -689,18 +706,19 @@ async fn reconnect_backs_off_exponentially_up_to_the_cap() {
             .await
             .expect("no reconnect")
             .unwrap();
-        stamps.push(std::time::Instant::now());
+        stamps.push(tokio::time::Instant::now());
         drop(s);
     }
     let gaps: Vec<Duration> = stamps.windows(2).map(|w| w[1] - w[0]).collect();
     // Delay = interval + jitter in [0, interval]; the interval doubles from
-    // 10 ms and is capped at 80 ms.
-    assert!(gaps[0] >= Duration::from_millis(10), "{gaps:?}");
-    for g in &gaps[3..] {
-        assert!(*g >= Duration::from_millis(80), "{gaps:?}");
-    }
-    for g in &gaps {
-        assert!(*g < Duration::from_secs(2), "{gaps:?}");
+    // 10 ms after each attempt and is capped at 80 ms. (1 ms of slack: the
+    // clock moves in whole milliseconds.)
+    for (i, g) in gaps.iter().enumerate() {
+        let ivl = Duration::from_millis((10u64 << i).min(80));
+        assert!(
+            *g >= ivl && *g <= 2 * ivl + Duration::from_millis(1),
+            "gap {i}: {gaps:?}"
+        );
     }
     push.close().await;
 }
