@@ -8,13 +8,14 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import zmq
 
 import dafka
 import dafka.zmtp as z
-from dafka.zmtp import Frame, Poller, Socket
+from dafka.zmtp import Frame, Monitor, Poller, Socket
 
 
 @pytest.fixture
@@ -291,3 +292,55 @@ def test_pyzmq_copy_false_frames_interoperate() -> None:
             pull.close()
     finally:
         theirs.close()
+
+
+def _events_until(monitor: Monitor, name: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """Events up to and including the first called `name`."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = monitor.recv(timeout=deadline - time.monotonic())
+        assert event is not None, f"stream ended before {name}: {seen}"
+        seen.append(event)
+        if event["event"] == name:
+            return seen
+    raise AssertionError(f"no {name} event: {seen}")
+
+
+def test_monitor_reports_handshakes_with_metadata_and_disconnections() -> None:
+    router = Socket("ROUTER", linger=0)
+    events = router.monitor()
+    endpoint = router.bind("tcp://127.0.0.1:0")
+    assert _events_until(events, "listening")[-1]["endpoint"] == endpoint
+    dealer = Socket("DEALER", linger=0, routing_id=b"mailbox-7", properties={"X-Name": b"n7"})
+    dealer.connect(endpoint)
+    seen = _events_until(events, "handshake_succeeded")
+    accepted = next(e for e in seen if e["event"] == "accepted")
+    done = seen[-1]
+    assert done["peer"] == accepted["peer"]
+    assert done["socket_type"] == "DEALER"
+    assert done["identity"] == b"mailbox-7" and done["routing_id"] == b"mailbox-7"
+    assert done["metadata"]["X-Name"] == b"n7"
+    dealer.close()
+    gone = _events_until(events, "disconnected")[-1]
+    assert gone["peer"] == done["peer"] and gone["reason_kind"] in ("peer_closed", "io")
+    with pytest.raises(dafka.WouldBlockError):
+        events.recv(z.NOBLOCK)
+    router.close()
+    assert _events_until(events, "closed")[-1] == {"event": "closed"}
+    assert events.recv(timeout=5) is None  # the stream ended
+
+
+def test_monitor_reports_connect_retries_and_subscriptions() -> None:
+    push = Socket("PUSH", linger=0, reconnect_ivl=0.02)
+    events = push.monitor(8)
+    push.connect("tcp://127.0.0.1:1")
+    retried = _events_until(events, "connect_retried")[-1]
+    assert retried["endpoint"] == "tcp://127.0.0.1:1" and retried["delay"] >= 0
+    push.close()
+    with Socket("PUB", linger=0) as pub, Socket("SUB", linger=0) as sub:
+        pub_events = pub.monitor()
+        sub.connect(pub.bind("tcp://127.0.0.1:0"))
+        sub.subscribe("topic")
+        subscribed = _events_until(pub_events, "subscribed")[-1]
+        assert subscribed["prefix"] == b"topic" and isinstance(subscribed["peer"], int)

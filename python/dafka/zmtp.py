@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import atexit
 
-from dafka._native import Frame, Poller, Socket, term
+from dafka._native import Frame, Monitor, Poller, Socket, term
 
 SOCKET_TYPES: tuple[str, ...] = (
     "REQ",
@@ -144,6 +144,7 @@ __all__ = [
     "XPUB_WELCOME_MSG",
     "XSUB",
     "Frame",
+    "Monitor",
     "Poller",
     "Socket",
     "term",

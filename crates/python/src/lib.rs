@@ -11,6 +11,7 @@ mod arrow_batch;
 mod asyncio;
 mod errors;
 mod frame;
+mod monitor;
 mod poller;
 mod runtime;
 mod zmtp;
@@ -28,6 +29,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<zmtp::PySocket>()?;
     m.add_class::<frame::Frame>()?;
     m.add_class::<poller::Poller>()?;
+    m.add_class::<monitor::PyMonitor>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
     Ok(())
 }

@@ -513,6 +513,18 @@ impl PySocket {
         Ok(())
     }
 
+    /// The socket's events from now on (connections, handshakes with the
+    /// peer's metadata, disconnections with their reason, subscriptions,
+    /// full send queues, close), at most `capacity` queued; see
+    /// `dafka.zmtp.Monitor`. Replaces an earlier monitor of the socket.
+    #[pyo3(signature = (capacity = 1024))]
+    fn monitor(&self, capacity: usize) -> PyResult<crate::monitor::PyMonitor> {
+        if capacity == 0 {
+            return Err(errors::invalid("monitor capacity must be at least 1"));
+        }
+        Ok(crate::monitor::PyMonitor::new(self.socket()?.monitor(capacity)))
+    }
+
     /// Awaitable `send_multipart` (a `bytes` is one frame), for asyncio.
     fn send_async<'py>(
         &self,
