@@ -522,7 +522,9 @@ impl PySocket {
         if capacity == 0 {
             return Err(errors::invalid("monitor capacity must be at least 1"));
         }
-        Ok(crate::monitor::PyMonitor::new(self.socket()?.monitor(capacity)))
+        Ok(crate::monitor::PyMonitor::new(
+            self.socket()?.monitor(capacity),
+        ))
     }
 
     /// Awaitable `send_multipart` (a `bytes` is one frame), for asyncio.
