@@ -154,6 +154,7 @@ def test_copy_false_gives_zero_copy_frames(pair: tuple[Socket, Socket]) -> None:
     small, large = pull.recv_multipart(copy=False, timeout=5)
     assert isinstance(small, Frame) and isinstance(large, Frame)
     assert small == b"small" and len(large) == len(big)
+    assert hash(small) == hash(b"small") and {b"small": 1}[small] == 1
     view = memoryview(large)
     assert view.readonly and view.nbytes == len(big) and view.format == "B"
     assert view[:3].tobytes() == big[:3]

@@ -196,11 +196,9 @@ impl Frame {
             .is_ok_and(|b| b.as_bytes() == &self.data[..])
     }
 
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.data.hash(&mut h);
-        h.finish()
+    /// The hash of the equal `bytes` (a frame equal to `b"x"` must hash as it).
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        PyBytes::new(py, &self.data).hash()
     }
 
     fn __repr__(&self) -> String {
