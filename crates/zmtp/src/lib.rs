@@ -39,6 +39,11 @@
 //!   (TCP back-pressure). Nothing is dropped on the receive side.
 //! * A peer that breaks the protocol loses its connection (logged with
 //!   `tracing` at WARN); the socket keeps serving everyone else.
+//! * [`Socket::recv_many`] and [`Socket::send_many`] move batches under one
+//!   lock; [`Socket::monitor`] streams [`SocketEvent`]s (connections,
+//!   handshakes with the peer's READY metadata, queues at their HWM, who
+//!   subscribed); [`Socket::close_in_background`] returns at once and
+//!   [`term`] waits, bounded, for such closes to flush.
 // One function in `sys` calls setsockopt(2); everything else is safe code.
 #![deny(unsafe_code)]
 
@@ -399,9 +404,12 @@ impl Socket {
 
     /// Receive the next message. Cancel-safe: if the future is dropped, no
     /// message is lost.
-    pub async fn recv(&self) -> Result<Message, Error> {
+    // The future of `recv_with` itself, not one wrapping it: a caller that
+    // moves it (into a timeout, say) copies less (callgrind: 7 instructions
+    // per 128 B message).
+    pub fn recv(&self) -> impl Future<Output = Result<Message, Error>> + Send + '_ {
         let inner = self.inner();
-        self.recv_with(|| inner.try_recv()).await
+        self.recv_with(move || inner.try_recv())
     }
 
     /// Receive at least one message, and every further one already queued up

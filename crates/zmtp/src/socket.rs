@@ -269,17 +269,10 @@ impl Inner {
         Arc::new(Pipe::new(peer.0, self.options.effective_sndhwm()))
     }
 
-    /// Queue `msg` to `pipe` unless it is at its HWM (then reported to the
-    /// monitor, once until it drains).
-    #[inline]
-    fn push_to(&self, pipe: &Pipe, msg: Message) -> Result<(), Message> {
-        let r = pipe.try_push(msg);
-        if r.is_err() {
-            self.queue_full(pipe);
-        }
-        r
-    }
-
+    /// `pipe` refused a message at its HWM: tell the monitor (once until it
+    /// drains). Called from the refusal branches only, so that a send that
+    /// is queued runs no monitor code (a wrapper checking the result cost
+    /// 7 instructions per 128 B PUSH message under callgrind).
     #[cold]
     fn queue_full(&self, pipe: &Pipe) {
         if self.events.on() && !pipe.full_reported.swap(true, Ordering::Relaxed) {
@@ -664,6 +657,10 @@ impl Inner {
 
     /// Round-robin over all pipes (only connected ones with `immediate`),
     /// skipping full ones. Returns the pipe id.
+    // Inlined into each send path, as it was when it had one caller: called,
+    // it moves the message in and out (callgrind: +40 instructions per
+    // 128 B PUSH message).
+    #[inline(always)]
     fn load_balance(&self, st: &mut State, mut msg: Message) -> Result<u64, Message> {
         let immediate = self.options.immediate;
         let n = st.pipes.len();
@@ -678,12 +675,15 @@ impl Inner {
                 continue;
             }
             let pipe = &entry.pipe;
-            match self.push_to(pipe, msg) {
+            match pipe.try_push(msg) {
                 Ok(()) => {
                     st.rr = idx + 1;
                     return Ok(pipe.id);
                 }
-                Err(m) => msg = m,
+                Err(m) => {
+                    self.queue_full(pipe);
+                    msg = m;
+                }
             }
             idx += 1;
         }
@@ -746,8 +746,10 @@ impl Inner {
                 st.rep_envelope = None;
                 // The requester may be gone or full: the reply is dropped, as
                 // in libzmq.
-                if let Some(e) = st.entry_mut(pipe_id) {
-                    let _ = self.push_to(&e.pipe, out);
+                if let Some(e) = st.entry_mut(pipe_id)
+                    && e.pipe.try_push(out).is_err()
+                {
+                    self.queue_full(&e.pipe);
                 }
                 Ok(())
             }
@@ -761,13 +763,17 @@ impl Inner {
                     None if mandatory => Err(SendError::Fail(Error::HostUnreachable(rid))),
                     None => Ok(()),
                     Some(_) if msg.is_empty() => Ok(()),
-                    Some(p) => match self.push_to(p, msg) {
+                    Some(p) => match p.try_push(msg) {
                         Ok(()) => Ok(()),
                         Err(mut m) if mandatory => {
+                            self.queue_full(p);
                             m.push_front(rid);
                             Err(SendError::Block(m))
                         }
-                        Err(_) => Ok(()),
+                        Err(_) => {
+                            self.queue_full(p);
+                            Ok(())
+                        }
                     },
                 }
             }
@@ -776,7 +782,9 @@ impl Inner {
                 for e in st.pipes.iter().filter(|e| e.ready) {
                     if e.peer_subs.matches(&topic) {
                         // A slow subscriber loses messages (29/PUBSUB).
-                        let _ = self.push_to(&e.pipe, msg.clone());
+                        if e.pipe.try_push(msg.clone()).is_err() {
+                            self.queue_full(&e.pipe);
+                        }
                     }
                 }
                 Ok(())
@@ -798,14 +806,19 @@ impl Inner {
                     }
                 } else {
                     for e in st.pipes.iter().filter(|e| e.ready) {
-                        let _ = self.push_to(&e.pipe, msg.clone());
+                        if e.pipe.try_push(msg.clone()).is_err() {
+                            self.queue_full(&e.pipe);
+                        }
                     }
                 }
                 Ok(())
             }
             SocketType::Pair => match st.pipes.first() {
                 Some(e) if e.ready || !self.options.immediate => {
-                    self.push_to(&e.pipe, msg).map_err(SendError::Block)
+                    e.pipe.try_push(msg).map_err(|m| {
+                        self.queue_full(&e.pipe);
+                        SendError::Block(m)
+                    })
                 }
                 _ => Err(SendError::Block(msg)),
             },
