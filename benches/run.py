@@ -220,26 +220,44 @@ def warmup_for(count: int) -> int:
 # --------------------------------------------------------------------------- machine
 
 
-# benches/store.py owns the Storage section of BENCHMARKS.md; this script keeps it.
-STORAGE_BEGIN = "<!-- storage:begin (benches/store.py) -->"
-STORAGE_END = "<!-- storage:end -->"
+# Sections of BENCHMARKS.md owned by other commands, by their markers: benches/store.py
+# (`make bench-store`) writes "storage", `run.py --python` (`make bench-python`) writes
+# "python". Each owner replaces only its own section; the Rust run, which rewrites the
+# whole file, carries every one of them over unchanged.
+SECTIONS = {
+    "storage": ("<!-- storage:begin (benches/store.py) -->", "<!-- storage:end -->"),
+    "python": (
+        "<!-- python-bench: rewritten by benches/run.py --python -->",
+        "<!-- /python-bench -->",
+    ),
+}
 
 
-def storage_section(text: str) -> str:
-    """The Storage section of a BENCHMARKS.md text (markers included), or ""."""
-    start = text.find(STORAGE_BEGIN)
-    end = text.find(STORAGE_END, start)
-    if start < 0 or end < 0:
+def section(text: str, name: str) -> str:
+    """Section `name` of a BENCHMARKS.md text (markers included), or ""."""
+    begin, end = SECTIONS[name]
+    start = text.find(begin)
+    stop = text.find(end, start)
+    if start < 0 or stop < 0:
         return ""
-    return text[start : end + len(STORAGE_END)]
+    return text[start : stop + len(end)]
 
 
-def splice_storage_section(text: str, section: str) -> str:
-    """`text` with its Storage section replaced by `section` (appended if absent)."""
-    old = storage_section(text)
+def splice_section(text: str, name: str, block: str) -> str:
+    """`text` with section `name` replaced by `block` (markers included; appended if absent)."""
+    old = section(text, name)
     if old:
-        return text.replace(old, section)
-    return text.rstrip("\n") + "\n\n" + section + "\n"
+        return text.replace(old, block.rstrip("\n"))
+    return text.rstrip("\n") + "\n\n" + block.rstrip("\n") + "\n"
+
+
+def carry_sections(previous: str, text: str) -> str:
+    """`text` with every owned section of `previous` carried over."""
+    for name in SECTIONS:
+        kept = section(previous, name)
+        if kept:
+            text = splice_section(text, name, kept)
+    return text
 
 
 def read(path: str) -> str:
@@ -806,9 +824,6 @@ def write_markdown(
         for c, e in failures:
             L.append(f"- {LABELS[c.backend]} {c.test} {human_size(c.size)}: {e}")
         L.append("")
-    kept = storage_section(out.read_text()) if out.exists() else ""
-    if kept:
-        L += [kept, ""]
     out.write_text("\n".join(L))
 
 
@@ -818,8 +833,7 @@ def write_markdown(
 PY_IMPLS = ["dafka", "pyzmq"]
 PY_SIZES = [64, 1024, 65536, 262144]
 PY_MODES = ["copy", "nocopy"]  # copy=True, copy=False on both sides
-PY_SECTION_START = "<!-- python-bench: rewritten by benches/run.py --python -->"
-PY_SECTION_END = "<!-- /python-bench -->"
+PY_SECTION_START, PY_SECTION_END = SECTIONS["python"]
 
 
 @dataclass(frozen=True)
@@ -935,16 +949,9 @@ def python_section(
     return L
 
 
-def replace_python_section(out: Path, section: list[str]) -> None:
+def replace_python_section(out: Path, lines: list[str]) -> None:
     text = out.read_text() if out.exists() else "# Benchmarks\n"
-    block = "\n".join(section) + "\n"
-    if PY_SECTION_START in text and PY_SECTION_END in text:
-        head, rest = text.split(PY_SECTION_START, 1)
-        tail = rest.split(PY_SECTION_END, 1)[1].lstrip("\n")
-        text = head + block + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    out.write_text(text)
+    out.write_text(splice_section(text, "python", "\n".join(lines)))
 
 
 def python_main(args: argparse.Namespace) -> int:
@@ -1200,10 +1207,7 @@ def main() -> int:
         started=started,
         argv=sys.argv[1:],
     )
-    if PY_SECTION_START in previous and PY_SECTION_END in previous:
-        # `make bench-python` owns that section: carry it over unchanged.
-        kept = previous.split(PY_SECTION_START, 1)[1].split(PY_SECTION_END, 1)[0]
-        replace_python_section(out, [PY_SECTION_START + kept + PY_SECTION_END])
+    out.write_text(carry_sections(previous, out.read_text()))
     print(f"wrote {out}" + "".join(f", {p}" for p in plots))
     return 0
 

@@ -51,7 +51,7 @@ def render(data: dict) -> str:
     """The Markdown of the Storage section (markers included)."""
     m = data["machine"]
     L = [
-        run.STORAGE_BEGIN,
+        run.SECTIONS["storage"][0],
         "## Storage",
         "",
         "The storage engine (`crates/store`, sync policy `always`: a record is acknowledged only "
@@ -120,7 +120,7 @@ def render(data: dict) -> str:
         ]
     else:
         L += ["The memory-over-time run has not been made yet.", ""]
-    L.append(run.STORAGE_END)
+    L.append(run.SECTIONS["storage"][1])
     return "\n".join(L)
 
 
@@ -172,7 +172,7 @@ def main() -> int:
     data = dict(old)
     data.update(
         machine=run.machine_info(info),
-        date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         command="python3 benches/store.py " + " ".join(sys.argv[1:]),
         fs=fs[0],
         note=args.note,
@@ -193,7 +193,7 @@ def main() -> int:
             timeout=120 + args.memory_seconds * 2,
         )
         data["memory"] = [line for line in data["memory"] if line.get("mode") == "memory"]
-        at = dt.datetime.fromtimestamp(started, dt.timezone.utc)
+        at = dt.datetime.fromtimestamp(started, dt.UTC)
         data["memory_note"] = f"run at {at:%Y-%m-%d %H:%M} UTC"
         plot_memory(data["memory"], REPO / "docs/bench/store-memory.png")
     if "cases" not in data:
@@ -202,7 +202,7 @@ def main() -> int:
     raw.write_text(json.dumps(data, indent=1))
     out = Path(args.out)
     text = out.read_text() if out.exists() else "# Benchmarks\n"
-    out.write_text(run.splice_storage_section(text, render(data)))
+    out.write_text(run.splice_section(text, "storage", render(data)))
     print(f"wrote {out}")
     return 0
 

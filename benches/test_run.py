@@ -105,11 +105,20 @@ def test_summary_takes_the_median_and_ignores_failed_runs():
     assert s["cpu_ns_per_msg"] == pytest.approx(4e6)
 
 
-def test_storage_section_is_kept_and_replaced():
-    section = run.STORAGE_BEGIN + "\n## Storage\nold\n" + run.STORAGE_END
-    text = "# Benchmarks\n\nbody\n\n" + section + "\n"
-    assert run.storage_section(text) == section
-    assert run.storage_section("# Benchmarks\n") == ""
-    new = run.STORAGE_BEGIN + "\nnew\n" + run.STORAGE_END
-    assert run.splice_storage_section(text, new) == "# Benchmarks\n\nbody\n\n" + new + "\n"
-    assert run.splice_storage_section("# B\n", new) == "# B\n\n" + new + "\n"
+def test_owned_sections_are_kept_and_replaced():
+    begin, end = run.SECTIONS["storage"]
+    old = begin + "\n## Storage\nold\n" + end
+    text = "# Benchmarks\n\nbody\n\n" + old + "\n"
+    assert run.section(text, "storage") == old
+    assert run.section("# Benchmarks\n", "storage") == ""
+    new = begin + "\nnew\n" + end
+    assert run.splice_section(text, "storage", new) == "# Benchmarks\n\nbody\n\n" + new + "\n"
+    assert run.splice_section("# B\n", "storage", new) == "# B\n\n" + new + "\n"
+    # A rewrite of the whole file keeps both owned sections, whatever their order.
+    py_begin, py_end = run.SECTIONS["python"]
+    python = py_begin + "\n## Through Python\n" + py_end
+    previous = "# Old\n\n" + python + "\n\n" + old + "\n"
+    carried = run.carry_sections(previous, "# New\n")
+    assert run.section(carried, "storage") == old
+    assert run.section(carried, "python") == python
+    assert carried.startswith("# New\n")
