@@ -210,8 +210,43 @@ pub enum Entry {
     Commit,
 }
 
+/// CRC-32C (Castagnoli, reflected polynomial `0x82F63B78`) byte table, for the 4-byte
+/// length field only: four table steps cost less than a call into `crc32c` for 4 bytes,
+/// so an entry's CRC takes one call (over the body) instead of two.
+const CRC32C_TABLE: [u32; 256] = {
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82F6_3B78
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+};
+
+/// `crc32c::crc32c(&len_field)`, by table.
+#[inline]
+fn len_field_crc(len_field: [u8; 4]) -> u32 {
+    let mut crc = !0u32;
+    for b in len_field {
+        crc = CRC32C_TABLE[((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
+/// The CRC an entry stores: bytes 0..4 (the length field) followed by the body.
+#[inline]
 fn entry_crc(len_field: [u8; 4], body: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&len_field), body)
+    crc32c::crc32c_append(len_field_crc(len_field), body)
 }
 
 /// Appends the 8-byte prefix for `body` (already in `buf` from `body_start`).
@@ -458,6 +493,30 @@ mod tests {
                 value: Bytes::from_static(b"hi"),
             }))
         );
+    }
+
+    /// The table-driven CRC of the length field is the same CRC-32C as the crate's.
+    #[test]
+    fn len_field_crc_matches_crc32c() {
+        for v in [
+            0u32,
+            1,
+            22,
+            23,
+            0x80,
+            0xFF,
+            0x100,
+            0x1234_5678,
+            0x0400_0015,
+            u32::MAX,
+        ] {
+            let b = v.to_be_bytes();
+            assert_eq!(len_field_crc(b), crc32c::crc32c(&b), "{v:#x}");
+        }
+        for (i, step) in (0..=u32::MAX).step_by(65_521).enumerate().take(70_000) {
+            let b = (step ^ (i as u32).rotate_left(13)).to_be_bytes();
+            assert_eq!(len_field_crc(b), crc32c::crc32c(&b));
+        }
     }
 
     /// CRC-32C check value from RFC 3720 (iSCSI), B.4: 32 bytes of zeros.
