@@ -45,8 +45,15 @@ impl<'a> ChunkReader<'a> {
             .map(|(start, end)| &self.chunk[start..end]))
     }
 
-    /// Makes `[pos, pos + len)` part of the chunk; returns where it is in the chunk.
-    fn range(&mut self, pos: u64, len: usize) -> io::Result<Option<(usize, usize)>> {
+    /// The current chunk: [`range`](Self::range) says where in it the bytes asked for
+    /// are, so that they can be looked at borrowed and only the part handed out sliced.
+    pub(crate) fn chunk(&self) -> &Bytes {
+        &self.chunk
+    }
+
+    /// Makes `[pos, pos + len)` part of the chunk; returns where it is in the chunk, or
+    /// `None` if it runs past the end.
+    pub(crate) fn range(&mut self, pos: u64, len: usize) -> io::Result<Option<(usize, usize)>> {
         let Some(stop) = pos.checked_add(len as u64) else {
             return Ok(None);
         };

@@ -343,10 +343,10 @@ pub fn decode_prefix(bytes: &[u8]) -> Result<EntryPrefix, FormatError> {
     })
 }
 
-/// Decodes one whole entry: `entry` is exactly the prefix and the body (its length
-/// taken from [`decode_prefix`]). Checks the CRC before looking at any field.
-pub fn decode_entry(entry: Bytes) -> Result<Entry, FormatError> {
-    let prefix = decode_prefix(&entry)?;
+/// Checks one whole entry from a borrowed slice: `entry` is exactly the prefix and the
+/// body (its length taken from [`decode_prefix`]), and the CRC matches.
+fn check_entry(entry: &[u8]) -> Result<EntryPrefix, FormatError> {
+    let prefix = decode_prefix(entry)?;
     if entry.len() != prefix.entry_len() {
         return Err(FormatError::Read(ReadError::Truncated {
             what: "entry body",
@@ -362,20 +362,84 @@ pub fn decode_entry(entry: Bytes) -> Result<Entry, FormatError> {
             computed,
         });
     }
+    Ok(prefix)
+}
+
+/// Where a record's value starts in its entry (prefix, kind and fixed fields before it).
+pub const RECORD_VALUE_AT: usize = ENTRY_PREFIX_LEN + RECORD_FIXED_LEN;
+
+/// The fixed fields of a record entry; its value is `entry[RECORD_VALUE_AT..]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Compact partition id.
+    pub partition: u32,
+    /// Offset within the partition.
+    pub offset: u64,
+    /// Receive timestamp (ms since the Unix epoch).
+    pub timestamp_ms: u64,
+}
+
+/// `N` bytes at `at` of `bytes`, if they are all there.
+#[inline]
+fn field<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+/// The fixed fields of a record entry whose length and CRC are checked and whose kind
+/// byte is [`KIND_RECORD`]: read from the borrowed slice, with no reference taken on a
+/// shared buffer.
+fn record_header(entry: &[u8], body_len: usize) -> Result<RecordHeader, FormatError> {
+    let bad = FormatError::BadLength(body_len);
+    if body_len < RECORD_FIXED_LEN {
+        return Err(bad);
+    }
+    let (Some(partition), Some(offset), Some(timestamp)) = (
+        field(entry, ENTRY_PREFIX_LEN + 1),
+        field(entry, ENTRY_PREFIX_LEN + 5),
+        field(entry, ENTRY_PREFIX_LEN + 13),
+    ) else {
+        return Err(bad);
+    };
+    Ok(RecordHeader {
+        partition: u32::from_be_bytes(partition),
+        offset: u64::from_be_bytes(offset),
+        timestamp_ms: u64::from_be_bytes(timestamp),
+    })
+}
+
+/// The read path's decoder: checks one whole entry (`entry` exactly the prefix and the
+/// body, as for [`decode_entry`]) from a borrowed slice and decodes a record's fixed
+/// fields; `Ok(None)` for an entry of another kind (its fields are not decoded: see
+/// [`decode_entry`]). Its value is
+/// `entry[RECORD_VALUE_AT..]`, for the caller to slice out of its own buffer (one
+/// reference count per record served).
+pub fn decode_record(entry: &[u8]) -> Result<Option<RecordHeader>, FormatError> {
+    let prefix = check_entry(entry)?;
+    match entry.get(ENTRY_PREFIX_LEN) {
+        Some(&KIND_RECORD) => record_header(entry, prefix.body_len).map(Some),
+        Some(&(KIND_DECLARE | KIND_COMMIT)) => Ok(None),
+        Some(&kind) => Err(FormatError::UnknownKind(kind)),
+        None => Err(FormatError::Read(ReadError::Truncated {
+            what: "entry kind",
+            needed: 1,
+            available: 0,
+        })),
+    }
+}
+
+/// Decodes one whole entry: `entry` is exactly the prefix and the body (its length
+/// taken from [`decode_prefix`]). Checks the CRC before looking at any field.
+pub fn decode_entry(entry: Bytes) -> Result<Entry, FormatError> {
+    let prefix = check_entry(&entry)?;
     let mut r = Reader::new(entry.slice(ENTRY_PREFIX_LEN..));
     match r.u8("entry kind")? {
         KIND_RECORD => {
-            if prefix.body_len < RECORD_FIXED_LEN {
-                return Err(FormatError::BadLength(prefix.body_len));
-            }
-            let partition = r.u32("record partition")?;
-            let offset = r.u64("record offset")?;
-            let timestamp_ms = r.u64("record timestamp")?;
+            let h = record_header(&entry, prefix.body_len)?;
             Ok(Entry::Record(RecordEntry {
-                partition,
-                offset,
-                timestamp_ms,
-                value: r.rest(),
+                partition: h.partition,
+                offset: h.offset,
+                timestamp_ms: h.timestamp_ms,
+                value: entry.slice(RECORD_VALUE_AT..),
             }))
         }
         KIND_DECLARE => {
@@ -485,6 +549,15 @@ mod tests {
         assert_eq!(&buf[8..], body);
         assert_eq!(buf.len(), record_size(2));
         assert_eq!(
+            decode_record(&buf),
+            Ok(Some(RecordHeader {
+                partition: 0x0A0B0C0D,
+                offset: 0x11,
+                timestamp_ms: 0x1_0000_0002,
+            }))
+        );
+        assert_eq!(&buf[RECORD_VALUE_AT..], b"hi");
+        assert_eq!(
             decode_entry(buf.freeze()),
             Ok(Entry::Record(RecordEntry {
                 partition: 0x0A0B0C0D,
@@ -562,6 +635,7 @@ mod tests {
             for bit in 0..8 {
                 let mut bad = good.to_vec();
                 bad[i] ^= 1 << bit;
+                assert!(decode_record(&bad).is_err(), "byte {i} bit {bit}");
                 assert!(
                     decode_entry(Bytes::from(bad)).is_err(),
                     "byte {i} bit {bit}"
@@ -574,15 +648,25 @@ mod tests {
         short.put_u8(KIND_RECORD);
         short.put_u32(1);
         seal_entry(&mut short, 0);
+        assert_eq!(decode_record(&short), Err(FormatError::BadLength(5)));
         assert!(decode_entry(short.freeze()).is_err());
         let mut unknown = BytesMut::new();
         unknown.put_bytes(0, ENTRY_PREFIX_LEN);
         unknown.put_u8(0x7F);
         seal_entry(&mut unknown, 0);
+        assert_eq!(decode_record(&unknown), Err(FormatError::UnknownKind(0x7F)));
         assert_eq!(
             decode_entry(unknown.freeze()),
             Err(FormatError::UnknownKind(0x7F))
         );
+        assert!(decode_record(&good[..good.len() - 1]).is_err());
         assert!(decode_entry(good.slice(..good.len() - 1)).is_err());
+        // Declarations and commits are not records.
+        let mut other = BytesMut::new();
+        encode_commit(&mut other);
+        assert_eq!(decode_record(&other), Ok(None));
+        other.clear();
+        encode_declare(&mut other, 1, 0, &[0; 16], "t");
+        assert_eq!(decode_record(&other), Ok(None));
     }
 }
