@@ -8,13 +8,17 @@
 //! ```
 //!
 //! Appends `RECORDS` records (default 1,000,000) of `VALUE_BYTES` (default 100) to one
-//! partition in a temporary directory (sync policy `never`), then reads them all back
+//! partition in a temporary directory (sync policy `never`, batches of 4,096 records,
+//! as `dafka-bench store` gets with `always`), then reads them all back
 //! from the page cache `PASSES` times (default 1), printing records/s and GB/s of values
 //! for each pass.
 
 use std::time::{Duration, Instant};
 
 use dafka_store::{AppendRecord, Config, PartitionKey, Store, SyncPolicy};
+
+/// Records per appended batch.
+const BATCH: u64 = 4096;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -25,17 +29,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::open_path(dir.path(), Config::with_sync(SyncPolicy::Never))?;
     let id = store.declare(&PartitionKey::new("read_seq", [7; 16]))?;
     let value = vec![0xA5u8; size];
-    let mut last = None;
-    for offset in 0..records {
-        last = Some(store.append(&[AppendRecord {
-            partition: id,
-            offset,
-            timestamp_ms: 0,
-            value: &value,
-        }])?);
-    }
-    if let Some(t) = last {
-        t.wait(Duration::from_secs(60))?;
+    // One batch per `append` call (each waited for), so the segment's layout, and with it
+    // the instruction count of the read, does not depend on the writer's timing.
+    let mut offset = 0;
+    while offset < records {
+        let n = BATCH.min(records - offset);
+        let batch: Vec<AppendRecord<'_>> = (offset..offset + n)
+            .map(|o| AppendRecord {
+                partition: id,
+                offset: o,
+                timestamp_ms: 0,
+                value: &value,
+            })
+            .collect();
+        store.append(&batch)?.wait(Duration::from_secs(60))?;
+        offset += n;
     }
 
     let head = store.head(id).unwrap_or(0);
