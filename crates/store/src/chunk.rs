@@ -45,8 +45,18 @@ impl<'a> ChunkReader<'a> {
             .map(|(start, end)| &self.chunk[start..end]))
     }
 
-    /// Makes `[pos, pos + len)` part of the chunk; returns where it is in the chunk.
-    fn range(&mut self, pos: u64, len: usize) -> io::Result<Option<(usize, usize)>> {
+    /// The current chunk: [`range`](Self::range) says where in it the bytes asked for
+    /// are, so that they can be looked at borrowed and only the part handed out sliced.
+    pub(crate) fn chunk(&self) -> &Bytes {
+        &self.chunk
+    }
+
+    /// Makes `[pos, pos + len)` part of the chunk; returns where it is in the chunk, or
+    /// `None` if it runs past the end.
+    /// Inlined: the read loop calls it twice per entry, and it almost always finds the
+    /// bytes in the current chunk.
+    #[inline]
+    pub(crate) fn range(&mut self, pos: u64, len: usize) -> io::Result<Option<(usize, usize)>> {
         let Some(stop) = pos.checked_add(len as u64) else {
             return Ok(None);
         };
@@ -55,14 +65,22 @@ impl<'a> ChunkReader<'a> {
         }
         let chunk_end = self.chunk_pos + self.chunk.len() as u64;
         if pos < self.chunk_pos || stop > chunk_end {
-            // `len` is bounded by `end - pos`, i.e. by the file's length.
-            let n = (self.chunk_size.max(len) as u64).min(self.end - pos) as usize;
-            let mut buf = vec![0u8; n];
-            read_exact_at(self.file, &mut buf, pos)?;
-            self.chunk = Bytes::from(buf);
-            self.chunk_pos = pos;
+            self.load(pos, len)?;
         }
         let start = (pos - self.chunk_pos) as usize;
         Ok(Some((start, start + len)))
+    }
+
+    /// Reads a new chunk starting at `pos`, at least `len` bytes long (`pos + len` is
+    /// within `end`).
+    #[cold]
+    fn load(&mut self, pos: u64, len: usize) -> io::Result<()> {
+        // `len` is bounded by `end - pos`, i.e. by the file's length.
+        let n = (self.chunk_size.max(len) as u64).min(self.end - pos) as usize;
+        let mut buf = vec![0u8; n];
+        read_exact_at(self.file, &mut buf, pos)?;
+        self.chunk = Bytes::from(buf);
+        self.chunk_pos = pos;
+        Ok(())
     }
 }

@@ -15,8 +15,8 @@ use crate::chunk::ChunkReader;
 use crate::error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
 use crate::file::{Dir, FsDir, SegmentFile};
 use crate::format::{
-    self, ENTRY_PREFIX_LEN, Entry, HEADER_LEN, KIND_RECORD, MAX_TOPIC_LEN, RECORD_FIXED_LEN,
-    SegmentHeader,
+    self, ENTRY_PREFIX_LEN, HEADER_LEN, KIND_RECORD, MAX_TOPIC_LEN, RECORD_FIXED_LEN,
+    RECORD_VALUE_AT, SegmentHeader,
 };
 use crate::recovery::{self, RecoveryReport};
 use crate::{PartitionId, PartitionKey};
@@ -652,7 +652,7 @@ impl Store {
                     break;
                 };
                 // Look at kind and partition before paying for the CRC; whatever is served
-                // is checked by `decode_entry`.
+                // is checked by `decode_record`.
                 let ours = first.get(ENTRY_PREFIX_LEN) == Some(&KIND_RECORD)
                     && prefix.body_len >= RECORD_FIXED_LEN
                     && first.get(9..13) == Some(&wanted[..]);
@@ -664,13 +664,14 @@ impl Store {
                     pos += entry_len as u64;
                     continue;
                 }
-                let Some(entry) = reader.get(pos, entry_len).map_err(io)? else {
+                let Some((start, end)) = reader.range(pos, entry_len).map_err(io)? else {
                     break; // damage found at open: the segment's readable end is before it
                 };
                 pos += entry_len as u64;
-                let record = match format::decode_entry(entry) {
-                    Ok(Entry::Record(r)) => r,
-                    Ok(_) => continue,
+                let chunk = reader.chunk();
+                let record = match format::decode_record(&chunk[start..end]) {
+                    Ok(Some(r)) => r,
+                    Ok(None) => continue,
                     Err(e) => {
                         tracing::warn!(segment = %name, position = pos, error = %e,
                             "damaged entry skipped while reading");
@@ -689,12 +690,14 @@ impl Store {
                     }
                     return Ok(out);
                 }
-                bytes += record.value.len();
+                // The one reference count taken per record served.
+                let value = chunk.slice(start + RECORD_VALUE_AT..end);
+                bytes += value.len();
                 next += 1;
                 out.push(Record {
                     offset: record.offset,
                     timestamp_ms: record.timestamp_ms,
-                    value: record.value,
+                    value,
                 });
                 if next >= head || out.len() >= max_records || bytes >= max_bytes {
                     return Ok(out);

@@ -59,15 +59,18 @@ pub struct Reader {
 
 impl Reader {
     /// Reads `body` from its start.
+    #[inline]
     pub fn new(body: Bytes) -> Self {
         Reader { rest: body }
     }
 
     /// Bytes not read yet.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.rest.len()
     }
 
+    #[inline]
     fn need(&self, n: usize, what: &'static str) -> Result<(), ReadError> {
         if self.rest.len() < n {
             Err(ReadError::Truncated {
@@ -81,30 +84,35 @@ impl Reader {
     }
 
     /// One byte.
+    #[inline]
     pub fn u8(&mut self, what: &'static str) -> Result<u8, ReadError> {
         self.need(1, what)?;
         Ok(self.rest.get_u8())
     }
 
     /// A big-endian `u16`.
+    #[inline]
     pub fn u16(&mut self, what: &'static str) -> Result<u16, ReadError> {
         self.need(2, what)?;
         Ok(self.rest.get_u16())
     }
 
     /// A big-endian `u32`.
+    #[inline]
     pub fn u32(&mut self, what: &'static str) -> Result<u32, ReadError> {
         self.need(4, what)?;
         Ok(self.rest.get_u32())
     }
 
     /// A big-endian `u64`.
+    #[inline]
     pub fn u64(&mut self, what: &'static str) -> Result<u64, ReadError> {
         self.need(8, what)?;
         Ok(self.rest.get_u64())
     }
 
     /// Splits off exactly `n` bytes, without copying.
+    #[inline]
     pub fn take(&mut self, n: usize, what: &'static str) -> Result<Bytes, ReadError> {
         self.need(n, what)?;
         Ok(self.rest.split_to(n))
@@ -139,6 +147,7 @@ impl Reader {
     }
 
     /// Exactly `N` bytes, copied into an array (for fixed-size fields: UUIDs, keys, magics).
+    #[inline]
     pub fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], ReadError> {
         self.need(N, what)?;
         let mut out = [0u8; N];
@@ -147,11 +156,13 @@ impl Reader {
     }
 
     /// Everything that is left.
+    #[inline]
     pub fn rest(self) -> Bytes {
         self.rest
     }
 
     /// Fails if any byte is left.
+    #[inline]
     pub fn finish(self, what: &'static str) -> Result<(), ReadError> {
         if self.rest.is_empty() {
             Ok(())
