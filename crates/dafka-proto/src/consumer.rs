@@ -79,12 +79,7 @@ impl ConsumerConfig {
     }
 
     fn validate(&self) -> Result<(), CallerError> {
-        if self.fetch_retry.is_zero() || self.fetch_retry_max < self.fetch_retry {
-            return Err(CallerError::Config(
-                "fetch_retry must be positive and at most fetch_retry_max",
-            ));
-        }
-        Ok(())
+        retry::validate(self.fetch_retry, self.fetch_retry_max)
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::error::CallerError;
 use crate::id::{NodeId, Topic};
 use crate::message::{Fetch, Message};
 
@@ -75,6 +76,16 @@ impl Retry {
         *slot = Some(Retry::new(from, end, now + backoff, backoff));
         Some((from, end))
     }
+}
+
+/// Checks the retry settings of a config: `first` positive and at most `max`.
+pub(crate) fn validate(first: Duration, max: Duration) -> Result<(), CallerError> {
+    if first.is_zero() || max < first {
+        return Err(CallerError::Config(
+            "fetch_retry must be positive and at most fetch_retry_max",
+        ));
+    }
+    Ok(())
 }
 
 /// A partition that can have a gap to FETCH (the consumer's and the store writer's).

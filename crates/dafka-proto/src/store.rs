@@ -106,11 +106,7 @@ impl StoreWriterConfig {
     }
 
     fn validate(&self) -> Result<(), CallerError> {
-        if self.fetch_retry.is_zero() || self.fetch_retry_max < self.fetch_retry {
-            return Err(CallerError::Config(
-                "fetch_retry must be positive and at most fetch_retry_max",
-            ));
-        }
+        retry::validate(self.fetch_retry, self.fetch_retry_max)?;
         if self.max_pending_appends == 0 {
             return Err(CallerError::Config("max_pending_appends must be positive"));
         }
