@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use dafka_store::{AppendRecord, Config, PartitionId, PartitionKey, Retention, Store};
+use dafka_store::{AppendRecord, Config, PartitionId, PartitionKey, Retention, Store, Ticket};
 
 use crate::error::BenchError;
 use crate::report::{self, Report};
@@ -109,6 +109,28 @@ struct EngineLine {
     disk_bytes_per_s: f64,
 }
 
+/// Appends `value` as the next record of partition `ids[*p]`, then moves `*p` on to the next
+/// partition (round robin).
+fn append_round_robin(
+    store: &Store,
+    ids: &[PartitionId],
+    heads: &mut [u64],
+    p: &mut usize,
+    value: &[u8],
+) -> Result<Ticket, BenchError> {
+    let ticket = store
+        .append(&[AppendRecord {
+            partition: ids[*p],
+            offset: heads[*p],
+            timestamp_ms: 0,
+            value,
+        }])
+        .map_err(store_err)?;
+    heads[*p] += 1;
+    *p = (*p + 1) % ids.len();
+    Ok(ticket)
+}
+
 fn open(dir: &Path, config: Config) -> Result<Store, BenchError> {
     Store::open_path(dir, config).map_err(store_err)
 }
@@ -157,16 +179,7 @@ fn engine(
     let mut p = 0usize;
     while start.elapsed() < limit {
         for _ in 0..256 {
-            let ticket = store
-                .append(&[AppendRecord {
-                    partition: ids[p],
-                    offset: heads[p],
-                    timestamp_ms: 0,
-                    value: &value,
-                }])
-                .map_err(store_err)?;
-            heads[p] += 1;
-            p = (p + 1) % ids.len();
+            let ticket = append_round_robin(&store, &ids, &mut heads, &mut p, &value)?;
             count += 1;
             if count.is_multiple_of(SAMPLE_EVERY) {
                 samples.push((ticket.batch(), Instant::now()));
@@ -331,16 +344,7 @@ fn memory(dir: &Path, seconds: u64) -> Result<(), BenchError> {
             std::thread::sleep(Duration::from_secs_f64((sent - due) / MEMORY_RATE));
         }
         for _ in 0..256 {
-            let ticket = store
-                .append(&[AppendRecord {
-                    partition: ids[p],
-                    offset: heads[p],
-                    timestamp_ms: 0,
-                    value: &value,
-                }])
-                .map_err(store_err)?;
-            heads[p] += 1;
-            p = (p + 1) % ids.len();
+            let ticket = append_round_robin(&store, &ids, &mut heads, &mut p, &value)?;
             last = Some(ticket);
         }
     }

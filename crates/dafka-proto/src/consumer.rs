@@ -29,8 +29,8 @@ use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
-use crate::message::{ConsumerHello, Fetch, GetHeads, Kind, Message, Record};
-use crate::retry::Retry;
+use crate::message::{ConsumerHello, GetHeads, Kind, Message, Record};
+use crate::retry::{self, Gapped, Retry};
 use crate::subscription;
 
 /// Where a consumer starts in a partition it has no position for.
@@ -79,12 +79,7 @@ impl ConsumerConfig {
     }
 
     fn validate(&self) -> Result<(), CallerError> {
-        if self.fetch_retry.is_zero() || self.fetch_retry_max < self.fetch_retry {
-            return Err(CallerError::Config(
-                "fetch_retry must be positive and at most fetch_retry_max",
-            ));
-        }
-        Ok(())
+        retry::validate(self.fetch_retry, self.fetch_retry_max)
     }
 }
 
@@ -120,14 +115,23 @@ impl Partition {
             retry: None,
         }
     }
+}
 
-    /// The missing range `next..end`, if any.
+impl Gapped for Partition {
     fn gap(&self) -> Option<(u64, u64)> {
         let end = match self.reorder.keys().next() {
             Some(&first) => first,
             None => self.head?.checked_add(1)?,
         };
         (end > self.next).then_some((self.next, end))
+    }
+
+    fn retry(&mut self) -> &mut Option<Retry> {
+        &mut self.retry
+    }
+
+    fn retry_at(&self) -> Option<Instant> {
+        self.retry.map(|r| r.at)
     }
 }
 
@@ -425,35 +429,26 @@ impl Consumer {
     /// After a partition changed: FETCH a gap not asked for yet at once; forget the retry once
     /// the gap closed.
     fn refetch(&mut self, key: &(Topic, NodeId), now: Instant) {
-        let Some(p) = self.partitions.get_mut(key) else {
-            return;
-        };
-        let gap = p.gap();
-        if let Some((from, end)) = Retry::on_change(&mut p.retry, gap, now, self.config.fetch_retry)
-        {
-            self.transmit
-                .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
-        }
+        let (first, id) = (self.config.fetch_retry, self.config.id);
+        retry::refetch(
+            &mut self.partitions,
+            key,
+            now,
+            first,
+            id,
+            &mut self.transmit,
+        );
     }
 
     /// Retries every FETCH whose time has come, doubling its backoff.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let max = self.config.fetch_retry_max;
-        for ((topic, producer), p) in &mut self.partitions {
-            let gap = p.gap();
-            if let Some((from, end)) = Retry::on_timeout(&mut p.retry, gap, now, max) {
-                self.transmit
-                    .push_back(fetch_for(self.config.id, topic, *producer, from, end));
-            }
-        }
+        let (max, id) = (self.config.fetch_retry_max, self.config.id);
+        retry::retry_due(&mut self.partitions, now, max, id, &mut self.transmit);
     }
 
     /// The earliest FETCH retry.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.partitions
-            .values()
-            .filter_map(|p| p.retry.map(|r| r.at))
-            .min()
+        retry::earliest(&self.partitions)
     }
 
     /// The next message to publish (FETCH, GET-HEADS, CONSUMER-HELLO).
@@ -482,20 +477,4 @@ fn topic_subscriptions(topic: &Topic) -> [Bytes; 2] {
         subscription::topic_exact(Kind::Record, topic),
         subscription::topic_exact(Kind::Head, topic),
     ]
-}
-
-pub(crate) fn fetch_for(
-    sender: NodeId,
-    topic: &Topic,
-    producer: NodeId,
-    from: u64,
-    end: u64,
-) -> Message {
-    Message::Fetch(Fetch {
-        producer,
-        sender,
-        topic: topic.clone(),
-        sequence: from,
-        count: u32::try_from(end - from).unwrap_or(u32::MAX),
-    })
 }

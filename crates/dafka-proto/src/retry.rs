@@ -3,7 +3,12 @@
 //! `max`) while the gap stays; progress inside the range asked for restarts the timer instead
 //! of asking again (a long answer streaming in is not asked for record by record).
 
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
+
+use crate::error::CallerError;
+use crate::id::{NodeId, Topic};
+use crate::message::{Fetch, Message};
 
 /// The FETCH state of a partition with a gap.
 #[derive(Debug, Clone, Copy)]
@@ -71,4 +76,82 @@ impl Retry {
         *slot = Some(Retry::new(from, end, now + backoff, backoff));
         Some((from, end))
     }
+}
+
+/// Checks the retry settings of a config: `first` positive and at most `max`.
+pub(crate) fn validate(first: Duration, max: Duration) -> Result<(), CallerError> {
+    if first.is_zero() || max < first {
+        return Err(CallerError::Config(
+            "fetch_retry must be positive and at most fetch_retry_max",
+        ));
+    }
+    Ok(())
+}
+
+/// A partition that can have a gap to FETCH (the consumer's and the store writer's).
+pub(crate) trait Gapped {
+    /// The missing range `from..end`, if any.
+    fn gap(&self) -> Option<(u64, u64)>;
+    /// Its FETCH retry.
+    fn retry(&mut self) -> &mut Option<Retry>;
+    /// When its FETCH retry is due, if one is pending.
+    fn retry_at(&self) -> Option<Instant>;
+}
+
+/// After the partition `key` changed: queues on `transmit` a FETCH (from `sender`) for a gap
+/// not asked for yet; forgets the retry once the gap closed.
+pub(crate) fn refetch<P: Gapped>(
+    partitions: &mut HashMap<(Topic, NodeId), P>,
+    key: &(Topic, NodeId),
+    now: Instant,
+    first: Duration,
+    sender: NodeId,
+    transmit: &mut VecDeque<Message>,
+) {
+    let Some(p) = partitions.get_mut(key) else {
+        return;
+    };
+    let gap = p.gap();
+    if let Some((from, end)) = Retry::on_change(p.retry(), gap, now, first) {
+        transmit.push_back(fetch_for(sender, &key.0, key.1, from, end));
+    }
+}
+
+/// Queues on `transmit` every FETCH whose retry is due at `now`, doubling its backoff (up to
+/// `max`).
+pub(crate) fn retry_due<P: Gapped>(
+    partitions: &mut HashMap<(Topic, NodeId), P>,
+    now: Instant,
+    max: Duration,
+    sender: NodeId,
+    transmit: &mut VecDeque<Message>,
+) {
+    for ((topic, producer), p) in partitions {
+        let gap = p.gap();
+        if let Some((from, end)) = Retry::on_timeout(p.retry(), gap, now, max) {
+            transmit.push_back(fetch_for(sender, topic, *producer, from, end));
+        }
+    }
+}
+
+/// The earliest FETCH retry of `partitions`.
+pub(crate) fn earliest<P: Gapped>(partitions: &HashMap<(Topic, NodeId), P>) -> Option<Instant> {
+    partitions.values().filter_map(Gapped::retry_at).min()
+}
+
+/// A FETCH of `from..end` (at most `u32::MAX` records) of `producer`'s `topic`.
+pub(crate) fn fetch_for(
+    sender: NodeId,
+    topic: &Topic,
+    producer: NodeId,
+    from: u64,
+    end: u64,
+) -> Message {
+    Message::Fetch(Fetch {
+        producer,
+        sender,
+        topic: topic.clone(),
+        sequence: from,
+        count: u32::try_from(end - from).unwrap_or(u32::MAX),
+    })
 }

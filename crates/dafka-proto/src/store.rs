@@ -41,14 +41,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::consumer::fetch_for;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
     Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreAck,
     StoreHello,
 };
-use crate::retry::Retry;
+use crate::retry::{self, Gapped, Retry};
 use crate::subscription;
 
 /// A partition: its topic and its producer.
@@ -107,11 +106,7 @@ impl StoreWriterConfig {
     }
 
     fn validate(&self) -> Result<(), CallerError> {
-        if self.fetch_retry.is_zero() || self.fetch_retry_max < self.fetch_retry {
-            return Err(CallerError::Config(
-                "fetch_retry must be positive and at most fetch_retry_max",
-            ));
-        }
+        retry::validate(self.fetch_retry, self.fetch_retry_max)?;
         if self.max_pending_appends == 0 {
             return Err(CallerError::Config("max_pending_appends must be positive"));
         }
@@ -145,10 +140,20 @@ impl WriterPartition {
             ack_queued: false,
         }
     }
+}
 
+impl Gapped for WriterPartition {
     fn gap(&self) -> Option<(u64, u64)> {
         let end = self.head?.checked_add(1)?;
         (end > self.accepted).then_some((self.accepted, end))
+    }
+
+    fn retry(&mut self) -> &mut Option<Retry> {
+        &mut self.retry
+    }
+
+    fn retry_at(&self) -> Option<Instant> {
+        self.retry.map(|r| r.at)
     }
 }
 
@@ -280,36 +285,27 @@ impl StoreWriter {
 
     /// After a partition changed: FETCH a gap not asked for yet at once; forget the retry once
     /// the gap closed.
-    fn refetch(&mut self, key: &(Topic, NodeId), now: Instant) {
-        let Some(p) = self.partitions.get_mut(key) else {
-            return;
-        };
-        let gap = p.gap();
-        if let Some((from, end)) = Retry::on_change(&mut p.retry, gap, now, self.config.fetch_retry)
-        {
-            self.transmit
-                .push_back(fetch_for(self.config.id, &key.0, key.1, from, end));
-        }
+    fn refetch(&mut self, key: &PartitionKey, now: Instant) {
+        let (first, id) = (self.config.fetch_retry, self.config.id);
+        retry::refetch(
+            &mut self.partitions,
+            key,
+            now,
+            first,
+            id,
+            &mut self.transmit,
+        );
     }
 
     /// Retries every FETCH whose time has come, doubling its backoff.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let max = self.config.fetch_retry_max;
-        for ((topic, producer), p) in &mut self.partitions {
-            let gap = p.gap();
-            if let Some((from, end)) = Retry::on_timeout(&mut p.retry, gap, now, max) {
-                self.transmit
-                    .push_back(fetch_for(self.config.id, topic, *producer, from, end));
-            }
-        }
+        let (max, id) = (self.config.fetch_retry_max, self.config.id);
+        retry::retry_due(&mut self.partitions, now, max, id, &mut self.transmit);
     }
 
     /// The earliest FETCH retry.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.partitions
-            .values()
-            .filter_map(|p| p.retry.map(|r| r.at))
-            .min()
+        retry::earliest(&self.partitions)
     }
 
     /// The next record to append to the engine.

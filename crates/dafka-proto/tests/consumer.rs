@@ -10,7 +10,7 @@ use dafka_proto::{
     PeerError, Producer, ProducerConfig, Record, StoreHello, subscription,
 };
 
-use common::{C1, C2, P1, S2_READER, id, topic};
+use common::{C1, C2, P1, Rng, S2_READER, id, topic};
 
 /// A consumer subscribed to "golden", with `edit` applied to its default configuration.
 fn consumer_with(me: &str, edit: impl FnOnce(&mut ConsumerConfig)) -> Consumer {
@@ -365,22 +365,6 @@ fn partitions_are_bounded() {
         Err(PeerError::PartitionLimit { max: 1 })
     );
     assert_eq!(delivered(&mut c), vec![0]);
-}
-
-/// A small deterministic generator (xorshift), so the lossy network is reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
 }
 
 /// A producer and an "earliest" consumer wired in memory through a network that drops 30% of

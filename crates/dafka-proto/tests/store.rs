@@ -15,7 +15,7 @@ use dafka_proto::{
     StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic, subscription,
 };
 
-use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
+use common::{C1, P1, Rng, S1_WRITER, S2_READER, S2_WRITER, id, topic};
 
 const S1_READER: &str = "C0AE384776F04AE29D3D0738F9CCD7A6";
 
@@ -443,22 +443,6 @@ fn get_heads_consumer_hello_and_store_hello() {
         panic!("{out:?}")
     };
     assert_eq!((sh.consumer, sh.store), (id(C1), id(S1_READER)));
-}
-
-/// Deterministic pseudo-random numbers for the lossy network.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
 }
 
 enum Node {

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dafka_store::{AppendRecord, Config, PartitionKey, Store};
+use dafka_testkit::Rng;
 
 const CHILD_ENV: &str = "DAFKA_STORE_CRASH_CHILD_DIR";
 const PARTITIONS: u32 = 5;
@@ -27,21 +28,6 @@ fn value(p: u32, offset: u64) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u64 ^ offset ^ u64::from(p) << 4) as u8)
         .collect()
-}
-
-/// A small xorshift generator: the test needs no cryptographic randomness.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn small_segments() -> Config {

@@ -56,6 +56,19 @@ impl FailingDisk {
     }
 }
 
+/// A store in `dir` whose `fdatasync` fails with EIO while the returned flag is set.
+fn open_failing(dir: &std::path::Path) -> (Store, Arc<AtomicBool>) {
+    let fail = Arc::new(AtomicBool::new(false));
+    let disk = FailingDisk {
+        inner: FsDir::new(dir).unwrap(),
+        fail: fail.clone(),
+    };
+    (
+        Store::open(Arc::new(disk), Config::default()).unwrap(),
+        fail,
+    )
+}
+
 impl Dir for FailingDisk {
     fn list(&self) -> io::Result<Vec<String>> {
         self.inner.list()
@@ -77,12 +90,7 @@ impl Dir for FailingDisk {
 #[test]
 fn eio_on_fsync_poisons_the_store() {
     let tmp = tempfile::tempdir().unwrap();
-    let fail = Arc::new(AtomicBool::new(false));
-    let disk = FailingDisk {
-        inner: FsDir::new(tmp.path()).unwrap(),
-        fail: fail.clone(),
-    };
-    let store = Store::open(Arc::new(disk), Config::default()).unwrap();
+    let (store, fail) = open_failing(tmp.path());
     let p = store.declare(&key(1)).unwrap();
     for o in 0..5 {
         append_one(&store, p, o, &value(1, o, 30));
@@ -133,12 +141,7 @@ fn eio_on_fsync_poisons_the_store() {
 #[test]
 fn appends_queued_behind_a_failed_sync_are_not_acknowledged() {
     let tmp = tempfile::tempdir().unwrap();
-    let fail = Arc::new(AtomicBool::new(false));
-    let disk = FailingDisk {
-        inner: FsDir::new(tmp.path()).unwrap(),
-        fail: fail.clone(),
-    };
-    let store = Store::open(Arc::new(disk), Config::default()).unwrap();
+    let (store, fail) = open_failing(tmp.path());
     let p = store.declare(&key(1)).unwrap();
     append_one(&store, p, 0, b"ok");
     fail.store(true, Ordering::SeqCst);

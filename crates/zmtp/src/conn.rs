@@ -794,6 +794,38 @@ mod tests {
         }
     }
 
+    /// The socket state of a `socket_type` socket with `options`, on this runtime.
+    fn inner(socket_type: SocketType, options: Options) -> Arc<Inner> {
+        Arc::new(Inner::new(
+            socket_type,
+            options,
+            tokio::runtime::Handle::current(),
+        ))
+    }
+
+    /// Runs an accept-side PULL connection with `options` over `ours` until it ends: its
+    /// outcome and how long it ran.
+    async fn run_pull_to_end(options: Options, ours: DuplexStream) -> (Outcome, Duration) {
+        let (rd, wr) = tokio::io::split(ours);
+        let start = tokio::time::Instant::now();
+        let inner = inner(SocketType::Pull, options);
+        let outcome = run(inner, rd, wr, None, PeerId(1), &Stop::default(), "test").await;
+        (outcome, start.elapsed())
+    }
+
+    /// Reads from the peer side until `total` bytes came, and no more.
+    async fn read_total(theirs: &mut DuplexStream, total: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while got.len() < total {
+            let n = theirs.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got.len(), total);
+        got
+    }
+
     /// Runs a connect-side connection over `rd`/`wr` in a task.
     fn spawn_connect_side<R, W>(
         inner: &Arc<Inner>,
@@ -814,18 +846,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn handshake_timeout_closes_a_silent_peer() {
-        let inner = Arc::new(Inner::new(
-            SocketType::Pull,
-            Options {
-                handshake_timeout: Some(Duration::from_secs(5)),
-                ..Default::default()
-            },
-            tokio::runtime::Handle::current(),
-        ));
+        let options = Options {
+            handshake_timeout: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
-        let (rd, wr) = tokio::io::split(ours);
-        let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, PeerId(1), &Stop::default(), "test").await;
+        let (outcome, elapsed) = run_pull_to_end(options, ours).await;
         assert!(
             matches!(
                 outcome.end,
@@ -835,7 +861,6 @@ mod tests {
             outcome.end
         );
         assert!(!outcome.was_ready);
-        let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_secs(5) && elapsed < Duration::from_millis(5100));
         // Our greeting went out at once.
         let mut g = [0u8; 64];
@@ -846,20 +871,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn heartbeat_timeout_after_handshake() {
-        let inner = Arc::new(Inner::new(
-            SocketType::Pull,
-            Options {
-                heartbeat_ivl: Some(Duration::from_secs(1)),
-                heartbeat_timeout: Some(Duration::from_secs(3)),
-                ..Default::default()
-            },
-            tokio::runtime::Handle::current(),
-        ));
+        let options = Options {
+            heartbeat_ivl: Some(Duration::from_secs(1)),
+            heartbeat_timeout: Some(Duration::from_secs(3)),
+            ..Default::default()
+        };
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
-        let (rd, wr) = tokio::io::split(ours);
-        let start = tokio::time::Instant::now();
-        let outcome = run(inner, rd, wr, None, PeerId(1), &Stop::default(), "test").await;
+        let (outcome, elapsed) = run_pull_to_end(options, ours).await;
         assert!(
             matches!(
                 outcome.end,
@@ -869,17 +888,12 @@ mod tests {
             outcome.end
         );
         assert!(outcome.was_ready);
-        let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_secs(4) && elapsed < Duration::from_millis(4100));
     }
 
     #[tokio::test(start_paused = true)]
     async fn large_bodies_written_from_their_own_buffers_keep_wire_order() {
-        let inner = Arc::new(Inner::new(
-            SocketType::Push,
-            Options::default(),
-            tokio::runtime::Handle::current(),
-        ));
+        let inner = inner(SocketType::Push, Options::default());
         let pipe = inner.add_connect_pipe().unwrap();
         let big = |n: usize, seed: u8| {
             Bytes::from(
@@ -908,14 +922,7 @@ mod tests {
         let (rd, wr) = tokio::io::split(ours);
         let conn = spawn_connect_side(&inner, rd, wr, pipe);
         let total = 64 + 28 + expected.len();
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; 65536];
-        while got.len() < total {
-            let n = theirs.read(&mut buf).await.unwrap();
-            assert!(n > 0);
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(got.len(), total);
+        let got = read_total(&mut theirs, total).await;
         assert!(got[64 + 28..] == expected[..], "wire bytes differ");
         drop(theirs);
         let outcome = conn.await.unwrap();
@@ -927,11 +934,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn queued_messages_are_batched_into_few_writes() {
-        let inner = Arc::new(Inner::new(
-            SocketType::Push,
-            Options::default(),
-            tokio::runtime::Handle::current(),
-        ));
+        let inner = inner(SocketType::Push, Options::default());
         let pipe = inner.add_connect_pipe().unwrap();
         for i in 0..1000u32 {
             pipe.try_push(crate::Message::from(Bytes::copy_from_slice(
@@ -951,14 +954,7 @@ mod tests {
         // Greeting, READY (28 bytes: Socket-Type PUSH), then 1000 frames of
         // 2 + 4 bytes.
         let total = 64 + 28 + 6000;
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; 65536];
-        while got.len() < total {
-            let n = theirs.read(&mut buf).await.unwrap();
-            assert!(n > 0);
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(got.len(), total);
+        let got = read_total(&mut theirs, total).await;
         let frames = &got[64 + 28..];
         for (i, f) in frames.chunks(6).enumerate() {
             assert_eq!(f[..2], [0x00, 4]);

@@ -1,5 +1,5 @@
 //! Reading the captured reference vectors in tests/data/dafka/.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::collections::BTreeMap;
 
@@ -14,17 +14,7 @@ pub fn data(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-pub fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex {s}");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+pub use dafka_testkit::{Rng, hex, unhex};
 
 pub struct Vector {
     pub kind: String,
@@ -44,16 +34,7 @@ pub fn vectors() -> Vec<Vector> {
                 .split(' ')
                 .map(|f| Bytes::from(unhex(f)))
                 .collect();
-            let fields = cols
-                .next()
-                .unwrap_or("")
-                .split(';')
-                .filter(|kv| !kv.is_empty())
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap();
-                    (k.to_owned(), v.to_owned())
-                })
-                .collect();
+            let fields = dafka_testkit::fields(cols.next().unwrap_or(""));
             Vector {
                 kind,
                 frames,

@@ -1,6 +1,6 @@
 //! Reading the zyre 2.0.1 captures in tests/data/zre/ (extracted by
 //! scripts/extract_zre_vectors.py from ../shared/vectors/zre/).
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::collections::BTreeMap;
 
@@ -23,13 +23,7 @@ pub fn rows(name: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-pub fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex {s}");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+pub use dafka_testkit::unhex;
 
 /// One captured ZRE message.
 pub struct Captured {
@@ -50,17 +44,7 @@ pub fn messages() -> Vec<Captured> {
             from: r[2].clone(),
             kind: r[3].clone(),
             frames: r[4].split(' ').map(|f| Bytes::from(unhex(f))).collect(),
-            fields: r
-                .get(5)
-                .map(String::as_str)
-                .unwrap_or("")
-                .split(';')
-                .filter(|kv| !kv.is_empty())
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap();
-                    (k.to_owned(), v.to_owned())
-                })
-                .collect(),
+            fields: dafka_testkit::fields(r.get(5).map(String::as_str).unwrap_or("")),
         })
         .collect()
 }
