@@ -22,19 +22,20 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-store fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-store bench-python fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
 	@echo "make test   - run every test (fmt, clippy, cargo test, fuzz build, wheel, ruff, pytest)"
 	@echo "make bench  - run the side-by-side benchmarks and rewrite BENCHMARKS.md"
 	@echo "make bench-store - the storage engine against raw write+fdatasync (BENCHMARKS.md, Storage)"
+	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
 
 # --- bootstrap -------------------------------------------------------------
 
 $(VENV)/.stamp: requirements-dev.txt
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
@@ -98,10 +99,16 @@ fuzz:
 	  $(CARGO) +nightly fuzz run $$t $(abspath $(TARGET_DIR))/fuzz-corpus/$$t corpus/$$t \
 	    -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
-bench: venv sysdeps
+bench: venv sysdeps wheel
 	$(CARGO) build --release --locked -p dafka-benches
 	$(PY) benches/run.py --bin $(TARGET_DIR)/release/dafka-bench
+	$(PY) benches/run.py --python
 	$(MAKE) bench-store
+
+# The Python-level pairing alone: dafka.zmtp against pyzmq through their Python
+# APIs (the release wheel installed in .venv), rewriting its section of BENCHMARKS.md.
+bench-python: venv wheel
+	$(PY) benches/run.py --python
 
 # The storage engine: 3 s per case, then a memory run of STORE_MEMORY_SECONDS (10 min).
 STORE_MEMORY_SECONDS ?= 600

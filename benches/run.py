@@ -612,7 +612,7 @@ def write_markdown(
     started: float,
     argv: list[str],
 ) -> None:
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     L: list[str] = []
     L += [
         "# Benchmarks",
@@ -812,6 +812,185 @@ def write_markdown(
     out.write_text("\n".join(L))
 
 
+# --------------------------------------------------------------------------- python
+
+
+PY_IMPLS = ["dafka", "pyzmq"]
+PY_SIZES = [64, 1024, 65536, 262144]
+PY_MODES = ["copy", "nocopy"]  # copy=True, copy=False on both sides
+PY_SECTION_START = "<!-- python-bench: rewritten by benches/run.py --python -->"
+PY_SECTION_END = "<!-- /python-bench -->"
+
+
+@dataclass(frozen=True)
+class PyCase:
+    impl: str
+    mode: str
+    size: int
+
+
+def run_python_pair(python: str, case: PyCase, count: int, warmup: int, timeout: float) -> Pair:
+    """PUSH/PULL through the Python API: two `benches/pybench.py` processes, the PULL side
+    binding and measuring, the PUSH side held open until the PULL side is done."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    script = str(REPO / "benches" / "pybench.py")
+
+    def cmd(role: str) -> list[str]:
+        args = [python, script, role, "--impl", case.impl, "--endpoint", endpoint]
+        args += ["--size", str(case.size), "--count", str(count), "--warmup", str(warmup)]
+        args += ["--copy", "true" if case.mode == "copy" else "false"]
+        return args + (["--hold"] if role == "push" else [])
+
+    procs = {}
+    try:
+        for role in ("pull", "push"):
+            procs[role] = subprocess.Popen(
+                cmd(role),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            if role == "pull":
+                time.sleep(0.2)  # bound before the PUSH side connects
+        m_out, m_err = communicate(procs["pull"], timeout)
+        o_out, o_err = communicate(procs["push"], 15)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    measured, other = parse_json_line(m_out), parse_json_line(o_out)
+    ok = bool(measured.get("ok")) and bool(other.get("ok"))
+    error = ""
+    if not ok:
+        error = "; ".join(
+            f"{role}: {js.get('error') or err.strip()[-200:] or 'no output'}"
+            for role, js, err in (("pull", measured, m_err), ("push", other, o_err))
+            if not js.get("ok")
+        )
+    return Pair(ok, measured, other, error)
+
+
+def python_section(
+    results: dict[PyCase, list[Pair]], sizes: list[int], reps: int, python: str
+) -> list[str]:
+    def rate(case: PyCase) -> float | None:
+        return median([p.measured["msgs_per_s"] for p in results.get(case, []) if p.ok])
+
+    def paired_ratios(size: int, mode: str) -> list[float]:
+        """dafka/pyzmq of the runs made back to back in the same repetition."""
+        ours, theirs = (
+            results.get(PyCase("dafka", mode, size), []),
+            results.get(PyCase("pyzmq", mode, size), []),
+        )
+        return [
+            a.measured["msgs_per_s"] / b.measured["msgs_per_s"]
+            for a, b in zip(ours, theirs, strict=False)
+            if a.ok and b.ok
+        ]
+
+    L = [
+        PY_SECTION_START,
+        "## Through Python: dafka.zmtp against pyzmq",
+        "",
+        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; "
+        f"load average at end {' '.join(read('/proc/loadavg').split()[:3])} "
+        f"({os.cpu_count()} cores, shared: other work adds noise to both sides alike)",
+        f"- Command: `python3 benches/run.py --python` (`make bench-python`), {reps} "
+        f"repetition(s); interpreter {platform.python_version()} (`{python}`)",
+        "",
+        "Two processes on TCP loopback, PUSH/PULL through each library's Python API "
+        "(`benches/pybench.py`): the PULL side binds and times `recv()` of the measured "
+        "messages after a warm-up, the PUSH side loops on `send()`. Default socket options "
+        "(HWM 1000). `copy=True`: `bytes` in and out; `copy=False`: `send(..., copy=False)` "
+        "and `recv(copy=False)` returning frames on both sides. dafka and pyzmq run back to "
+        "back in each repetition (order alternating), and the ratio is the median of those "
+        "paired ratios, so load on the shared machine hits both alike.",
+        "",
+        "| size | mode | dafka msg/s | pyzmq msg/s | dafka / pyzmq (paired median) | "
+        "min-max of paired ratios |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for size in sizes:
+        for mode in PY_MODES:
+            ratios = paired_ratios(size, mode)
+            r = median(ratios)
+            spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "n/a"
+            L.append(
+                f"| {human_size(size)} | copy={'True' if mode == 'copy' else 'False'} | "
+                f"{fmt_rate(rate(PyCase('dafka', mode, size)))} | "
+                f"{fmt_rate(rate(PyCase('pyzmq', mode, size)))} | "
+                f"{'n/a' if r is None else f'{r:.2f}x'} | {spread} |"
+            )
+    failed = [
+        f"{c.impl} {c.mode} {human_size(c.size)}: {p.error}"
+        for c, pairs in results.items()
+        for p in pairs
+        if not p.ok
+    ]
+    if failed:
+        L += ["", "Failed runs:", ""] + [f"- {f}" for f in failed]
+    L += ["", PY_SECTION_END]
+    return L
+
+
+def replace_python_section(out: Path, section: list[str]) -> None:
+    text = out.read_text() if out.exists() else "# Benchmarks\n"
+    block = "\n".join(section) + "\n"
+    if PY_SECTION_START in text and PY_SECTION_END in text:
+        head, rest = text.split(PY_SECTION_START, 1)
+        tail = rest.split(PY_SECTION_END, 1)[1].lstrip("\n")
+        text = head + block + ("\n" + tail if tail else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    out.write_text(text)
+
+
+def python_main(args: argparse.Namespace) -> int:
+    python = args.python_bin or sys.executable
+    sizes = [s for s in PY_SIZES if not args.py_sizes or s in args.py_sizes]
+    reps = args.reps or (1 if args.quick else 5)
+    target_s = 0.3 if args.quick else 1.0
+    started = time.time()
+    cases = [PyCase(i, m, s) for s in sizes for m in PY_MODES for i in PY_IMPLS]
+
+    def one(case: PyCase, count: int, label: str) -> Pair:
+        pair = run_python_pair(python, case, count, max(200, count // 20), 120.0)
+        shown = (
+            f"{fmt_rate(pair.measured.get('msgs_per_s'))} msg/s"
+            if pair.ok
+            else f"FAILED: {pair.error}"
+        )
+        print(
+            f"[{time.time() - started:6.1f}s] {label:<9} {case.impl:<6} {case.mode:<7} "
+            f"{human_size(case.size):>8} n={count:<8} {shown}",
+            flush=True,
+        )
+        return pair
+
+    counts: dict[PyCase, int] = {}
+    for case in cases:
+        first = max(2000, min(200_000, int(2e8 / case.size)) // 10)
+        pair = one(case, first, "calibrate")
+        rate = pair.measured.get("msgs_per_s") if pair.ok else None
+        counts[case] = int(min(2_000_000, max(2000, (rate or 0) * target_s)))
+    results: dict[PyCase, list[Pair]] = {c: [] for c in cases}
+    for rep in range(reps):
+        for size in sizes:
+            for mode in PY_MODES:
+                impls = PY_IMPLS if rep % 2 == 0 else PY_IMPLS[::-1]
+                # Both sides of a pairing get the same message count.
+                n = max(counts[PyCase(i, mode, size)] for i in impls)
+                for impl in impls:
+                    case = PyCase(impl, mode, size)
+                    results[case].append(one(case, n, f"rep {rep + 1}/{reps}"))
+    out = Path(args.out)
+    replace_python_section(out, python_section(results, sizes, reps, python))
+    print(f"wrote the Python section of {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -875,7 +1054,24 @@ def main() -> int:
         default=str(REPO / "bench-out" / "results.json"),
         help="every run's JSON lines, for inspection (not committed)",
     )
+    ap.add_argument(
+        "--python",
+        action="store_true",
+        help="run the Python-level pairing (dafka.zmtp against pyzmq) instead, and rewrite "
+        "only its section of --out",
+    )
+    ap.add_argument("--python-bin", dest="python_bin", help="interpreter for --python (default: this)")
+    ap.add_argument(
+        "--py-size",
+        dest="py_sizes",
+        type=int,
+        action="append",
+        default=[],
+        help="with --python: only these sizes in bytes (repeatable)",
+    )
     args = ap.parse_args()
+    if args.python:
+        return python_main(args)
 
     binary = args.bin
     if not Path(binary).is_file():
@@ -986,6 +1182,7 @@ def main() -> int:
     raw_json.write_text(json.dumps({"machine": machine, "runs": log}, indent=1))
     plots, plot_note = plot(summary, backends, sizes, do_latency, Path(args.plots))
     out = Path(args.out)
+    previous = out.read_text() if out.exists() else ""
     write_markdown(
         out,
         machine=machine,
@@ -1001,6 +1198,10 @@ def main() -> int:
         started=started,
         argv=sys.argv[1:],
     )
+    if PY_SECTION_START in previous and PY_SECTION_END in previous:
+        # `make bench-python` owns that section: carry it over unchanged.
+        kept = previous.split(PY_SECTION_START, 1)[1].split(PY_SECTION_END, 1)[0]
+        replace_python_section(out, [PY_SECTION_START + kept + PY_SECTION_END])
     print(f"wrote {out}" + "".join(f", {p}" for p in plots))
     return 0
 

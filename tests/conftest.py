@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,9 +24,7 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def cargo_version() -> str:
-    # tomllib is 3.11+, and make test supports 3.10: read the one key by hand.
-    text = (REPO / "Cargo.toml").read_text()
-    section = text.split("[workspace.package]", 1)[1].split("\n[", 1)[0]
-    match = re.search(r'^version\s*=\s*"([^"]+)"', section, re.MULTILINE)
-    assert match, "no version in [workspace.package]"
-    return match.group(1)
+    with (REPO / "Cargo.toml").open("rb") as f:
+        version = tomllib.load(f)["workspace"]["package"]["version"]
+    assert isinstance(version, str)
+    return version

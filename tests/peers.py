@@ -44,7 +44,7 @@ class Ours:
         self.sock.send(list(frames), timeout=5.0)
 
     def recv(self, timeout: float = 5.0) -> list[bytes]:
-        return self.sock.recv(timeout=timeout)
+        return self.sock.recv_multipart(timeout=timeout)
 
     def subscribe(self, prefix: bytes) -> None:
         self.sock.subscribe(prefix)

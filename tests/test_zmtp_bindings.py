@@ -71,20 +71,20 @@ def test_frames_round_trip_in_every_bytes_like_form(pair: tuple[Socket, Socket])
     push.send([b"a", bytearray(b"b"), memoryview(b"c"), b""])
     push.send(bytearray(b"ba"))
     push.send(memoryview(b"mv"))
-    assert pull.recv(timeout=5) == [b"single"]
-    assert pull.recv(timeout=5) == [b"a", b"b", b"c", b""]
-    assert pull.recv(timeout=5) == [b"ba"]
-    assert pull.recv(timeout=5) == [b"mv"]
+    assert pull.recv_multipart(timeout=5) == [b"single"]
+    assert pull.recv_multipart(timeout=5) == [b"a", b"b", b"c", b""]
+    assert pull.recv_multipart(timeout=5) == [b"ba"]
+    assert pull.recv_multipart(timeout=5) == [b"mv"]
 
 
 def test_recv_timeout_loses_nothing(pair: tuple[Socket, Socket]) -> None:
     push, pull = pair
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        pull.recv(timeout=0.2)
+        pull.recv_multipart(timeout=0.2)
     assert time.monotonic() - started >= 0.19
     push.send(b"late")
-    assert pull.recv(timeout=5) == [b"late"]
+    assert pull.recv_multipart(timeout=5) == [b"late"]
 
 
 def test_bind_resolves_port_and_wildcard() -> None:
@@ -102,7 +102,7 @@ def test_bind_resolves_port_and_wildcard() -> None:
         assert port > 0
         push.connect(f"tcp://127.0.0.1:{port}")
         push.send(b"via wildcard")
-        assert pull.recv(timeout=5) == [b"via wildcard"]
+        assert pull.recv_multipart(timeout=5) == [b"via wildcard"]
 
 
 def test_ipc_and_inproc(tmp_path: Path) -> None:
@@ -110,9 +110,9 @@ def test_ipc_and_inproc(tmp_path: Path) -> None:
         with Socket("PAIR", linger=0) as a, Socket("PAIR", linger=0) as b:
             b.connect(a.bind(endpoint))
             a.send([b"x", b"y"])
-            assert b.recv(timeout=5) == [b"x", b"y"]
+            assert b.recv_multipart(timeout=5) == [b"x", b"y"]
             b.send(b"back")
-            assert a.recv(timeout=5) == [b"back"]
+            assert a.recv_multipart(timeout=5) == [b"back"]
 
 
 def test_req_lock_step_is_enforced() -> None:
@@ -121,9 +121,9 @@ def test_req_lock_step_is_enforced() -> None:
         req.send(b"q")
         with pytest.raises(dafka.StateError):
             req.send(b"again")
-        assert rep.recv(timeout=5) == [b"q"]
+        assert rep.recv_multipart(timeout=5) == [b"q"]
         rep.send(b"r")
-        assert req.recv(timeout=5) == [b"r"]
+        assert req.recv_multipart(timeout=5) == [b"r"]
 
 
 def test_closed_socket_refuses_work() -> None:
@@ -149,7 +149,7 @@ def test_blocking_calls_release_the_gil(pair: tuple[Socket, Socket]) -> None:
     t = threading.Thread(target=spin)
     t.start()
     with pytest.raises(TimeoutError):
-        pull.recv(timeout=0.5)
+        pull.recv_multipart(timeout=0.5)
     stop.set()
     t.join()
     assert ticks > 50, f"the other thread ran only {ticks} times while recv blocked"
@@ -223,7 +223,7 @@ def test_sockets_work_in_a_forked_child() -> None:
     with Socket("PULL", linger=0) as pull, Socket("PUSH", linger=0) as push:
         push.connect(pull.bind("tcp://127.0.0.1:0"))
         push.send(b"parent")
-        assert pull.recv(timeout=5) == [b"parent"]
+        assert pull.recv_multipart(timeout=5) == [b"parent"]
         pid = os.fork()
         if pid == 0:  # child: exit code tells the parent what happened
             code = 1
@@ -231,13 +231,13 @@ def test_sockets_work_in_a_forked_child() -> None:
                 with Socket("PULL", linger=0) as p2, Socket("PUSH", linger=0) as s2:
                     s2.connect(p2.bind("tcp://127.0.0.1:0"))
                     s2.send(b"child")
-                    code = 0 if p2.recv(timeout=5) == [b"child"] else 2
+                    code = 0 if p2.recv_multipart(timeout=5) == [b"child"] else 2
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         push.send(b"parent again")  # and the parent's runtime is untouched
-        assert pull.recv(timeout=5) == [b"parent again"]
+        assert pull.recv_multipart(timeout=5) == [b"parent again"]
 
 
 def test_a_socket_inherited_across_fork_refuses_to_work() -> None:
@@ -271,7 +271,7 @@ def test_ctrl_c_interrupts_a_blocking_recv(tmp_path: Path) -> None:
             s.bind("tcp://127.0.0.1:0")
             print("ready", flush=True)
             try:
-                s.recv()
+                s.recv_multipart()
             except KeyboardInterrupt:
                 print("interrupted", flush=True)
                 sys.exit(3)
@@ -307,7 +307,7 @@ def test_rust_logs_reach_python_logging(caplog: pytest.LogCaptureFixture) -> Non
         # The socket still serves well-behaved peers.
         push.connect(endpoint)
         push.send(b"fine")
-        assert pull.recv(timeout=5) == [b"fine"]
+        assert pull.recv_multipart(timeout=5) == [b"fine"]
     warnings = [r for r in caplog.records if r.name.startswith("dafka_zmtp")]
     assert any(r.levelno >= logging.WARNING for r in warnings), [
         (r.name, r.getMessage()) for r in caplog.records
@@ -319,7 +319,7 @@ def test_unbind_and_disconnect() -> None:
         endpoint = pull.bind("tcp://127.0.0.1:0")
         push.connect(endpoint)
         push.send(b"one")
-        assert pull.recv(timeout=5) == [b"one"]
+        assert pull.recv_multipart(timeout=5) == [b"one"]
         push.disconnect(endpoint)
         with pytest.raises(dafka.InvalidArgumentError):
             push.disconnect(endpoint)
@@ -332,7 +332,7 @@ def test_xpub_welcome_message_and_invalid_option_values() -> None:
     with Socket("XPUB", linger=0, xpub_welcome_msg=b"W") as xpub, Socket("SUB", linger=0) as sub:
         sub.subscribe(b"")
         sub.connect(xpub.bind("tcp://127.0.0.1:0"))
-        assert sub.recv(timeout=5) == [b"W"]
+        assert sub.recv_multipart(timeout=5) == [b"W"]
     # Refused when the socket is created, not at the first bind.
     with pytest.raises(dafka.InvalidArgumentError):
         Socket("DEALER", routing_id=b"x" * 256)
@@ -343,13 +343,13 @@ def test_maxmsgsize_bounds_each_frame_as_in_libzmq() -> None:
         push.connect(pull.bind("tcp://127.0.0.1:0"))
         # A frame of exactly the limit, alone or in a multipart message, is accepted.
         push.send(b"a" * 1000)
-        assert pull.recv(timeout=5) == [b"a" * 1000]
+        assert pull.recv_multipart(timeout=5) == [b"a" * 1000]
         push.send([b"b" * 1000, b"c" * 1000])
-        assert pull.recv(timeout=5) == [b"b" * 1000, b"c" * 1000]
+        assert pull.recv_multipart(timeout=5) == [b"b" * 1000, b"c" * 1000]
         # One byte more: the peer loses its connection and the frame is never delivered.
         push.send(b"d" * 1001)
         with pytest.raises(dafka.TimeoutError):
-            pull.recv(timeout=0.5)
+            pull.recv_multipart(timeout=0.5)
         # The limit applies to what this socket sends too, with a clear error.
         with Socket("PUSH", linger=0, maxmsgsize=1000) as limited:
             with pytest.raises(dafka.DafkaError):
@@ -367,9 +367,9 @@ def test_sndhwm_and_rcvhwm_bound_what_is_queued(tmp_path: Path) -> None:
             push.send(b"over", timeout=0.2)
         with Socket("PULL", linger=0) as pull:
             pull.bind(endpoint)
-            assert [pull.recv(timeout=5) for _ in range(5)] == [[b"%d" % i] for i in range(5)]
+            assert [pull.recv(timeout=5) for _ in range(5)] == [b"%d" % i for i in range(5)]
             with pytest.raises(dafka.TimeoutError):
-                pull.recv(timeout=0.2)
+                pull.recv_multipart(timeout=0.2)
     # inproc holds at most both HWMs between the two sockets; sending the rest
     # waits for the receiver.
     with Socket("PULL", linger=0, rcvhwm=3) as pull, Socket("PUSH", linger=0, sndhwm=2) as push:
@@ -381,4 +381,4 @@ def test_sndhwm_and_rcvhwm_bound_what_is_queued(tmp_path: Path) -> None:
                 push.send(b"%d" % sent, timeout=0.3)
                 sent += 1
         assert 5 <= sent <= 7, sent
-        assert [pull.recv(timeout=5) for _ in range(sent)] == [[b"%d" % i] for i in range(sent)]
+        assert [pull.recv(timeout=5) for _ in range(sent)] == [b"%d" % i for i in range(sent)]

@@ -5,7 +5,7 @@
 ...     endpoint = pull.bind("tcp://127.0.0.1:0")
 ...     push.connect(endpoint)
 ...     push.send([b"hello", b"world"])
-...     pull.recv(timeout=5.0)
+...     pull.recv_multipart(timeout=5.0)
 [b'hello', b'world']
 
 Socket types: ``REQ``, ``REP``, ``DEALER``, ``ROUTER``, ``PUB``, ``SUB``,
@@ -24,12 +24,25 @@ accepted from a peer or sent), ``max_frame_size`` (bytes), ``max_subscriptions``
 ``max_subscription_size`` (what one peer may subscribe to a PUB/XPUB),
 ``max_connections`` (accepted per bound endpoint; 0 = unlimited for these
 three) and ``properties`` (extra READY metadata, ``{"X-Name": b"value"}``).
-Invalid option values are reported by the first ``bind`` or ``connect``.
+They can also be set with ``setsockopt(dafka.zmtp.SNDHWM, 1000)`` before the
+socket's first bind, connect, send or receive, in libzmq's units (milliseconds).
+A bad value raises :class:`dafka.InvalidArgumentError` naming the option, at
+construction or in ``setsockopt``.
+
+The API follows pyzmq: ``send(data, flags=0, copy=True)``,
+``send_multipart(frames)``, ``recv(flags=0, copy=True) -> bytes`` (one frame),
+``recv_multipart() -> list``, ``NOBLOCK`` raising :class:`dafka.WouldBlockError`,
+``copy=False`` giving zero-copy :class:`Frame` objects, :class:`Poller`, and
+``close()`` returning at once while queued messages are flushed in the
+background (:func:`term`, run at exit, waits for them). ``docs/python.md``
+lists every place where it differs from pyzmq.
 """
 
 from __future__ import annotations
 
-from dafka._native import Socket
+import atexit
+
+from dafka._native import Frame, Monitor, Poller, Socket, term
 
 SOCKET_TYPES: tuple[str, ...] = (
     "REQ",
@@ -45,4 +58,94 @@ SOCKET_TYPES: tuple[str, ...] = (
     "PAIR",
 )
 
-__all__ = ["SOCKET_TYPES", "Socket"]
+#: ``flags`` of send and receive calls (libzmq's values).
+NOBLOCK = DONTWAIT = 1
+SNDMORE = 2
+#: Poller events.
+POLLIN = 1
+POLLOUT = 2
+
+#: Socket types as libzmq numbers them (``getsockopt(TYPE)``).
+PAIR, PUB, SUB, REQ, REP, DEALER, ROUTER, PULL, PUSH, XPUB, XSUB = range(11)
+
+#: Option numbers for ``setsockopt``/``getsockopt``, as in libzmq's ``zmq.h``.
+ROUTING_ID = IDENTITY = 5
+SUBSCRIBE = 6
+UNSUBSCRIBE = 7
+RCVMORE = 13
+EVENTS = 15
+TYPE = 16
+LINGER = 17
+RECONNECT_IVL = 18
+RECONNECT_IVL_MAX = 21
+MAXMSGSIZE = 22
+SNDHWM = 23
+RCVHWM = 24
+RCVTIMEO = 27
+SNDTIMEO = 28
+LAST_ENDPOINT = 32
+ROUTER_MANDATORY = 33
+IMMEDIATE = 39
+XPUB_VERBOSE = 40
+ROUTER_HANDOVER = 56
+HANDSHAKE_IVL = 66
+XPUB_WELCOME_MSG = 72
+HEARTBEAT_IVL = 75
+HEARTBEAT_TTL = 76
+HEARTBEAT_TIMEOUT = 77
+CONNECT_TIMEOUT = 79
+
+# Sockets closed with messages still queued keep flushing in the background;
+# give them a bounded time to finish before the interpreter exits.
+atexit.register(term)
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DEALER",
+    "DONTWAIT",
+    "EVENTS",
+    "HANDSHAKE_IVL",
+    "HEARTBEAT_IVL",
+    "HEARTBEAT_TIMEOUT",
+    "HEARTBEAT_TTL",
+    "IDENTITY",
+    "IMMEDIATE",
+    "LAST_ENDPOINT",
+    "LINGER",
+    "MAXMSGSIZE",
+    "NOBLOCK",
+    "PAIR",
+    "POLLIN",
+    "POLLOUT",
+    "PUB",
+    "PULL",
+    "PUSH",
+    "RCVHWM",
+    "RCVMORE",
+    "RCVTIMEO",
+    "RECONNECT_IVL",
+    "RECONNECT_IVL_MAX",
+    "REP",
+    "REQ",
+    "ROUTER",
+    "ROUTER_HANDOVER",
+    "ROUTER_MANDATORY",
+    "ROUTING_ID",
+    "SNDHWM",
+    "SNDMORE",
+    "SNDTIMEO",
+    "SOCKET_TYPES",
+    "SUB",
+    "SUBSCRIBE",
+    "TYPE",
+    "UNSUBSCRIBE",
+    "XPUB",
+    "XPUB_VERBOSE",
+    "XPUB_WELCOME_MSG",
+    "XSUB",
+    "Frame",
+    "Monitor",
+    "Poller",
+    "Socket",
+    "term",
+]

@@ -10,6 +10,9 @@ use pyo3::prelude::*;
 mod arrow_batch;
 mod asyncio;
 mod errors;
+mod frame;
+mod monitor;
+mod poller;
 mod runtime;
 mod zmtp;
 
@@ -24,5 +27,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<zmtp::PySocket>()?;
+    m.add_class::<frame::Frame>()?;
+    m.add_class::<poller::Poller>()?;
+    m.add_class::<monitor::PyMonitor>()?;
+    m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
     Ok(())
 }

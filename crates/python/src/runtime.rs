@@ -9,7 +9,8 @@
 //! fresh one for the child.
 
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, Once, PoisonError};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -25,10 +26,39 @@ struct Owned {
 
 static RUNTIME: Mutex<Option<Owned>> = Mutex::new(None);
 
+/// This process's id, kept current across `fork()` by a `pthread_atfork`
+/// handler: every socket call checks it, and `getpid()` is a system call
+/// (glibc no longer caches it), which cost a fifth of a 64-byte `recv`.
+static PID: AtomicU32 = AtomicU32::new(0);
+static PID_HOOK: Once = Once::new();
+/// Set when the handler could not be registered: then ask the kernel.
+static PID_UNHOOKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn refresh_pid() {
+    // Async-signal-safe: getpid and an atomic store.
+    PID.store(std::process::id(), Ordering::Relaxed);
+}
+
+/// The current process id, without a system call.
+pub(crate) fn pid() -> u32 {
+    PID_HOOK.call_once(|| {
+        refresh_pid();
+        // SAFETY: registers a handler that only calls getpid and stores an atomic.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(refresh_pid)) };
+        if rc != 0 {
+            PID_UNHOOKED.store(true, Ordering::Relaxed);
+        }
+    });
+    if PID_UNHOOKED.load(Ordering::Relaxed) {
+        return std::process::id();
+    }
+    PID.load(Ordering::Relaxed)
+}
+
 /// A handle on this process's runtime, built on first use and rebuilt once in
 /// a forked child.
 pub(crate) fn handle() -> Handle {
-    let pid = std::process::id();
+    let pid = pid();
     let mut slot = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(owned) = slot.as_ref()
         && owned.pid == pid
