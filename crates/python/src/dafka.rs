@@ -52,6 +52,17 @@ impl<T> Slot<T> {
         Arc::try_unwrap(node).ok()
     }
 
+    /// Takes the node out and waits for `close` (the node's own) to finish.
+    fn close_with<F>(&self, py: Python<'_>, close: impl FnOnce(T) -> F) -> PyResult<()>
+    where
+        F: std::future::Future<Output = ()> + Send,
+    {
+        match self.take() {
+            Some(node) => runtime::wait_for(py, close(node)),
+            None => Ok(()),
+        }
+    }
+
     fn is_closed(&self) -> bool {
         lock(&self.0).is_none()
     }
@@ -139,10 +150,7 @@ impl PyTower {
 
     /// Stops the node and waits for it.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some(t) = self.node.take() {
-            runtime::wait_for(py, t.close())?;
-        }
-        Ok(())
+        self.node.close_with(py, Tower::close)
     }
 
     fn __repr__(&self) -> String {
@@ -225,10 +233,7 @@ impl PyStore {
 
     /// Stops the node and waits for it.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some(s) = self.node.take() {
-            runtime::wait_for(py, s.close())?;
-        }
-        Ok(())
+        self.node.close_with(py, StoreNode::close)
     }
 
     fn __repr__(&self) -> String {
@@ -405,10 +410,7 @@ impl PyProducer {
 
     /// Stops the node and waits for it.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some(p) = self.node.take() {
-            runtime::wait_for(py, p.close())?;
-        }
-        Ok(())
+        self.node.close_with(py, ProducerNode::close)
     }
 
     fn __repr__(&self) -> String {
@@ -620,9 +622,6 @@ impl PyConsumer {
 
     /// Stops the node and waits for it.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some(c) = self.node.take() {
-            runtime::wait_for(py, c.close())?;
-        }
-        Ok(())
+        self.node.close_with(py, ConsumerNode::close)
     }
 }
