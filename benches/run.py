@@ -1060,7 +1060,9 @@ def main() -> int:
         help="run the Python-level pairing (dafka.zmtp against pyzmq) instead, and rewrite "
         "only its section of --out",
     )
-    ap.add_argument("--python-bin", dest="python_bin", help="interpreter for --python (default: this)")
+    ap.add_argument(
+        "--python-bin", dest="python_bin", help="interpreter for --python (default: this)"
+    )
     ap.add_argument(
         "--py-size",
         dest="py_sizes",

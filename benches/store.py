@@ -172,7 +172,7 @@ def main() -> int:
     data = dict(old)
     data.update(
         machine=run.machine_info(info),
-        date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         command="python3 benches/store.py " + " ".join(sys.argv[1:]),
         fs=fs[0],
         note=args.note,
@@ -193,7 +193,7 @@ def main() -> int:
             timeout=120 + args.memory_seconds * 2,
         )
         data["memory"] = [line for line in data["memory"] if line.get("mode") == "memory"]
-        at = dt.datetime.fromtimestamp(started, dt.timezone.utc)
+        at = dt.datetime.fromtimestamp(started, dt.UTC)
         data["memory_note"] = f"run at {at:%Y-%m-%d %H:%M} UTC"
         plot_memory(data["memory"], REPO / "docs/bench/store-memory.png")
     if "cases" not in data:
