@@ -7,6 +7,8 @@ package adds the Python-facing names, type stubs and the Spark data source.
 from __future__ import annotations
 
 from dafka import _native
+from dafka._native import Consumer, Producer, Store, Tower
+from dafka.cluster import LocalCluster
 from dafka.errors import (
     ClosedError,
     DafkaError,
@@ -14,6 +16,7 @@ from dafka.errors import (
     InvalidArgumentError,
     ProtocolError,
     StateError,
+    StorageError,
     TimeoutError,
     TransportError,
     WouldBlockError,
@@ -23,12 +26,18 @@ __version__: str = _native.__version__
 
 __all__ = [
     "ClosedError",
+    "Consumer",
     "DafkaError",
     "HostUnreachableError",
     "InvalidArgumentError",
+    "LocalCluster",
+    "Producer",
     "ProtocolError",
     "StateError",
+    "StorageError",
+    "Store",
     "TimeoutError",
+    "Tower",
     "TransportError",
     "WouldBlockError",
     "__version__",

@@ -3,6 +3,7 @@
 
 import asyncio
 import builtins
+import os
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeAlias, final, overload
@@ -10,7 +11,18 @@ from typing import Any, Literal, TypeAlias, final, overload
 import pyarrow
 from typing_extensions import Buffer
 
-__all__ = ["Frame", "Monitor", "Poller", "Socket", "__version__", "term"]
+__all__ = [
+    "Consumer",
+    "Frame",
+    "Monitor",
+    "Poller",
+    "Producer",
+    "Socket",
+    "Store",
+    "Tower",
+    "__version__",
+    "term",
+]
 __version__: str
 
 _Frames: TypeAlias = Buffer | Sequence[Buffer]
@@ -135,3 +147,89 @@ class Socket:
     ) -> bool: ...
 
 def term(timeout: float = 5.0) -> int: ...
+
+_Towers: TypeAlias = str
+_Values: TypeAlias = Sequence[builtins.bytes | bytearray | str] | pyarrow.Array[Any]
+
+@final
+class Tower:
+    def __new__(cls, sub: str = "tcp://*:5556", pub: str | None = None) -> Tower: ...
+    @property
+    def towers(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Tower: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool: ...
+
+@final
+class Store:
+    def __new__(
+        cls, path: str | os.PathLike[str], towers: _Towers, sync: str | float | None = None
+    ) -> Store: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Store: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool: ...
+
+@final
+class Producer:
+    def __new__(
+        cls, topic: str, towers: _Towers, min_acks: int = 1, partition: str | None = None
+    ) -> Producer: ...
+    @property
+    def partition(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def send(self, value: builtins.bytes | bytearray | str) -> int: ...
+    def send_many(self, values: _Values) -> int: ...
+    def flush(self, timeout: float | None = None) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Producer: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool: ...
+
+@final
+class Consumer:
+    def __new__(
+        cls,
+        topics: str | Sequence[str],
+        towers: _Towers,
+        offset_reset: Literal["earliest", "latest"] = "latest",
+        start_offsets: dict[tuple[str, str], int] | None = None,
+    ) -> Consumer: ...
+    def poll(self, max_records: int = 10000, timeout: float = 1.0) -> pyarrow.RecordBatch: ...
+    def __iter__(self) -> Consumer: ...
+    def __next__(self) -> pyarrow.RecordBatch: ...
+    def positions(self) -> dict[tuple[str, str], int]: ...
+    def subscribe(self, topic: str) -> None: ...
+    def unsubscribe(self, topic: str) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Consumer: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool: ...

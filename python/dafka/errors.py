@@ -16,6 +16,7 @@ __all__ = [
     "InvalidArgumentError",
     "ProtocolError",
     "StateError",
+    "StorageError",
     "TimeoutError",
     "TransportError",
     "WouldBlockError",
@@ -56,3 +57,7 @@ class ProtocolError(DafkaError):
 
 class TransportError(DafkaError, OSError):
     """The operating system refused a network operation (address in use, ...)."""
+
+
+class StorageError(DafkaError, OSError):
+    """A store directory could not be opened or recovered (a bad path, a corrupt file)."""

@@ -53,3 +53,27 @@ pub(crate) fn state(msg: impl Into<String>) -> PyErr {
 pub(crate) fn timeout(msg: impl Into<String>) -> PyErr {
     TimeoutError::new_err(msg.into())
 }
+
+pyo3::import_exception!(dafka.errors, StorageError);
+
+/// The object was closed.
+pub(crate) fn closed(msg: impl Into<String>) -> PyErr {
+    ClosedError::new_err(msg.into())
+}
+
+/// Map a Dafka node error to its Python exception.
+pub(crate) fn node(err: dafka_node::Error) -> PyErr {
+    use dafka_node::Error as E;
+    let msg = err.to_string();
+    match err {
+        E::Caller(_) | E::Topic(_) | E::Endpoint { .. } => InvalidArgumentError::new_err(msg),
+        E::SendTimeout { .. } | E::FlushTimeout { .. } | E::ResumeTimeout { .. } => {
+            TimeoutError::new_err(msg)
+        }
+        E::Refused(_) => StateError::new_err(msg),
+        E::Closed => ClosedError::new_err(msg),
+        E::Storage(_) => StorageError::new_err(msg),
+        E::Socket(e) => zmtp(e),
+        _ => DafkaError::new_err(msg),
+    }
+}

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 mod arrow_batch;
 mod asyncio;
+mod dafka;
 mod errors;
 mod frame;
 mod monitor;
@@ -30,6 +31,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<frame::Frame>()?;
     m.add_class::<poller::Poller>()?;
     m.add_class::<monitor::PyMonitor>()?;
+    m.add_class::<dafka::PyTower>()?;
+    m.add_class::<dafka::PyStore>()?;
+    m.add_class::<dafka::PyProducer>()?;
+    m.add_class::<dafka::PyConsumer>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
     Ok(())
 }

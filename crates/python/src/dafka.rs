@@ -1,0 +1,627 @@
+//! `dafka.Tower`, `dafka.Store`, `dafka.Producer` and `dafka.Consumer`: the
+//! Dafka nodes of `dafka-node`, converted and kept alive; no protocol logic.
+//!
+//! Every node lives in a `Mutex<Option<Arc<..>>>`: a call clones the `Arc`
+//! and runs with the GIL released ([`runtime::wait_for`]), `close()` takes it
+//! out and closes it (or, with a call still running on another thread, drops
+//! it, which stops the node when that call returns).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, UNIX_EPOCH};
+
+use arrow_array::builder::{
+    BinaryBuilder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow_array::{Array, ArrayRef, BinaryArray, LargeBinaryArray, LargeStringArray, RecordBatch};
+use arrow_array::{StringArray, make_array};
+use arrow_data::ArrayData;
+use arrow_pyarrow::{FromPyArrow, ToPyArrow};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use bytes::Bytes;
+use dafka_node::{
+    ConsumerNode, ConsumerOptions, ConsumerRecord, NodeConfig, NodeId, OffsetReset, ProducerNode,
+    ProducerOptions, StoreNode, StoreOptions, SyncPolicy, Tower, TowerAddress, TowerConfig,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+
+use crate::{errors, runtime};
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A node held by a Python object until `close()`.
+struct Slot<T>(Mutex<Option<Arc<T>>>);
+
+impl<T> Slot<T> {
+    fn new(node: T) -> Self {
+        Slot(Mutex::new(Some(Arc::new(node))))
+    }
+
+    fn get(&self, what: &str) -> PyResult<Arc<T>> {
+        lock(&self.0)
+            .clone()
+            .ok_or_else(|| errors::closed(format!("the {what} is closed")))
+    }
+
+    fn take(&self) -> Option<T> {
+        let node = lock(&self.0).take()?;
+        // A call still running on another thread holds a clone: dropping ours stops the node
+        // once that call returns.
+        Arc::try_unwrap(node).ok()
+    }
+
+    /// Takes the node out and waits for `close` (the node's own) to finish.
+    fn close_with<F>(&self, py: Python<'_>, close: impl FnOnce(T) -> F) -> PyResult<()>
+    where
+        F: std::future::Future<Output = ()> + Send,
+    {
+        match self.take() {
+            Some(node) => runtime::wait_for(py, close(node)),
+            None => Ok(()),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        lock(&self.0).is_none()
+    }
+}
+
+fn towers_list(towers: &str) -> PyResult<Vec<TowerAddress>> {
+    let list = TowerAddress::parse_list(towers).map_err(errors::node)?;
+    if list.is_empty() {
+        return Err(errors::invalid(
+            "towers is empty: give at least one \"tcp://host:port\"",
+        ));
+    }
+    Ok(list)
+}
+
+fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
+    value
+        .map(|s| {
+            Duration::try_from_secs_f64(s).map_err(|_| {
+                errors::invalid(format!(
+                    "{name} must be a non-negative number of seconds, not {s}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn partition_id(text: &str) -> PyResult<NodeId> {
+    text.parse::<NodeId>().map_err(|_| {
+        errors::invalid(format!(
+            "partition {text:?} is not 32 hexadecimal digits (a producer's id as on the wire)"
+        ))
+    })
+}
+
+/// A tower: forwards beacons between nodes.
+#[pyclass(name = "Tower", module = "dafka", frozen)]
+pub(crate) struct PyTower {
+    node: Slot<Tower>,
+    towers: String,
+}
+
+#[pymethods]
+impl PyTower {
+    #[new]
+    #[pyo3(signature = (sub = "tcp://*:5556", r#pub = None))]
+    fn new(py: Python<'_>, sub: &str, r#pub: Option<String>) -> PyResult<Self> {
+        let mut config = TowerConfig::new(sub);
+        if let Some(p) = r#pub {
+            config = config.with_publ(p);
+        }
+        let tower = runtime::wait_for(py, Tower::start(config))?.map_err(errors::node)?;
+        Ok(PyTower {
+            towers: tower.towers(),
+            node: Slot::new(tower),
+        })
+    }
+
+    /// The string to hand to other nodes: `tcp://host:SUBPORT`.
+    #[getter]
+    fn towers(&self) -> &str {
+        &self.towers
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.node.is_closed()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let _ = (exc_type, exc_value, traceback);
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Stops the node and waits for it.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.node.close_with(py, Tower::close)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<dafka.Tower towers={:?}>", self.towers)
+    }
+}
+
+fn sync_policy(sync: &Bound<'_, PyAny>) -> PyResult<SyncPolicy> {
+    if let Ok(s) = sync.cast::<PyString>() {
+        return match s.to_str()? {
+            "always" => Ok(SyncPolicy::Always),
+            "never" => Ok(SyncPolicy::Never),
+            other => Err(errors::invalid(format!(
+                "sync must be \"always\", \"never\" or a sync interval in seconds, not {other:?}"
+            ))),
+        };
+    }
+    let secs: f64 = sync.extract().map_err(|_| {
+        errors::invalid("sync must be \"always\", \"never\" or a sync interval in seconds")
+    })?;
+    let interval = seconds("sync", Some(secs))?.unwrap_or_default();
+    Ok(SyncPolicy::Interval(interval))
+}
+
+/// A store: keeps every partition on disk and answers FETCH from it.
+#[pyclass(name = "Store", module = "dafka", frozen)]
+pub(crate) struct PyStore {
+    node: Slot<StoreNode>,
+    path: String,
+}
+
+#[pymethods]
+impl PyStore {
+    #[new]
+    #[pyo3(signature = (path, towers, sync = None))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        towers: &str,
+        sync: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let sync = sync
+            .map(sync_policy)
+            .transpose()?
+            .unwrap_or(SyncPolicy::Always);
+        let node = NodeConfig::new(towers_list(towers)?);
+        let open = StoreNode::open(path.clone(), node, StoreOptions::with_sync(sync));
+        let store = runtime::wait_for(py, open)?.map_err(errors::node)?;
+        Ok(PyStore {
+            node: Slot::new(store),
+            path: path.to_string_lossy().into_owned(),
+        })
+    }
+
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.node.is_closed()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let _ = (exc_type, exc_value, traceback);
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Stops the node and waits for it.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.node.close_with(py, StoreNode::close)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<dafka.Store path={:?}>", self.path)
+    }
+}
+
+/// A producer of one topic, writing its own partition.
+#[pyclass(name = "Producer", module = "dafka", frozen)]
+pub(crate) struct PyProducer {
+    node: Slot<ProducerNode>,
+    partition: String,
+    topic: String,
+}
+
+/// `values` as `Bytes`: a list (or any iterable) of bytes, or an Arrow
+/// binary/string array read through the C data interface, its value buffer
+/// copied once and sliced (no per-value Python work).
+fn values_of(values: &Bound<'_, PyAny>) -> PyResult<Vec<Bytes>> {
+    if values.hasattr("__arrow_c_array__")? || values.hasattr("_export_to_c")? {
+        let data = ArrayData::from_pyarrow_bound(values)?;
+        return arrow_values(make_array(data).as_ref());
+    }
+    if let Ok(list) = values.cast::<PyList>() {
+        return list.iter().map(|v| one_value(&v)).collect();
+    }
+    values.try_iter()?.map(|v| one_value(&v?)).collect()
+}
+
+fn one_value(v: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(Bytes::copy_from_slice(b.as_bytes()));
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Bytes::copy_from_slice(s.to_str()?.as_bytes()));
+    }
+    let b: Vec<u8> = v.extract().map_err(|_| {
+        errors::invalid(format!(
+            "a record value must be bytes, bytearray or str, not {}",
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    Ok(Bytes::from(b))
+}
+
+fn arrow_values(array: &dyn Array) -> PyResult<Vec<Bytes>> {
+    if array.null_count() > 0 {
+        return Err(errors::invalid(format!(
+            "send_many: the array holds {} nulls; a record value cannot be null",
+            array.null_count()
+        )));
+    }
+    fn sliced<'a>(
+        data: &[u8],
+        ranges: impl Iterator<Item = (usize, usize)> + 'a,
+        base: usize,
+    ) -> Vec<Bytes> {
+        let all = Bytes::copy_from_slice(data);
+        ranges.map(|(s, e)| all.slice(s - base..e - base)).collect()
+    }
+    macro_rules! offsets {
+        ($a:expr) => {{
+            let o = $a.value_offsets();
+            let (base, end) = (o[0] as usize, o[o.len() - 1] as usize);
+            let ranges = o.windows(2).map(|w| (w[0] as usize, w[1] as usize));
+            Ok(sliced(&$a.value_data()[base..end], ranges, base))
+        }};
+    }
+    let any = array.as_any();
+    match array.data_type() {
+        DataType::Binary => offsets!(
+            any.downcast_ref::<BinaryArray>()
+                .unwrap_or_else(|| unreachable!())
+        ),
+        DataType::LargeBinary => offsets!(
+            any.downcast_ref::<LargeBinaryArray>()
+                .unwrap_or_else(|| unreachable!())
+        ),
+        DataType::Utf8 => offsets!(
+            any.downcast_ref::<StringArray>()
+                .unwrap_or_else(|| unreachable!())
+        ),
+        DataType::LargeUtf8 => offsets!(
+            any.downcast_ref::<LargeStringArray>()
+                .unwrap_or_else(|| unreachable!())
+        ),
+        other => Err(errors::invalid(format!(
+            "send_many takes a binary or string Arrow array (or a list of bytes), not {other}"
+        ))),
+    }
+}
+
+#[pymethods]
+impl PyProducer {
+    #[new]
+    #[pyo3(signature = (topic, towers, min_acks = 1, partition = None))]
+    fn new(
+        py: Python<'_>,
+        topic: &str,
+        towers: &str,
+        min_acks: usize,
+        partition: Option<&str>,
+    ) -> PyResult<Self> {
+        let partition = partition.map(partition_id).transpose()?;
+        let node = NodeConfig::new(towers_list(towers)?);
+        let options = ProducerOptions::default()
+            .with_min_acks(min_acks)
+            .with_partition(partition);
+        let producer = runtime::wait_for(py, ProducerNode::start(topic, node, options))?
+            .map_err(errors::node)?;
+        Ok(PyProducer {
+            partition: producer.partition().to_string(),
+            node: Slot::new(producer),
+            topic: topic.to_owned(),
+        })
+    }
+
+    /// The partition (this producer's id): 32 upper-case hex digits.
+    #[getter]
+    fn partition(&self) -> &str {
+        &self.partition
+    }
+
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.node.is_closed()
+    }
+
+    /// Sends one record; returns its offset.
+    fn send(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let value = one_value(value)?;
+        let node = self.node.get("producer")?;
+        runtime::wait_for(py, async move { node.send(value).await })?.map_err(errors::node)
+    }
+
+    /// Sends every value in order; returns the offset of the first.
+    fn send_many(&self, py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let values = values_of(values)?;
+        let node = self.node.get("producer")?;
+        runtime::wait_for(py, async move { node.send_many(values).await })?.map_err(errors::node)
+    }
+
+    /// Waits until every record sent is acknowledged by `min_acks` stores.
+    #[pyo3(signature = (timeout = None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = seconds("timeout", timeout)?;
+        let node = self.node.get("producer")?;
+        runtime::wait_for(py, async move { node.flush(timeout).await })?.map_err(errors::node)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let _ = (exc_type, exc_value, traceback);
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Stops the node and waits for it.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.node.close_with(py, ProducerNode::close)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<dafka.Producer topic={:?} partition={}>",
+            self.topic, self.partition
+        )
+    }
+}
+
+/// The schema of every batch `Consumer.poll` returns.
+pub(crate) fn records_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("topic", DataType::Utf8, true),
+        Field::new("partition", DataType::Utf8, true),
+        Field::new("offset", DataType::Int64, true),
+        Field::new("value", DataType::Binary, true),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+    ]))
+}
+
+/// One row per record, in the order given.
+pub(crate) fn records_batch(
+    records: &[ConsumerRecord],
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let n = records.len();
+    let bytes: usize = records.iter().map(|r| r.value.len()).sum();
+    let mut topic = StringBuilder::with_capacity(n, n * 8);
+    let mut partition = StringBuilder::with_capacity(n, n * 32);
+    let mut offset = Int64Builder::with_capacity(n);
+    let mut value = BinaryBuilder::with_capacity(n, bytes);
+    let mut ts = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+    for r in records {
+        topic.append_value(String::from_utf8_lossy(r.topic.as_bytes()));
+        partition.append_value(r.partition.to_string());
+        offset.append_value(i64::try_from(r.offset).unwrap_or(i64::MAX));
+        value.append_value(&r.value);
+        let micros = r
+            .timestamp
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        ts.append_value(micros);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(topic.finish()),
+        Arc::new(partition.finish()),
+        Arc::new(offset.finish()),
+        Arc::new(value.finish()),
+        Arc::new(ts.finish()),
+    ];
+    RecordBatch::try_new(records_schema(), columns)
+}
+
+/// A consumer of exact topics, delivering Arrow record batches.
+#[pyclass(name = "Consumer", module = "dafka", frozen)]
+pub(crate) struct PyConsumer {
+    node: Slot<ConsumerNode>,
+}
+
+fn topics_of(topics: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if let Ok(s) = topics.cast::<PyString>() {
+        return Ok(vec![s.to_str()?.to_owned()]);
+    }
+    topics
+        .extract::<Vec<String>>()
+        .map_err(|_| errors::invalid("topics must be a str or a list of str"))
+}
+
+impl PyConsumer {
+    fn batch(
+        &self,
+        py: Python<'_>,
+        max_records: usize,
+        timeout: Duration,
+    ) -> PyResult<RecordBatch> {
+        if max_records == 0 {
+            return Err(errors::invalid("max_records must be at least 1"));
+        }
+        let node = self.node.get("consumer")?;
+        let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
+            .map_err(errors::node)?;
+        py.detach(|| records_batch(&records))
+            .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))
+    }
+}
+
+#[pymethods]
+impl PyConsumer {
+    #[new]
+    #[pyo3(signature = (topics, towers, offset_reset = "latest", start_offsets = None))]
+    fn new(
+        py: Python<'_>,
+        topics: &Bound<'_, PyAny>,
+        towers: &str,
+        offset_reset: &str,
+        start_offsets: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let topics = topics_of(topics)?;
+        let reset = match offset_reset {
+            "latest" => OffsetReset::Latest,
+            "earliest" => OffsetReset::Earliest,
+            other => {
+                return Err(errors::invalid(format!(
+                    "offset_reset must be \"earliest\" or \"latest\", not {other:?}"
+                )));
+            }
+        };
+        let mut options = ConsumerOptions::default().with_offset_reset(reset);
+        for (key, next) in start_offsets.into_iter().flatten() {
+            let (topic, partition): (String, String) = key.extract().map_err(|_| {
+                errors::invalid("start_offsets keys must be (topic, partition) tuples of str")
+            })?;
+            let next: u64 = next
+                .extract()
+                .map_err(|_| errors::invalid("start_offsets values must be offsets (int >= 0)"))?;
+            options = options.with_start_offset(&topic, partition_id(&partition)?, next);
+        }
+        let node = NodeConfig::new(towers_list(towers)?);
+        let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let consumer = runtime::wait_for(py, ConsumerNode::start(&refs, node, options))?
+            .map_err(errors::node)?;
+        Ok(PyConsumer {
+            node: Slot::new(consumer),
+        })
+    }
+
+    /// Records that arrived within `timeout` seconds, at most `max_records`,
+    /// as a `pyarrow.RecordBatch` (possibly empty).
+    #[pyo3(signature = (max_records = 10000, timeout = 1.0))]
+    fn poll(&self, py: Python<'_>, max_records: usize, timeout: f64) -> PyResult<Py<PyAny>> {
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        self.batch(py, max_records, timeout)?
+            .to_pyarrow(py)
+            .map(Bound::unbind)
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next non-empty batch; stops when the consumer is closed.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        loop {
+            if self.node.is_closed() {
+                return Ok(None);
+            }
+            match self.batch(py, 10_000, Duration::from_secs(1)) {
+                Ok(b) if b.num_rows() == 0 => {}
+                Ok(b) => return b.to_pyarrow(py).map(|b| Some(b.unbind())),
+                Err(e) if e.is_instance_of::<errors::ClosedError>(py) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next offset to deliver, per `(topic, partition)`.
+    fn positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let node = self.node.get("consumer")?;
+        let out = PyDict::new(py);
+        for p in node.positions() {
+            let key = (
+                String::from_utf8_lossy(p.topic.as_bytes()).into_owned(),
+                p.partition.to_string(),
+            );
+            out.set_item(key, p.next)?;
+        }
+        Ok(out)
+    }
+
+    fn subscribe(&self, topic: &str) -> PyResult<()> {
+        self.node
+            .get("consumer")?
+            .subscribe(topic)
+            .map_err(errors::node)
+    }
+
+    fn unsubscribe(&self, topic: &str) -> PyResult<()> {
+        self.node
+            .get("consumer")?
+            .unsubscribe(topic)
+            .map_err(errors::node)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.node.is_closed()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let _ = (exc_type, exc_value, traceback);
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Stops the node and waits for it.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.node.close_with(py, ConsumerNode::close)
+    }
+}

@@ -1,0 +1,298 @@
+"""The Dafka Python API: LocalCluster, Tower, Store, Producer, Consumer, on loopback."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import dafka
+
+SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.utf8(), nullable=True),
+        pa.field("partition", pa.utf8(), nullable=True),
+        pa.field("offset", pa.int64(), nullable=True),
+        pa.field("value", pa.binary(), nullable=True),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dafka.LocalCluster]:
+    with dafka.LocalCluster() as c:
+        yield c
+
+
+def topic() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def collect(consumer: dafka.Consumer, n: int, within: float = 20.0) -> pa.Table:
+    """Polls until `n` rows arrived (or `within` seconds passed)."""
+    batches = []
+    rows = 0
+    deadline = time.monotonic() + within
+    while rows < n and time.monotonic() < deadline:
+        batch = consumer.poll(max_records=10000, timeout=0.2)
+        assert isinstance(batch, pa.RecordBatch)
+        assert batch.schema == SCHEMA
+        rows += batch.num_rows
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=SCHEMA)
+
+
+def test_round_trip_through_a_local_cluster_has_the_exact_arrow_schema(
+    cluster: dafka.LocalCluster,
+) -> None:
+    t = topic()
+    before = time.time()
+    with (
+        dafka.Producer(t, towers=cluster.towers) as producer,
+        dafka.Consumer([t], towers=cluster.towers, offset_reset="earliest") as consumer,
+    ):
+        assert len(producer.partition) == 32
+        assert producer.partition == producer.partition.upper()
+        assert producer.send(b"hello") == 0
+        assert producer.send(b"world") == 1
+        producer.flush(timeout=20)
+        table = collect(consumer, 2)
+    assert table.schema == SCHEMA
+    assert table.column("value").to_pylist() == [b"hello", b"world"]
+    assert table.column("offset").to_pylist() == [0, 1]
+    assert set(table.column("topic").to_pylist()) == {t}
+    assert set(table.column("partition").to_pylist()) == {producer.partition}
+    stamps = [ts.timestamp() for ts in table.column("timestamp").to_pylist()]
+    assert all(before - 1 <= s <= time.time() + 1 for s in stamps)
+
+
+def test_poll_returns_an_empty_batch_not_none(cluster: dafka.LocalCluster) -> None:
+    with dafka.Consumer(topic(), towers=cluster.towers) as consumer:
+        batch = consumer.poll(timeout=0.05)
+    assert batch is not None
+    assert batch.num_rows == 0
+    assert batch.schema == SCHEMA
+
+
+def test_earliest_reads_stored_records_latest_only_new_ones(cluster: dafka.LocalCluster) -> None:
+    t = topic()
+    with dafka.Producer(t, towers=cluster.towers) as producer:
+        producer.send_many([b"old-0", b"old-1", b"old-2"])
+        producer.flush(timeout=20)
+        with (
+            dafka.Consumer(t, towers=cluster.towers, offset_reset="earliest") as early,
+            dafka.Consumer(t, towers=cluster.towers, offset_reset="latest") as late,
+        ):
+            got = collect(early, 3).column("value").to_pylist()
+            assert got == [b"old-0", b"old-1", b"old-2"]
+            # Let the late consumer meet the producer, then send one more. As in the
+            # reference, "latest" starts at the head the first HEAD reports (offset 2,
+            # the last record sent), never before it.
+            seen = collect(late, 1, within=2.5).column("value").to_pylist()
+            assert producer.send(b"new") == 3
+            seen += collect(late, 1).column("value").to_pylist()
+            assert seen in ([b"new"], [b"old-2", b"new"]), seen
+            assert collect(early, 1).column("value").to_pylist() == [b"new"]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda v: v, id="list"),
+        pytest.param(lambda v: pa.array(v, pa.binary()), id="binary-array"),
+        pytest.param(lambda v: pa.array(v, pa.large_binary()), id="large-binary-array"),
+        pytest.param(lambda v: pa.array([x.decode() for x in v], pa.utf8()), id="string-array"),
+        pytest.param(lambda v: pa.array(v, pa.binary()).slice(0), id="sliced-array"),
+    ],
+)
+def test_send_many_from_a_list_and_from_pyarrow_arrays(cluster: dafka.LocalCluster, make) -> None:
+    t = topic()
+    values = [f"v{i}".encode() * (i % 5) for i in range(1000)]
+    with (
+        dafka.Producer(t, towers=cluster.towers) as producer,
+        dafka.Consumer(t, towers=cluster.towers, offset_reset="earliest") as consumer,
+    ):
+        assert producer.send(b"first") == 0
+        assert producer.send_many(make(values)) == 1
+        assert producer.send_many([]) == 1 + len(values)
+        producer.flush(timeout=20)
+        table = collect(consumer, 1 + len(values))
+    assert table.column("value").to_pylist() == [b"first", *values]
+    assert table.column("offset").to_pylist() == list(range(1 + len(values)))
+
+
+def test_send_many_of_a_sliced_arrow_array_sends_only_the_slice(
+    cluster: dafka.LocalCluster,
+) -> None:
+    t = topic()
+    arr = pa.array([b"a", b"bb", b"ccc", b"dddd"], pa.binary()).slice(1, 2)
+    with (
+        dafka.Producer(t, towers=cluster.towers) as producer,
+        dafka.Consumer(t, towers=cluster.towers, offset_reset="earliest") as consumer,
+    ):
+        producer.send_many(arr)
+        producer.flush(timeout=20)
+        assert collect(consumer, 2).column("value").to_pylist() == [b"bb", b"ccc"]
+
+
+def test_send_many_refuses_nulls_and_other_types(cluster: dafka.LocalCluster) -> None:
+    with dafka.Producer(topic(), towers=cluster.towers) as producer:
+        with pytest.raises(dafka.InvalidArgumentError, match="null"):
+            producer.send_many(pa.array([b"a", None], pa.binary()))
+        with pytest.raises(dafka.InvalidArgumentError, match="binary or string"):
+            producer.send_many(pa.array([1, 2], pa.int64()))
+        with pytest.raises(dafka.InvalidArgumentError, match="bytes"):
+            producer.send_many([b"a", 3])
+
+
+def test_flush_returns_only_once_a_store_acknowledged(tmp_path: Path) -> None:
+    with dafka.Tower(sub="tcp://127.0.0.1:0") as tower:
+        with dafka.Producer(topic(), towers=tower.towers) as producer:
+            producer.send(b"x")
+            # No store: nothing acknowledges, flush runs out of time.
+            with pytest.raises(dafka.TimeoutError, match="unacknowledged"):
+                producer.flush(timeout=0.5)
+            with dafka.Store(tmp_path / "store", towers=tower.towers, sync="always"):
+                producer.flush(timeout=20)
+
+
+def test_positions_give_the_next_offset_per_partition(cluster: dafka.LocalCluster) -> None:
+    t = topic()
+    with (
+        dafka.Producer(t, towers=cluster.towers) as producer,
+        dafka.Consumer(t, towers=cluster.towers, offset_reset="earliest") as consumer,
+    ):
+        producer.send_many([b"a", b"b", b"c"])
+        producer.flush(timeout=20)
+        assert collect(consumer, 3).num_rows == 3
+        assert consumer.positions()[(t, producer.partition)] == 3
+
+
+def test_start_offsets_skip_what_comes_before(cluster: dafka.LocalCluster) -> None:
+    t = topic()
+    with dafka.Producer(t, towers=cluster.towers) as producer:
+        producer.send_many([b"a", b"b", b"c"])
+        producer.flush(timeout=20)
+        start = {(t, producer.partition): 2}
+        with dafka.Consumer(t, towers=cluster.towers, start_offsets=start) as consumer:
+            assert collect(consumer, 1).column("value").to_pylist() == [b"c"]
+
+
+def test_subscribe_later_and_iterate_over_batches(cluster: dafka.LocalCluster) -> None:
+    t = topic()
+    with (
+        dafka.Producer(t, towers=cluster.towers) as producer,
+        dafka.Consumer(topic(), towers=cluster.towers, offset_reset="earliest") as consumer,
+    ):
+        producer.send(b"late")
+        producer.flush(timeout=20)
+        consumer.subscribe(t)
+        batch = next(iter(consumer))
+        assert batch.column("value").to_pylist() == [b"late"]
+        consumer.unsubscribe(t)
+
+
+def test_context_managers_close_everything(tmp_path: Path) -> None:
+    with dafka.LocalCluster() as cluster:
+        tmp = cluster.path
+        assert tmp.is_dir()
+        with dafka.Producer(topic(), towers=cluster.towers) as producer:
+            pass
+        with dafka.Consumer(topic(), towers=cluster.towers) as consumer:
+            pass
+    assert cluster.closed
+    assert not tmp.exists(), "the temporary store directory is removed on close"
+    assert producer.closed and consumer.closed
+    with pytest.raises(dafka.ClosedError):
+        producer.send(b"x")
+    with pytest.raises(dafka.ClosedError):
+        consumer.poll()
+    assert list(consumer) == []
+    producer.close()  # closing twice is fine
+
+    kept = tmp_path / "kept"
+    with dafka.LocalCluster(kept) as cluster:
+        pass
+    assert kept.is_dir(), "a directory given by the caller stays"
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda c: dafka.Producer("t", towers="nonsense"), "tcp://host:port"),
+        (lambda c: dafka.Producer("t", towers=""), "towers is empty"),
+        (lambda c: dafka.Producer("t", towers=c.towers, partition="xyz"), "32 hexadecimal"),
+        (lambda c: dafka.Consumer("t", towers=c.towers, offset_reset="middle"), "offset_reset"),
+        (lambda c: dafka.Consumer(42, towers=c.towers), "topics"),
+        (
+            lambda c: dafka.Consumer("t", towers=c.towers, start_offsets={"t": 1}),
+            "start_offsets",
+        ),
+        (lambda c: dafka.Store("/nonexistent/x", towers=c.towers, sync="sometimes"), "sync"),
+        (lambda c: dafka.Producer("t" * 300, towers=c.towers), "at most 255"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(cluster: dafka.LocalCluster, make, match: str) -> None:
+    with pytest.raises(dafka.InvalidArgumentError, match=match) as info:
+        make(cluster)
+    assert isinstance(info.value, dafka.DafkaError)
+    assert isinstance(info.value, ValueError)
+
+
+def test_bad_calls_raise_clear_errors(cluster: dafka.LocalCluster, tmp_path: Path) -> None:
+    with dafka.Producer(topic(), towers=cluster.towers) as producer:
+        with pytest.raises(dafka.InvalidArgumentError, match="bytes"):
+            producer.send(3)  # type: ignore[arg-type]
+        with pytest.raises(dafka.InvalidArgumentError, match="timeout"):
+            producer.flush(timeout=-1)
+    with dafka.Consumer(topic(), towers=cluster.towers) as consumer:
+        with pytest.raises(dafka.InvalidArgumentError, match="max_records"):
+            consumer.poll(max_records=0)
+    a_file = tmp_path / "file"
+    a_file.write_bytes(b"not a directory")
+    with pytest.raises(dafka.StorageError) as info:
+        dafka.Store(a_file, towers=cluster.towers)
+    assert isinstance(info.value, OSError)
+
+
+def test_blocking_calls_release_the_gil(cluster: dafka.LocalCluster) -> None:
+    import threading
+
+    with dafka.Consumer(topic(), towers=cluster.towers) as consumer:
+        ticks = 0
+        stop = threading.Event()
+
+        def spin() -> None:
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                time.sleep(0.001)
+
+        th = threading.Thread(target=spin)
+        th.start()
+        consumer.poll(timeout=0.5)
+        stop.set()
+        th.join()
+    assert ticks > 50, f"the other thread ran only {ticks} times during a 0.5 s poll"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_poll_is_interruptible(cluster: dafka.LocalCluster) -> None:
+    import signal
+
+    with dafka.Consumer(topic(), towers=cluster.towers) as consumer:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        try:
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                consumer.poll(timeout=30)
+            assert time.monotonic() - start < 5
+        finally:
+            signal.signal(signal.SIGALRM, old)
