@@ -137,17 +137,37 @@ def run_pair(
         ]
         return args + (["--hold"] if role == other_role else [])
 
+    return run_processes(
+        [(role, cmd(role)) for role in (binder, connector)],
+        measuring_role,
+        other_role,
+        timeout + 5,
+    )
+
+
+def run_processes(
+    starts: list[tuple[str, list[str]]],
+    measuring_role: str,
+    other_role: str,
+    timeout: float,
+    settle: float = 0.0,
+) -> Pair:
+    """Starts one process per (role, command), in order (`settle` seconds after the first,
+    so it is bound before the next connects), waits up to `timeout` for the measuring side,
+    then for the other side (released from its --hold), and reads one JSON line from each."""
     procs = {}
     try:
-        for role in (binder, connector):
+        for i, (role, command) in enumerate(starts):
             procs[role] = subprocess.Popen(
-                cmd(role),
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
-        m_out, m_err = communicate(procs[measuring_role], timeout + 5)
+            if i == 0 and settle:
+                time.sleep(settle)
+        m_out, m_err = communicate(procs[measuring_role], timeout)
         # The measuring side is done: release the other side's --hold.
         o_out, o_err = communicate(procs[other_role], 15)
     finally:
@@ -157,13 +177,11 @@ def run_pair(
                 p.wait()
     measured, other = parse_json_line(m_out), parse_json_line(o_out)
     ok = bool(measured.get("ok")) and bool(other.get("ok"))
-    error = ""
-    if not ok:
-        parts = []
-        for role, js, err in ((measuring_role, measured, m_err), (other_role, other, o_err)):
-            if not js.get("ok"):
-                parts.append(f"{role}: {js.get('error') or err.strip()[-200:] or 'no output'}")
-        error = "; ".join(parts)
+    error = "; ".join(
+        f"{role}: {js.get('error') or err.strip()[-200:] or 'no output'}"
+        for role, js, err in ((measuring_role, measured, m_err), (other_role, other, o_err))
+        if not js.get("ok")
+    )
     return Pair(ok, measured, other, error)
 
 
@@ -855,35 +873,10 @@ def run_python_pair(python: str, case: PyCase, count: int, warmup: int, timeout:
         args += ["--copy", "true" if case.mode == "copy" else "false"]
         return args + (["--hold"] if role == "push" else [])
 
-    procs = {}
-    try:
-        for role in ("pull", "push"):
-            procs[role] = subprocess.Popen(
-                cmd(role),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            if role == "pull":
-                time.sleep(0.2)  # bound before the PUSH side connects
-        m_out, m_err = communicate(procs["pull"], timeout)
-        o_out, o_err = communicate(procs["push"], 15)
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    measured, other = parse_json_line(m_out), parse_json_line(o_out)
-    ok = bool(measured.get("ok")) and bool(other.get("ok"))
-    error = ""
-    if not ok:
-        error = "; ".join(
-            f"{role}: {js.get('error') or err.strip()[-200:] or 'no output'}"
-            for role, js, err in (("pull", measured, m_err), ("push", other, o_err))
-            if not js.get("ok")
-        )
-    return Pair(ok, measured, other, error)
+    # The PULL side binds and measures; it is given 0.2 s to bind before the PUSH connects.
+    return run_processes(
+        [(role, cmd(role)) for role in ("pull", "push")], "pull", "push", timeout, settle=0.2
+    )
 
 
 def python_section(
