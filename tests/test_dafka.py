@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import ticks_while
 
 import dafka
 
@@ -262,23 +263,8 @@ def test_bad_calls_raise_clear_errors(cluster: dafka.LocalCluster, tmp_path: Pat
 
 
 def test_blocking_calls_release_the_gil(cluster: dafka.LocalCluster) -> None:
-    import threading
-
     with dafka.Consumer(topic(), towers=cluster.towers) as consumer:
-        ticks = 0
-        stop = threading.Event()
-
-        def spin() -> None:
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                time.sleep(0.001)
-
-        th = threading.Thread(target=spin)
-        th.start()
-        consumer.poll(timeout=0.5)
-        stop.set()
-        th.join()
+        ticks = ticks_while(lambda: consumer.poll(timeout=0.5))
     assert ticks > 50, f"the other thread ran only {ticks} times during a 0.5 s poll"
 
 

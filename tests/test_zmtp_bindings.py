@@ -12,26 +12,15 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import ticks_while
 
 import dafka
 import dafka.zmtp
 from dafka.zmtp import Socket
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[Socket, Socket]]:
-    pull = Socket("PULL", linger=0)
-    push = Socket("PUSH", linger=0)
-    push.connect(pull.bind("tcp://127.0.0.1:0"))
-    yield push, pull
-    push.close()
-    pull.close()
 
 
 def test_every_socket_type_is_accepted_in_any_case() -> None:
@@ -137,21 +126,12 @@ def test_closed_socket_refuses_work() -> None:
 
 def test_blocking_calls_release_the_gil(pair: tuple[Socket, Socket]) -> None:
     _, pull = pair
-    ticks = 0
-    stop = threading.Event()
 
-    def spin() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            time.sleep(0.001)
+    def recv() -> None:
+        with pytest.raises(TimeoutError):
+            pull.recv_multipart(timeout=0.5)
 
-    t = threading.Thread(target=spin)
-    t.start()
-    with pytest.raises(TimeoutError):
-        pull.recv_multipart(timeout=0.5)
-    stop.set()
-    t.join()
+    ticks = ticks_while(recv)
     assert ticks > 50, f"the other thread ran only {ticks} times while recv blocked"
 
 
