@@ -4,6 +4,7 @@ close that returns at once while queued messages flush in the background."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sys
 import time
@@ -261,6 +262,47 @@ def test_poller_waits_on_several_sockets() -> None:
         poller.unregister(to_a)
         with pytest.raises(dafka.InvalidArgumentError):
             poller.unregister(to_a)
+
+
+def test_poller_poll_async_never_blocks_the_loop_and_cancelling_loses_nothing() -> None:
+    async def main() -> None:
+        with Socket("PULL", linger=0) as a, Socket("PUSH", linger=0) as to_a:
+            to_a.connect(a.bind("tcp://127.0.0.1:0"))
+            poller = Poller()
+            poller.register(a, z.POLLIN)
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.005)
+
+            ticker = asyncio.create_task(tick())
+            started = time.monotonic()
+            assert await poller.poll_async(200) == []
+            assert 0.19 < time.monotonic() - started < 2.0
+            assert ticks >= 10  # the loop kept running while the poll waited
+            # A cancelled poll_async loses no message: the one that arrives after
+            # the cancellation is still received, in order.
+            waiting = asyncio.create_task(poller.poll_async())
+            await asyncio.sleep(0.05)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            to_a.send(b"m1")
+            to_a.send(b"m2")
+            assert await poller.poll_async(5000) == [(a, z.POLLIN)]
+            assert a.recv() == b"m1"
+            assert a.recv(timeout=5) == b"m2"
+            # A message arriving while poll_async waits wakes it.
+            later = asyncio.get_running_loop().call_later(0.1, to_a.send, b"m3")
+            assert await poller.poll_async(5000) == [(a, z.POLLIN)]
+            later.cancel()
+            assert a.recv() == b"m3"
+            ticker.cancel()
+
+    asyncio.run(main())
 
 
 def test_pyzmq_copy_false_frames_interoperate() -> None:

@@ -6,10 +6,10 @@ import builtins
 import os
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeAlias, final, overload
+from typing import Any, Literal, Self, TypeAlias, final, overload
 
 import pyarrow
-from typing_extensions import Buffer
+from typing_extensions import Buffer, disjoint_base
 
 __all__ = [
     "Consumer",
@@ -49,13 +49,14 @@ class Monitor:
     def __iter__(self) -> Monitor: ...
     def __next__(self) -> dict[str, Any]: ...
 
-@final
+@disjoint_base
 class Poller:
-    def __new__(cls) -> Poller: ...
+    def __new__(cls) -> Self: ...
     def register(self, socket: Socket, flags: int = 3) -> None: ...
     def modify(self, socket: Socket, flags: int = 3) -> None: ...
     def unregister(self, socket: Socket) -> None: ...
     def poll(self, timeout: float | None = None) -> list[tuple[Socket, int]]: ...
+    def _wait_async(self, timeout: float | None = None) -> asyncio.Future[None]: ...
 
 @final
 class Socket:

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import atexit
 
-from dafka._native import Frame, Monitor, Poller, Socket, term
+from dafka import _native
+from dafka._native import Frame, Monitor, Socket, term
 
 SOCKET_TYPES: tuple[str, ...] = (
     "REQ",
@@ -94,6 +95,25 @@ HEARTBEAT_IVL = 75
 HEARTBEAT_TTL = 76
 HEARTBEAT_TIMEOUT = 77
 CONNECT_TIMEOUT = 79
+
+
+class Poller(_native.Poller):
+    """Waits until one of several sockets is ready, as ``zmq.Poller``.
+
+    ``poll(timeout)`` blocks (timeout in milliseconds, ``None`` = forever) and
+    ``await poll_async(timeout)`` is its asyncio form, as
+    ``zmq.asyncio.Poller.poll``: the loop is never blocked and cancelling loses
+    no message (one that made a socket readable stays queued on that socket).
+    """
+
+    async def poll_async(self, timeout: float | None = None) -> list[tuple[Socket, int]]:
+        """Like :meth:`poll`, awaited: ``[(socket, events), ...]``, empty on timeout."""
+        ready = self.poll(0)
+        if ready or timeout == 0:
+            return ready
+        await self._wait_async(timeout)
+        return self.poll(0)
+
 
 # Sockets closed with messages still queued keep flushing in the background;
 # give them a bounded time to finish before the interpreter exits.

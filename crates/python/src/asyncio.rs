@@ -13,6 +13,7 @@
 //! out in the order they arrived, whatever is cancelled.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -53,12 +54,22 @@ pub(crate) fn send(
     socket: Arc<Socket>,
     msg: Message,
 ) -> PyResult<Bound<'_, PyAny>> {
+    done_when(py, async move { socket.send(msg).await })
+}
+
+/// An asyncio future resolving to `None` when `work` completes (or to its
+/// error). Cancelling the asyncio future drops `work`, which must therefore
+/// be cancel-safe.
+pub(crate) fn done_when<F>(py: Python<'_>, work: F) -> PyResult<Bound<'_, PyAny>>
+where
+    F: Future<Output = Result<(), dafka_zmtp::Error>> + Send + 'static,
+{
     let (fut, handoff, cancel) = new_future(py)?;
     runtime::handle().spawn(async move {
         let outcome = tokio::select! {
             biased;
             () = cancel.wait() => return,
-            sent = socket.send(msg) => sent.map(|()| None),
+            done = work => done.map(|()| None),
         };
         handoff.complete(outcome, None).await;
     });

@@ -9,11 +9,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
+use std::time::Duration;
 
 use dafka_zmtp::{Error, Message, SocketType};
 use pyo3::prelude::*;
 
-use crate::asyncio::lock;
+use crate::asyncio::{self, lock};
 use crate::zmtp::{PySocket, receives};
 use crate::{errors, runtime};
 
@@ -22,7 +23,7 @@ pub(crate) const POLLIN: i32 = 1;
 pub(crate) const POLLOUT: i32 = 2;
 
 /// Sockets and the events each is polled for.
-#[pyclass(module = "dafka.zmtp", frozen)]
+#[pyclass(module = "dafka.zmtp", frozen, subclass)]
 #[derive(Default)]
 pub(crate) struct Poller {
     entries: Mutex<Vec<(Py<PySocket>, i32)>>,
@@ -87,43 +88,85 @@ impl Poller {
             .map(|(s, f)| (s.bind(py).clone(), *f))
             .collect();
         let ready = scan(&entries)?;
-        let limit = match timeout {
-            Some(ms) if ms >= 0.0 => Some(
-                std::time::Duration::try_from_secs_f64(ms / 1000.0)
-                    .map_err(|_| errors::invalid(format!("timeout must be finite, got {ms}")))?,
-            ),
-            _ => None,
-        };
+        let limit = milliseconds(timeout)?;
         if !ready.is_empty() || limit.is_some_and(|l| l.is_zero()) {
             return Ok(ready);
         }
-        let mut waiting = Vec::new();
-        let mut futures: Vec<Received> = Vec::new();
-        for (s, flags) in &entries {
-            if flags & POLLIN != 0 && receives(s.get().socket_type_value()) {
-                let socket = Arc::clone(s.get().socket()?);
-                futures.push(Box::pin(async move { socket.recv().await }));
-                waiting.push(s);
+        let first = first_message(&entries)?;
+        match runtime::wait_for_at_most(py, limit, first)? {
+            None => Ok(Vec::new()),
+            Some(received) => {
+                received.map_err(errors::zmtp)?;
+                scan(&entries)
             }
         }
-        let first = std::future::poll_fn(move |cx| {
+    }
+
+    /// An asyncio future resolving to `None` once a socket registered for
+    /// `POLLIN` has a message (taken into its stash) or `timeout`
+    /// milliseconds passed (`None` or negative: no limit). The loop is never
+    /// blocked; cancelling loses no message. `dafka.zmtp.Poller.poll_async`
+    /// builds on it.
+    #[pyo3(signature = (timeout = None))]
+    fn _wait_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let entries: Vec<(Bound<'py, PySocket>, i32)> = lock(&self.entries)
+            .iter()
+            .map(|(s, f)| (s.bind(py).clone(), *f))
+            .collect();
+        let limit = milliseconds(timeout)?;
+        let first = first_message(&entries)?;
+        asyncio::done_when(py, async move {
+            match limit {
+                None => first.await,
+                Some(limit) => tokio::time::timeout(limit, first).await.unwrap_or(Ok(())),
+            }
+        })
+    }
+}
+
+/// `None` for no limit (absent or negative), else the duration.
+fn milliseconds(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    match timeout {
+        Some(ms) if ms >= 0.0 => Duration::try_from_secs_f64(ms / 1000.0)
+            .map(Some)
+            .map_err(|_| errors::invalid(format!("timeout must be finite, got {ms}"))),
+        _ => Ok(None),
+    }
+}
+
+/// A future that receives the first message of any socket polled for
+/// `POLLIN` and puts it into that socket's stash, where its next receive
+/// finds it. Never resolves when no socket is polled for `POLLIN`. Dropping
+/// it loses nothing: every socket receive is cancel-safe.
+fn first_message(
+    entries: &[(Bound<'_, PySocket>, i32)],
+) -> PyResult<impl Future<Output = Result<(), Error>> + Send + 'static> {
+    let mut waiting: Vec<Py<PySocket>> = Vec::new();
+    let mut futures: Vec<Received> = Vec::new();
+    for (s, flags) in entries {
+        if flags & POLLIN != 0 && receives(s.get().socket_type_value()) {
+            let socket = Arc::clone(s.get().socket()?);
+            futures.push(Box::pin(async move { socket.recv().await }));
+            waiting.push(s.clone().unbind());
+        }
+    }
+    Ok(async move {
+        let (i, received) = std::future::poll_fn(|cx| {
             for (i, f) in futures.iter_mut().enumerate() {
                 if let Poll::Ready(r) = f.as_mut().poll(cx) {
                     return Poll::Ready((i, r));
                 }
             }
             Poll::Pending
-        });
-        match runtime::wait_for_at_most(py, limit, first)? {
-            None => Ok(Vec::new()),
-            Some((i, received)) => {
-                waiting[i]
-                    .get()
-                    .stash_received(received.map_err(errors::zmtp)?);
-                scan(&entries)
-            }
-        }
-    }
+        })
+        .await;
+        waiting[i].get().stash_received(received?);
+        Ok(())
+    })
 }
 
 /// The sockets ready now, without waiting.
