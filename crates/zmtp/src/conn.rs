@@ -112,7 +112,7 @@ pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config 
         properties: o.properties.clone(),
         limits: o.limits,
         mechanism: MechanismConfig::Null,
-        as_server: false,
+        peer_address: String::new(),
         heartbeat,
         handshake_timeout: o.handshake_timeout.map(cap),
     }
