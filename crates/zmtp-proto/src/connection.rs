@@ -690,12 +690,12 @@ impl Connection {
     {
         let mut messages = 0usize;
         while messages < max_messages {
-            let Some(frame) = self.decoder.decode(buf)? else {
+            let Some(head) = self.decoder.decode_header(buf)? else {
                 return Ok(());
             };
-            let body = match frame {
-                Frame::Command(body) | Frame::Message { body, .. } => body,
-            };
+            // The box is opened in place: split off as a `BytesMut` of its own, not shared.
+            let mut body = buf.split_to(head.header_len + head.body_len);
+            body.advance(head.header_len);
             let Some(cipher) = self.cipher.as_mut() else {
                 return Ok(());
             };

@@ -36,7 +36,7 @@
 //! and must strictly increase: anything else is a replay or a reordering and closes the
 //! connection.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use crypto_box::aead::consts::{U16, U24};
 use crypto_box::aead::generic_array::GenericArray;
 use crypto_box::aead::{AeadInPlace, KeyInit};
@@ -235,37 +235,47 @@ impl Cipher {
         );
     }
 
-    /// Opens a MESSAGE frame body into its flags and the frame it carries.
-    pub(crate) fn open_frame(&mut self, body: Bytes) -> Result<(u8, Bytes), Error> {
+    /// Opens a MESSAGE frame body, in place, into its flags and the frame it carries.
+    ///
+    /// | Offset | Size | Field |
+    /// |---:|---:|---|
+    /// | 0 | 8 | `07 "MESSAGE"` |
+    /// | 8 | 8 | nonce (big-endian) |
+    /// | 16 | 16 | Poly1305 tag |
+    /// | 32 | 1 | flags (boxed) |
+    /// | 33 | rest | frame (boxed) |
+    pub(crate) fn open_frame(&mut self, mut body: BytesMut) -> Result<(u8, Bytes), Error> {
         if body.get(..8) != Some(b"\x07MESSAGE") {
             return Err(MalformedError::NotCurveMessage.into());
         }
-        let (_, mut r) = parse_command(body)?;
-        let nonce = r.u64("MESSAGE nonce").map_err(MalformedError::from)?;
-        let boxed = r.rest();
-        if boxed.len() < TAG + 1 {
+        if body.len() < CURVE_MESSAGE_OVERHEAD {
             return Err(MalformedError::CommandSize {
                 command: "MESSAGE",
-                size: 16 + boxed.len(),
+                size: body.len(),
                 expected: "at least 33 bytes",
             }
             .into());
         }
+        let mut nonce8 = [0u8; 8];
+        nonce8.copy_from_slice(&body[8..16]);
+        let nonce = u64::from_be_bytes(nonce8);
         // "The nonce MUST be strictly greater than the nonce of the previous MESSAGE": a
         // replayed or reordered box closes the connection before it is even opened.
         check_nonce(nonce, self.peer_nonce)?;
-        let mut plain = BytesMut::from(&boxed[TAG..]);
+        let mut tag = [0u8; TAG];
+        tag.copy_from_slice(&body[16..32]);
         self.aead
             .decrypt_in_place_detached(
-                GenericArray::from_slice(&nonce24(self.recv_prefix, &nonce.to_be_bytes())),
+                GenericArray::from_slice(&nonce24(self.recv_prefix, &nonce8)),
                 b"",
-                &mut plain,
-                GenericArray::from_slice(&boxed[..TAG]),
+                &mut body[32..],
+                GenericArray::from_slice(&tag),
             )
             .map_err(|_| PeerError::CurveBox { what: "MESSAGE" })?;
         // Only a box that opened moves the nonce on (a forged one must not).
         self.peer_nonce = nonce;
-        let mut frame = plain.freeze();
+        body.advance(32);
+        let mut frame = body.freeze();
         let flags = frame.split_to(1)[0];
         if flags & !(CURVE_FLAG_MORE | CURVE_FLAG_COMMAND) != 0 {
             return Err(MalformedError::CurveFlags(flags).into());
@@ -501,8 +511,10 @@ impl CurveServer {
         let client_short: [u8; 32] = r.array("HELLO C'").map_err(MalformedError::from)?;
         let nonce = r.u64("HELLO nonce").map_err(MalformedError::from)?;
         let boxed = r.rest();
+        // Box(C', s) opens the HELLO and seals the WELCOME: one X25519 for both.
+        let long_box = salsa_box(&client_short, self.keypair.secret());
         let plain = open(
-            &salsa_box(&client_short, self.keypair.secret()),
+            &long_box,
             &nonce24(HELLO_NONCE, &nonce.to_be_bytes()),
             &boxed,
             "HELLO",
@@ -531,7 +543,7 @@ impl CurveServer {
         let welcome_nonce: [u8; 16] = random();
         let mut boxed = BytesMut::with_capacity(144);
         seal(
-            &salsa_box(&client_short, self.keypair.secret()),
+            &long_box,
             &nonce24(WELCOME_NONCE, &welcome_nonce),
             &welcome_plain,
             &mut boxed,
