@@ -251,8 +251,10 @@ def test_option_errors_name_the_option() -> None:
 
 def test_setsockopt_in_libzmq_order_and_getsockopt() -> None:
     s = dafka.zmtp.Socket("REP")
+    assert s.getsockopt(dafka.zmtp.MECHANISM) == dafka.zmtp.NULL
     s.setsockopt(dafka.zmtp.CURVE_SERVER, 1)
     assert s.getsockopt(dafka.zmtp.CURVE_SERVER) == 1
+    assert s.getsockopt(dafka.zmtp.MECHANISM) == dafka.zmtp.CURVE
     with pytest.raises(dafka.InvalidArgumentError, match="curve_secretkey"):
         s.bind("tcp://127.0.0.1:0")
     s.setsockopt(dafka.zmtp.CURVE_SECRETKEY, SERVER_SECRET.encode())

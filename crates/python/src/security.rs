@@ -68,11 +68,14 @@ impl Security {
             PyBytes::new(py, k.map(|k| z85_encode(&k)).unwrap_or_default().as_bytes())
         };
         Ok(Some(match name {
+            // What the options set so far select, complete or not (as libzmq answers).
             "mechanism" => {
-                let n: i64 = match self.mechanism()? {
-                    MechanismConfig::PlainClient { .. } | MechanismConfig::PlainServer { .. } => 1,
-                    MechanismConfig::CurveClient { .. } | MechanismConfig::CurveServer { .. } => 2,
-                    _ => 0,
+                let n: i64 = if self.uses_curve() {
+                    2
+                } else if self.uses_plain() {
+                    1
+                } else {
+                    0
                 };
                 n.into_pyobject(py)?.into_any()
             }
@@ -95,12 +98,7 @@ impl Security {
     /// The mechanism these options describe; a missing or contradictory option is an
     /// `InvalidArgumentError` naming it.
     pub(crate) fn mechanism(&self) -> PyResult<MechanismConfig> {
-        let curve = self.curve_server
-            || self.curve_serverkey.is_some()
-            || self.curve_publickey.is_some()
-            || self.curve_secretkey.is_some();
-        let plain =
-            self.plain_server || self.plain_username.is_some() || self.plain_password.is_some();
+        let (curve, plain) = (self.uses_curve(), self.uses_plain());
         if curve && plain {
             return Err(errors::invalid(
                 "curve_* and plain_* options cannot be combined: a socket uses one mechanism",
@@ -165,6 +163,17 @@ impl Security {
         }
         self.no_authenticator()?;
         Ok(MechanismConfig::Null)
+    }
+
+    fn uses_curve(&self) -> bool {
+        self.curve_server
+            || self.curve_serverkey.is_some()
+            || self.curve_publickey.is_some()
+            || self.curve_secretkey.is_some()
+    }
+
+    fn uses_plain(&self) -> bool {
+        self.plain_server || self.plain_username.is_some() || self.plain_password.is_some()
     }
 
     fn no_authenticator(&self) -> PyResult<()> {

@@ -213,3 +213,102 @@ async fn plain_with_libzmq_both_ways_and_a_wrong_password_refused() {
     push.send(Message::from(&b"plain"[..])).await.unwrap();
     assert_eq!(peer.await.unwrap(), b"plain".to_vec());
 }
+
+/// What a hostile client (holding an allowed key) does after a valid request.
+#[derive(Debug, Clone, Copy)]
+enum Attack {
+    /// Sends the same boxes again.
+    Replay,
+    /// Sends its second request's boxes, then the first's.
+    Reorder,
+    /// Flips one bit of a box.
+    Tamper,
+}
+
+/// Runs a CURVE client, sans-IO over a raw TCP stream so that it can misbehave, against `ep`;
+/// returns once the server closed the connection (panics if it stays open 5 s).
+async fn hostile_client(ep: &str, keys: CurveKeyPair, server: [u8; 32], attack: Attack) {
+    use dafka_zmtp_proto::{Config, Connection};
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let addr = ep.strip_prefix("tcp://").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut config = Config::new(SocketType::Req);
+    config.mechanism = MechanismConfig::CurveClient {
+        keypair: keys,
+        server_key: server,
+    };
+    let mut conn = Connection::new(config, Instant::now());
+    let (mut out, mut inbuf) = (bytes::BytesMut::new(), bytes::BytesMut::new());
+    while !conn.is_ready() {
+        conn.poll_transmit(&mut out);
+        stream.write_all(&out).await.unwrap();
+        out.clear();
+        assert!(
+            stream.read_buf(&mut inbuf).await.unwrap() > 0,
+            "closed in the handshake"
+        );
+        conn.handle_input(&mut inbuf, Instant::now()).unwrap();
+    }
+    let request = |body: &'static [u8]| -> Message {
+        [Bytes::new(), Bytes::from_static(body)]
+            .into_iter()
+            .collect()
+    };
+    let (mut first, mut second) = (bytes::BytesMut::new(), bytes::BytesMut::new());
+    conn.send_message(&request(b"one"), &mut first).unwrap();
+    conn.send_message(&request(b"two"), &mut second).unwrap();
+    match attack {
+        Attack::Replay => {
+            stream.write_all(&first).await.unwrap();
+            stream.write_all(&first).await.unwrap();
+        }
+        Attack::Reorder => {
+            stream.write_all(&second).await.unwrap();
+            stream.write_all(&first).await.unwrap();
+        }
+        Attack::Tamper => {
+            let last = first.len() - 1;
+            first[last] ^= 0x01;
+            stream.write_all(&first).await.unwrap();
+        }
+    }
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut sink = Vec::new();
+        loop {
+            match stream.read_buf(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "{attack:?}: the server kept the connection open"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_reordered_and_tampered_boxes_close_only_their_connection() {
+    let server_keys = CurveKeyPair::generate();
+    let client = CurveKeyPair::generate();
+    let rep = Socket::new(
+        SocketType::Rep,
+        opts(MechanismConfig::CurveServer {
+            keypair: server_keys.clone(),
+            authenticator: Authenticator::curve_keys([*client.public()]),
+        }),
+    )
+    .unwrap();
+    let ep = rep.bind("tcp://127.0.0.1:0").await.unwrap();
+    let task = echo(rep);
+    let server = *server_keys.public();
+    for attack in [Attack::Replay, Attack::Reorder, Attack::Tamper] {
+        hostile_client(&ep, client.clone(), server, attack).await;
+    }
+    // The server keeps serving a well-behaved client with the same key.
+    assert!(libzmq_request(ep, client, server, 10_000).await.is_some());
+    task.abort();
+}
