@@ -22,7 +22,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-zmtp bench-store bench-python fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
@@ -86,7 +86,8 @@ fuzz-build:
 	@# are not built twice.
 	$(CARGO) build --manifest-path fuzz/Cargo.toml --locked --target-dir $(TARGET_DIR)
 	@# Replay every seed input once: each target asserts its invariants on them.
-	@for t in greeting frame_decoder command connection dafka_message store_open zre_message; do \
+	@for t in greeting frame_decoder command connection dafka_message store_open zre_message \
+	    plain_server plain_client curve_server curve_client; do \
 	  $(TARGET_DIR)/debug/$$t fuzz/corpus/$$t/* >$(TARGET_DIR)/fuzz-$$t.log 2>&1 \
 	    || { cat $(TARGET_DIR)/fuzz-$$t.log; echo "fuzz $$t: a seed input failed"; exit 1; }; \
 	  echo "fuzz $$t: $$(ls fuzz/corpus/$$t | wc -l) seed inputs replayed, invariants held"; done
@@ -113,6 +114,12 @@ bench-zmtp: venv sysdeps
 # APIs (the release wheel installed in .venv), rewriting its section of BENCHMARKS.md.
 bench-python: venv wheel
 	$(PY) benches/run.py --python
+
+# CURVE against NULL and libzmq CURVE: PUSH/PULL 128 B and 64 KiB, handshakes/s
+# (rewrites its section of BENCHMARKS.md).
+bench-security: venv sysdeps
+	$(CARGO) build --release --locked -p dafka-benches
+	$(PY) benches/security.py --bin $(TARGET_DIR)/release/dafka-bench
 
 # The storage engine: 3 s per case, then a memory run of STORE_MEMORY_SECONDS (10 min).
 STORE_MEMORY_SECONDS ?= 600

@@ -248,6 +248,10 @@ SECTIONS = {
         "<!-- python-bench: rewritten by benches/run.py --python -->",
         "<!-- /python-bench -->",
     ),
+    "security": (
+        "<!-- security-bench: rewritten by benches/security.py -->",
+        "<!-- /security-bench -->",
+    ),
 }
 
 

@@ -18,6 +18,9 @@ pub(crate) enum Role {
     Req,
     /// REP: binds and echoes `warmup + count` requests.
     Rep,
+    /// A REQ per round trip: connects a new socket, one round trip, closes; measures
+    /// handshakes (connections set up) per second against a `rep` with the same count.
+    Handshake,
 }
 
 impl Role {
@@ -28,6 +31,7 @@ impl Role {
             Self::Pull => "pull",
             Self::Req => "req",
             Self::Rep => "rep",
+            Self::Handshake => "handshake",
         }
     }
 
@@ -36,6 +40,7 @@ impl Role {
         match self {
             Self::Push | Self::Pull => "pushpull",
             Self::Req | Self::Rep => "reqrep",
+            Self::Handshake => "handshake",
         }
     }
 
@@ -50,6 +55,7 @@ impl Role {
             "pull" => Some(Self::Pull),
             "req" => Some(Self::Req),
             "rep" => Some(Self::Rep),
+            "handshake" => Some(Self::Handshake),
             _ => None,
         }
     }
@@ -121,6 +127,8 @@ pub(crate) struct RunArgs {
     pub(crate) hold: bool,
     /// Tokio worker threads for async backends; 0 runs them on the current thread.
     pub(crate) workers: usize,
+    /// CURVE on the connection (the binding side is the server).
+    pub(crate) curve: bool,
 }
 
 /// Largest message size accepted (the biggest benchmark size is 256 KiB).
@@ -222,11 +230,16 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, BenchError> {
     let mut warmup = 0u64;
     let mut timeout_secs = 60.0f64;
     let mut hold = false;
+    let mut curve = false;
     let mut workers = 0usize;
     let mut it = args.iter().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--hold" {
             hold = true;
+            continue;
+        }
+        if flag == "--curve" {
+            curve = true;
             continue;
         }
         let value = it
@@ -273,6 +286,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, BenchError> {
         timeout: Duration::from_secs_f64(timeout_secs),
         hold,
         workers,
+        curve,
     }))
 }
 
@@ -299,6 +313,25 @@ mod tests {
         assert_eq!((run.size, run.count, run.warmup), (128, 10, 2));
         assert!(run.hold);
         assert!(!run.role.binds());
+    }
+
+    #[test]
+    fn parses_curve_and_the_handshake_role() {
+        let Command::Run(run) = parse(&args(
+            "handshake --impl dafka --endpoint tcp://127.0.0.1:5555 --size 1 --count 10 --curve",
+        ))
+        .unwrap() else {
+            panic!("expected a run command");
+        };
+        assert_eq!((run.role, run.role.test()), (Role::Handshake, "handshake"));
+        assert!(run.curve && !run.role.binds());
+        let Command::Run(run) = parse(&args(
+            "rep --impl libzmq --endpoint tcp://127.0.0.1:5555 --size 1 --count 10",
+        ))
+        .unwrap() else {
+            panic!("expected a run command");
+        };
+        assert!(!run.curve);
     }
 
     #[test]

@@ -16,16 +16,24 @@ pub(crate) async fn run<B: Backend>(args: &RunArgs) -> Result<Report, BenchError
     let start = Instant::now();
     let deadline = start + args.timeout;
     let tokio_deadline = tokio::time::Instant::from_std(deadline);
-    let mut sock =
-        tokio::time::timeout_at(tokio_deadline, B::open(args.role, &args.endpoint, deadline))
+    if args.role == Role::Handshake {
+        return tokio::time::timeout_at(tokio_deadline, handshakes::<B>(args, deadline))
             .await
-            .map_err(|_| BenchError::Timeout("opening the socket"))??;
+            .map_err(|_| BenchError::Timeout("waiting for the peer"))?;
+    }
+    let mut sock = tokio::time::timeout_at(
+        tokio_deadline,
+        B::open(args.role, &args.endpoint, deadline, args.curve),
+    )
+    .await
+    .map_err(|_| BenchError::Timeout("opening the socket"))??;
     let measured = tokio::time::timeout_at(tokio_deadline, async {
         match args.role {
             Role::Push => push(&mut sock, args, deadline).await,
             Role::Pull => pull(&mut sock, args, deadline).await,
             Role::Req => req(&mut sock, args, deadline).await,
             Role::Rep => rep(&mut sock, args, deadline).await,
+            Role::Handshake => unreachable!("handled above"),
         }
     })
     .await
@@ -167,6 +175,30 @@ async fn req<B: Backend>(
         .float("mean_us", lat.mean_us)
         .float("min_us", lat.min_us)
         .float("max_us", lat.max_us);
+    Ok(r)
+}
+
+/// `warmup + count` connections, each a new REQ socket with one round trip, then closed; the
+/// rate counts the `count` measured ones (connect, greeting, security handshake, one round
+/// trip, close).
+async fn handshakes<B: Backend>(args: &RunArgs, deadline: Instant) -> Result<Report, BenchError> {
+    let body = payload(args.size);
+    let one = async || -> Result<(), BenchError> {
+        let mut sock = B::open(Role::Req, &args.endpoint, deadline, args.curve).await?;
+        round_trip(&mut sock, &body, deadline).await?;
+        sock.close().await
+    };
+    for _ in 0..args.warmup {
+        one().await?;
+    }
+    let t0 = Instant::now();
+    for _ in 0..args.count {
+        one().await?;
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let mut r = Report::default();
+    r.float("elapsed_s", elapsed)
+        .float("handshakes_per_s", args.count as f64 / elapsed);
     Ok(r)
 }
 

@@ -4,7 +4,7 @@
 import asyncio
 import builtins
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, final, overload
 
@@ -21,11 +21,22 @@ __all__ = [
     "Store",
     "Tower",
     "__version__",
+    "curve_keypair",
+    "curve_public",
     "term",
 ]
 __version__: str
 
 _Frames: TypeAlias = Buffer | Sequence[Buffer]
+_Authenticator: TypeAlias = (
+    list[str | bytes]
+    | tuple[str | bytes, ...]
+    | set[str | bytes]
+    | frozenset[str | bytes]
+    | dict[str, str]
+    | dict[bytes, bytes]
+    | Callable[[str, str, Any], bool | str]
+)
 
 @final
 class Frame:
@@ -86,6 +97,14 @@ class Socket:
         max_subscription_size: int = ...,
         max_connections: int = ...,
         properties: dict[str, bytes] = ...,
+        curve_server: bool = ...,
+        curve_publickey: str | bytes | None = ...,
+        curve_secretkey: str | bytes | None = ...,
+        curve_serverkey: str | bytes | None = ...,
+        plain_server: bool = ...,
+        plain_username: str | bytes | None = ...,
+        plain_password: str | bytes | None = ...,
+        authenticator: _Authenticator | None = ...,
     ) -> Socket: ...
     @property
     def socket_type(self) -> str: ...
@@ -148,6 +167,8 @@ class Socket:
     ) -> bool: ...
 
 def term(timeout: float = 5.0) -> int: ...
+def curve_keypair() -> tuple[str, str]: ...
+def curve_public(secret: str | bytes) -> str: ...
 
 _Towers: TypeAlias = str
 _Values: TypeAlias = Sequence[builtins.bytes | bytearray | str] | pyarrow.Array[Any]

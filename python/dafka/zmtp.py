@@ -29,6 +29,23 @@ socket's first bind, connect, send or receive, in libzmq's units (milliseconds).
 A bad value raises :class:`dafka.InvalidArgumentError` naming the option, at
 construction or in ``setsockopt``.
 
+Security (``docs/security.md``), as libzmq names it: CURVE with
+``curve_server=True`` and ``curve_secretkey`` on the server, ``curve_serverkey``,
+``curve_publickey`` and ``curve_secretkey`` on clients (keys as 40-character Z85
+from :func:`curve_keypair`, or 32 raw bytes); PLAIN with ``plain_server=True`` or
+``plain_username``/``plain_password``. A server's ``authenticator`` decides on each
+client (what a ZAP handler does for libzmq): a list or set of allowed CURVE public
+keys, a dict of PLAIN ``username: password``, or a callable
+``(address, mechanism, credentials)`` returning ``True`` to let the client in and
+``False`` or a reason ``str`` to refuse it (``credentials`` is the Z85 public key for
+CURVE, ``(username, password)`` bytes for PLAIN). A refused client gets ERROR
+``400`` and is closed; the decision is logged. A CURVE server without
+authenticator lets in every client that knows its public key.
+
+>>> public, secret = dafka.zmtp.curve_keypair()
+>>> len(public), dafka.zmtp.curve_public(secret) == public
+(40, True)
+
 The API follows pyzmq: ``send(data, flags=0, copy=True)``,
 ``send_multipart(frames)``, ``recv(flags=0, copy=True) -> bytes`` (one frame),
 ``recv_multipart() -> list``, ``NOBLOCK`` raising :class:`dafka.WouldBlockError`,
@@ -43,7 +60,7 @@ from __future__ import annotations
 import atexit
 
 from dafka import _native
-from dafka._native import Frame, Monitor, Socket, term
+from dafka._native import Frame, Monitor, Socket, curve_keypair, curve_public, term
 
 SOCKET_TYPES: tuple[str, ...] = (
     "REQ",
@@ -95,6 +112,16 @@ HEARTBEAT_IVL = 75
 HEARTBEAT_TTL = 76
 HEARTBEAT_TIMEOUT = 77
 CONNECT_TIMEOUT = 79
+MECHANISM = 43
+PLAIN_SERVER = 44
+PLAIN_USERNAME = 45
+PLAIN_PASSWORD = 46
+CURVE_SERVER = 47
+CURVE_PUBLICKEY = 48
+CURVE_SECRETKEY = 49
+CURVE_SERVERKEY = 50
+#: ``getsockopt(MECHANISM)`` values.
+NULL, PLAIN, CURVE = 0, 1, 2
 
 
 class Poller(_native.Poller):
@@ -121,6 +148,11 @@ atexit.register(term)
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "CURVE",
+    "CURVE_PUBLICKEY",
+    "CURVE_SECRETKEY",
+    "CURVE_SERVER",
+    "CURVE_SERVERKEY",
     "DEALER",
     "DONTWAIT",
     "EVENTS",
@@ -133,8 +165,14 @@ __all__ = [
     "LAST_ENDPOINT",
     "LINGER",
     "MAXMSGSIZE",
+    "MECHANISM",
     "NOBLOCK",
+    "NULL",
     "PAIR",
+    "PLAIN",
+    "PLAIN_PASSWORD",
+    "PLAIN_SERVER",
+    "PLAIN_USERNAME",
     "POLLIN",
     "POLLOUT",
     "PUB",
@@ -167,5 +205,7 @@ __all__ = [
     "Monitor",
     "Poller",
     "Socket",
+    "curve_keypair",
+    "curve_public",
     "term",
 ]

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use dafka_zmtp::{Message, Options, Socket, SocketType};
+use dafka_zmtp::{Authenticator, MechanismConfig, Message, Options, Socket, SocketType};
 
 use super::Backend;
 use crate::cli::{Endpoint, Role};
@@ -21,14 +21,34 @@ fn err(e: dafka_zmtp::Error) -> BenchError {
 impl Backend for Dafka {
     type Msg = Message;
 
-    async fn open(role: Role, endpoint: &Endpoint, _deadline: Instant) -> Result<Self, BenchError> {
+    async fn open(
+        role: Role,
+        endpoint: &Endpoint,
+        _deadline: Instant,
+        curve: bool,
+    ) -> Result<Self, BenchError> {
         let kind = match role {
             Role::Push => SocketType::Push,
             Role::Pull => SocketType::Pull,
-            Role::Req => SocketType::Req,
+            Role::Req | Role::Handshake => SocketType::Req,
             Role::Rep => SocketType::Rep,
         };
-        let socket = Socket::new(kind, Options::default()).map_err(err)?;
+        let mut options = Options::default();
+        if curve {
+            let (server, client) = super::curve_keys();
+            options.mechanism = if role.binds() {
+                MechanismConfig::CurveServer {
+                    keypair: server,
+                    authenticator: Authenticator::allow_all(),
+                }
+            } else {
+                MechanismConfig::CurveClient {
+                    keypair: client,
+                    server_key: *server.public(),
+                }
+            };
+        }
+        let socket = Socket::new(kind, options).map_err(err)?;
         if role.binds() {
             socket.bind(&endpoint.zmq()).await.map_err(err)?;
         } else {

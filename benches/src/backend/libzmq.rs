@@ -55,15 +55,43 @@ impl Libzmq {
 impl Backend for Libzmq {
     type Msg = zmq::Message;
 
-    async fn open(role: Role, endpoint: &Endpoint, _deadline: Instant) -> Result<Self, BenchError> {
-        let ctx = zmq::Context::new();
+    async fn open(
+        role: Role,
+        endpoint: &Endpoint,
+        _deadline: Instant,
+        curve: bool,
+    ) -> Result<Self, BenchError> {
+        // One context (one I/O thread) per process, as applications have: the handshake
+        // benchmark opens a socket per connection.
+        static CTX: std::sync::OnceLock<zmq::Context> = std::sync::OnceLock::new();
+        let ctx = CTX.get_or_init(zmq::Context::new).clone();
         let kind = match role {
             Role::Push => zmq::PUSH,
             Role::Pull => zmq::PULL,
-            Role::Req => zmq::REQ,
+            Role::Req | Role::Handshake => zmq::REQ,
             Role::Rep => zmq::REP,
         };
         let socket = ctx.socket(kind).map_err(err)?;
+        if curve {
+            let (server, client) = super::curve_keys();
+            let z85 = |k: &[u8; 32]| dafka_zmtp::z85_encode(k);
+            if role.binds() {
+                socket.set_curve_server(true).map_err(err)?;
+                socket
+                    .set_curve_secretkey(z85(server.secret()).as_bytes())
+                    .map_err(err)?;
+            } else {
+                socket
+                    .set_curve_serverkey(z85(server.public()).as_bytes())
+                    .map_err(err)?;
+                socket
+                    .set_curve_publickey(z85(client.public()).as_bytes())
+                    .map_err(err)?;
+                socket
+                    .set_curve_secretkey(z85(client.secret()).as_bytes())
+                    .map_err(err)?;
+            }
+        }
         socket.set_rcvtimeo(POLL_MS).map_err(err)?;
         socket.set_sndtimeo(POLL_MS).map_err(err)?;
         socket.set_linger(LINGER_MS).map_err(err)?;

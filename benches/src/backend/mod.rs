@@ -27,8 +27,15 @@ pub(crate) trait Backend: Sized {
     /// A received message, kept in the backend's own type so REP can echo it without a copy.
     type Msg;
 
-    /// Binds (PULL, REP) or connects (PUSH, REQ, retrying until `deadline`).
-    async fn open(role: Role, endpoint: &Endpoint, deadline: Instant) -> Result<Self, BenchError>;
+    /// Binds (PULL, REP) or connects (PUSH, REQ, retrying until `deadline`). With `curve`,
+    /// the binding side is the CURVE server and the connecting side its client, with the
+    /// fixed key pairs of [`curve_keys`] (backends without CURVE refuse).
+    async fn open(
+        role: Role,
+        endpoint: &Endpoint,
+        deadline: Instant,
+        curve: bool,
+    ) -> Result<Self, BenchError>;
 
     /// Sends one single-frame message holding `payload`.
     async fn send(&mut self, payload: &Bytes, deadline: Instant) -> Result<(), BenchError>;
@@ -47,6 +54,20 @@ pub(crate) trait Backend: Sized {
 
     /// Closes the socket, delivering what it can.
     async fn close(self) -> Result<(), BenchError>;
+}
+
+/// The CURVE key pairs of the benchmark as `(server, client)`: fixed, so that two processes
+/// agree on them without exchanging anything.
+pub(crate) fn curve_keys() -> (dafka_zmtp::CurveKeyPair, dafka_zmtp::CurveKeyPair) {
+    (
+        dafka_zmtp::CurveKeyPair::from_secret([0x5e; 32]),
+        dafka_zmtp::CurveKeyPair::from_secret([0xc1; 32]),
+    )
+}
+
+/// The error of a backend that has no CURVE.
+pub(crate) fn no_curve(backend: &str) -> BenchError {
+    BenchError::Unavailable(format!("{backend} with CURVE"))
 }
 
 /// Whether `deadline` has passed.

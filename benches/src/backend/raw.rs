@@ -212,7 +212,15 @@ async fn connect_retrying(endpoint: &Endpoint, deadline: Instant) -> Result<TcpS
 impl Backend for Raw {
     type Msg = Bytes;
 
-    async fn open(role: Role, endpoint: &Endpoint, deadline: Instant) -> Result<Self, BenchError> {
+    async fn open(
+        role: Role,
+        endpoint: &Endpoint,
+        deadline: Instant,
+        curve: bool,
+    ) -> Result<Self, BenchError> {
+        if curve {
+            return Err(super::no_curve("raw"));
+        }
         let stream = if role.binds() {
             let listener = TcpListener::bind(endpoint.addr).await?;
             listener.accept().await?.0
@@ -224,7 +232,7 @@ impl Backend for Raw {
             stream,
             out: Outbox::default(),
             inbuf: BytesMut::with_capacity(2 * READ_CHUNK),
-            flush_each: matches!(role, Role::Req | Role::Rep),
+            flush_each: matches!(role, Role::Req | Role::Rep | Role::Handshake),
             lowat: 1,
         })
     }

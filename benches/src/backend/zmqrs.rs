@@ -48,12 +48,22 @@ async fn attach<S: zeromq::Socket>(
 impl Backend for ZmqRs {
     type Msg = ZmqMessage;
 
-    async fn open(role: Role, endpoint: &Endpoint, deadline: Instant) -> Result<Self, BenchError> {
+    async fn open(
+        role: Role,
+        endpoint: &Endpoint,
+        deadline: Instant,
+        curve: bool,
+    ) -> Result<Self, BenchError> {
+        if curve {
+            return Err(super::no_curve("zmqrs"));
+        }
         let ep = endpoint.zmq();
         Ok(match role {
             Role::Push => Self::Push(attach(zeromq::PushSocket::new(), role, &ep, deadline).await?),
             Role::Pull => Self::Pull(attach(zeromq::PullSocket::new(), role, &ep, deadline).await?),
-            Role::Req => Self::Req(attach(zeromq::ReqSocket::new(), role, &ep, deadline).await?),
+            Role::Req | Role::Handshake => {
+                Self::Req(attach(zeromq::ReqSocket::new(), role, &ep, deadline).await?)
+            }
             Role::Rep => Self::Rep(attach(zeromq::RepSocket::new(), role, &ep, deadline).await?),
         })
     }

@@ -58,6 +58,7 @@ mod consumer;
 mod error;
 pub mod node;
 mod producer;
+mod security;
 mod store;
 mod tower;
 
@@ -67,5 +68,6 @@ pub use dafka_store::SyncPolicy;
 pub use error::Error;
 pub use node::{NodeConfig, NodeStats, TowerAddress};
 pub use producer::{ProducerNode, ProducerOptions, RESUME_GRACE};
+pub use security::ClusterKeys;
 pub use store::{StoreNode, StoreOptions};
 pub use tower::{Tower, TowerConfig};

@@ -28,6 +28,8 @@ use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::security::ClusterKeys;
+
 use crate::error::Error;
 
 /// Most malformed-input warnings logged per second; the rest are counted and summed up.
@@ -117,6 +119,9 @@ pub struct NodeConfig {
     pub rcvhwm: usize,
     /// How long closing the node keeps flushing its publisher.
     pub linger: Duration,
+    /// CURVE on every connection of the node (`None`, the default: plaintext, as the
+    /// reference speaks).
+    pub security: Option<ClusterKeys>,
 }
 
 impl NodeConfig {
@@ -134,7 +139,15 @@ impl NodeConfig {
             sndhwm: 100_000,
             rcvhwm: 100_000,
             linger: Duration::from_millis(500),
+            security: None,
         }
+    }
+
+    /// Sets [`security`](Self::security).
+    #[must_use]
+    pub fn with_security(mut self, keys: Option<ClusterKeys>) -> Self {
+        self.security = keys;
+        self
     }
 
     /// Sets [`host`](Self::host).
@@ -424,13 +437,17 @@ impl Plumbing {
         publisher_type: SocketType,
     ) -> Result<Plumbing, Error> {
         config.validate()?;
-        let quick = Options::default().with_linger(Some(Duration::ZERO));
+        let (server, client) = crate::security::mechanisms(config.security.as_ref());
+        let quick = Options::default()
+            .with_linger(Some(Duration::ZERO))
+            .with_mechanism(client);
         let publisher = Socket::new(
             publisher_type,
             Options::default()
                 .with_sndhwm(config.sndhwm)
                 .with_linger(Some(config.linger))
-                .with_xpub_verbose(true),
+                .with_xpub_verbose(true)
+                .with_mechanism(server),
         )?;
         let bound = publisher
             .bind(&format!("tcp://{}:{}", bracket(&config.host), config.port))

@@ -21,6 +21,7 @@ use dafka_zmtp::{Options, Socket, SocketType};
 
 use crate::error::Error;
 use crate::node::{Control, NodeStats, NodeTask, TowerAddress, split_tcp};
+use crate::security::ClusterKeys;
 
 /// Attempts at finding two consecutive free ports when the XSUB port is 0.
 const PORT_PAIR_ATTEMPTS: usize = 32;
@@ -36,6 +37,8 @@ pub struct TowerConfig {
     pub publ: Option<String>,
     /// Decode limits for beacons.
     pub limits: Limits,
+    /// CURVE on both sockets (`None`, the default: plaintext).
+    pub security: Option<ClusterKeys>,
 }
 
 impl Default for TowerConfig {
@@ -44,6 +47,7 @@ impl Default for TowerConfig {
             sub: "tcp://*:5556".to_owned(),
             publ: None,
             limits: Limits::DEFAULT,
+            security: None,
         }
     }
 }
@@ -55,6 +59,13 @@ impl TowerConfig {
             sub: sub.into(),
             ..TowerConfig::default()
         }
+    }
+
+    /// Sets [`security`](Self::security).
+    #[must_use]
+    pub fn with_security(mut self, keys: Option<ClusterKeys>) -> Self {
+        self.security = keys;
+        self
     }
 
     /// Sets [`publ`](Self::publ).
@@ -75,10 +86,13 @@ pub struct Tower {
 impl Tower {
     /// Binds both sockets and starts forwarding, on the current tokio runtime.
     pub async fn start(config: TowerConfig) -> Result<Tower, Error> {
-        let xsub = Socket::new(SocketType::Xsub, quick())?;
+        let (server, _) = crate::security::mechanisms(config.security.as_ref());
+        let xsub = Socket::new(SocketType::Xsub, quick().with_mechanism(server.clone()))?;
         let xpub = Socket::new(
             SocketType::Xpub,
-            quick().with_xpub_welcome_msg(Some(Bytes::from_static(WELCOME_TOPIC))),
+            quick()
+                .with_xpub_welcome_msg(Some(Bytes::from_static(WELCOME_TOPIC)))
+                .with_mechanism(server),
         )?;
         let (sub, publ) = bind_pair(&xsub, &xpub, &config).await?;
         let control = Arc::new(Control::default());

@@ -15,6 +15,7 @@ mod frame;
 mod monitor;
 mod poller;
 mod runtime;
+mod security;
 mod zmtp;
 
 #[pymodule]
@@ -36,5 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dafka::PyProducer>()?;
     m.add_class::<dafka::PyConsumer>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
+    m.add_function(wrap_pyfunction!(security::curve_keypair, m)?)?;
+    m.add_function(wrap_pyfunction!(security::curve_public, m)?)?;
     Ok(())
 }

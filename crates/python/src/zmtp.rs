@@ -23,6 +23,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::asyncio::{self, Receivers, Stash, lock};
 use crate::frame::{self, Frame};
+use crate::security::{self, Security};
 use crate::{arrow_batch, errors, runtime};
 
 /// `flags` bits, as in libzmq.
@@ -62,6 +63,7 @@ const OPTION_NUMBERS: &[(i32, &str)] = &[
 fn option_name(option: i32) -> PyResult<&'static str> {
     OPTION_NUMBERS
         .iter()
+        .chain(security::OPTION_NUMBERS)
         .find(|(n, _)| *n == option)
         .map(|(_, name)| *name)
         .ok_or_else(|| errors::invalid(format!("unknown or unsupported socket option {option}")))
@@ -94,6 +96,8 @@ pub(crate) struct PySocket {
     /// Created on first use, from `options`.
     socket: OnceLock<Arc<Socket>>,
     options: Mutex<Options>,
+    /// PLAIN/CURVE options, made into `options.mechanism` when the socket starts.
+    security: Mutex<Security>,
     settings: Mutex<Settings>,
     /// The frames after the one `recv` returned, of the current message.
     partial: Mutex<Option<Message>>,
@@ -120,17 +124,23 @@ impl PySocket {
             ))
         })?;
         let mut o = Options::default();
+        let mut sec = Security::default();
         if let Some(kwargs) = options {
             for (key, value) in kwargs.iter() {
                 let key: String = key.extract()?;
-                set_option(&mut o, &key, &value, Unit::Seconds)?;
+                if !sec.set(&key, &value)? {
+                    set_option(&mut o, &key, &value, Unit::Seconds)?;
+                }
             }
         }
+        // All keyword options are known: a missing key is reported here already.
+        o.mechanism = sec.mechanism()?;
         o.validate(socket_type).map_err(errors::zmtp)?;
         Ok(PySocket {
             socket_type,
             socket: OnceLock::new(),
             options: Mutex::new(o),
+            security: Mutex::new(sec),
             settings: Mutex::default(),
             partial: Mutex::default(),
             outgoing: Mutex::default(),
@@ -429,6 +439,11 @@ impl PySocket {
                  send or receive (dafka fixes it when the socket starts)"
             )));
         }
+        // Security options may come in any order (curve_server before its key): they are
+        // checked together when the socket starts.
+        if lock(&self.security).set(name, value)? {
+            return Ok(());
+        }
         let mut changed = options.clone();
         set_option(&mut changed, name, value, Unit::Millis)?;
         changed.validate(self.socket_type).map_err(errors::zmtp)?;
@@ -444,6 +459,9 @@ impl PySocket {
             Some(s) => s.options().clone(),
             None => lock(&self.options).clone(),
         };
+        if let Some(v) = lock(&self.security).get(py, name)? {
+            return Ok(v);
+        }
         let settings = lock(&self.settings);
         let ms = |d: Option<Duration>, none: i64| -> i64 {
             d.map_or(none, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -581,8 +599,10 @@ impl PySocket {
         if let Some(s) = self.socket.get() {
             return Ok(s);
         }
-        let socket = Socket::new_in(self.socket_type, options.clone(), runtime::handle())
-            .map_err(errors::zmtp)?;
+        let mut options = options.clone();
+        options.mechanism = lock(&self.security).mechanism()?;
+        let socket =
+            Socket::new_in(self.socket_type, options, runtime::handle()).map_err(errors::zmtp)?;
         Ok(self.socket.get_or_init(|| Arc::new(socket)))
     }
 

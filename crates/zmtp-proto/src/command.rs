@@ -324,6 +324,13 @@ impl Command {
         let len = self.body_len();
         out.reserve(9 + len);
         put_header(out, FLAG_COMMAND, len);
+        self.put_body(out);
+        Ok(())
+    }
+
+    /// Appends the command frame's body (name length, name, data) without a frame header: the
+    /// plaintext of a CURVE MESSAGE box carrying a command. Call [`Command::validate`] first.
+    pub(crate) fn put_body(&self, out: &mut BytesMut) {
         let name = self.name();
         out.put_u8(name.len() as u8);
         out.put_slice(name);
@@ -344,7 +351,6 @@ impl Command {
             Command::Pong { context } => out.put_slice(context),
             Command::Unknown { data, .. } => out.put_slice(data),
         }
-        Ok(())
     }
 }
 

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::command::{Command, Metadata, PROPERTY_IDENTITY, PROPERTY_SOCKET_TYPE};
-use crate::error::{CallerError, Error, PeerError};
+use crate::curve::{CURVE_FLAG_COMMAND, CURVE_FLAG_MORE, CURVE_MESSAGE_OVERHEAD, Cipher};
+use crate::error::{CallerError, Error, LimitError, PeerError};
 use crate::frame::{
     FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder, FrameHead, FrameKind, Limits, encode_message,
     put_header,
@@ -44,6 +45,32 @@ fn handshake_limits(limits: Limits) -> Limits {
         max_message_size: limits
             .max_message_size
             .min(HANDSHAKE_FRAME_MAX + FRAME_OVERHEAD),
+    }
+}
+
+/// The outer frame limits under CURVE: a frame of `max_frame_size` grows by
+/// [`CURVE_MESSAGE_OVERHEAD`] in its box, and every box is a message of one frame.
+fn boxed_limits(limits: Limits) -> Limits {
+    let frame = limits
+        .max_frame_size
+        .saturating_add(CURVE_MESSAGE_OVERHEAD as u64);
+    Limits {
+        max_frame_size: frame,
+        max_message_size: frame.saturating_add(FRAME_OVERHEAD),
+    }
+}
+
+/// Appends `cmd` (already validated) as a command frame, or boxed in a MESSAGE under CURVE.
+fn encode_command(cipher: Option<&mut Cipher>, cmd: &Command, out: &mut BytesMut) {
+    match cipher {
+        None => {
+            let _ = cmd.encode(out);
+        }
+        Some(cipher) => {
+            let mut body = BytesMut::with_capacity(cmd.body_len());
+            cmd.put_body(&mut body);
+            cipher.seal_frame(CURVE_FLAG_COMMAND, &body, out);
+        }
     }
 }
 
@@ -90,10 +117,11 @@ pub struct Config {
     pub properties: Vec<(String, Bytes)>,
     /// Frame and message size limits for both directions.
     pub limits: Limits,
-    /// The security mechanism (only NULL exists).
+    /// The security mechanism and our role in it (NULL, PLAIN or CURVE client or server).
     pub mechanism: MechanismConfig,
-    /// Whether we are the server of a mechanism with roles; NULL has none and always sends 0.
-    pub as_server: bool,
+    /// The peer's address as the driver knows it (`127.0.0.1:40000`, an IPC path), handed to
+    /// the server's [`Authenticator`](crate::Authenticator); empty when unknown.
+    pub peer_address: String,
     /// Heartbeats; `None` (the default) sends no PINGs (PINGs from the peer are still answered).
     pub heartbeat: Option<Heartbeat>,
     /// Close with [`PeerError::HandshakeTimeout`] if the handshake takes longer; default 30 s.
@@ -110,7 +138,7 @@ impl Config {
             properties: Vec::new(),
             limits: Limits::default(),
             mechanism: MechanismConfig::Null,
-            as_server: false,
+            peer_address: String::new(),
             heartbeat: None,
             handshake_timeout: Some(DEFAULT_HANDSHAKE_TIMEOUT),
         }
@@ -118,6 +146,7 @@ impl Config {
 
     /// Checks the identity and properties; [`Connection::try_new`] fails exactly when this does.
     pub fn validate(&self) -> Result<(), CallerError> {
+        self.mechanism.validate()?;
         self.local_metadata().map(drop)
     }
 
@@ -213,6 +242,8 @@ pub struct Connection {
     handshake_timeout: Option<Duration>,
     local_metadata: Metadata,
     mechanism: Box<dyn Mechanism + Send + Sync>,
+    /// CURVE: boxes and unboxes every frame once the handshake is complete.
+    cipher: Option<Cipher>,
     state: State,
     decoder: FrameDecoder,
     /// Parts of the message being received.
@@ -263,8 +294,9 @@ impl Connection {
 
     /// Like [`Connection::new`], but returns [`CallerError`] for an invalid config.
     pub fn try_new(config: Config, now: Instant) -> Result<Self, CallerError> {
+        config.mechanism.validate()?;
         let local_metadata = config.local_metadata()?;
-        let mechanism = config.mechanism.build();
+        let mechanism = config.mechanism.build(&config.peer_address);
         let mut pending = BytesMut::with_capacity(GREETING_LEN + 64);
         // NOTES.md: send all 64 bytes at once; never wait for the peer's greeting first.
         Greeting::new(mechanism.name(), mechanism.as_server()).encode(&mut pending);
@@ -275,6 +307,7 @@ impl Connection {
             handshake_timeout: config.handshake_timeout,
             local_metadata,
             mechanism,
+            cipher: None,
             state: State::Greeting,
             decoder: FrameDecoder::new(handshake_limits(config.limits)),
             partial: Message::new(),
@@ -387,7 +420,11 @@ impl Connection {
         }
         let mut result = self.consume_handshake(buf, now);
         if result.is_ok() && self.state == State::Ready {
-            result = self.consume_ready(buf, now, max_messages, sink);
+            result = if self.cipher.is_some() {
+                self.consume_boxed(buf, now, max_messages, sink)
+            } else {
+                self.consume_ready(buf, now, max_messages, sink)
+            };
         }
         self.unconsumed = buf.len();
         if result.is_err() {
@@ -539,13 +576,14 @@ impl Connection {
                 .into());
             }
         };
-        let cmd = Command::decode(body)?;
         // "A peer SHALL treat an incoming ERROR command as fatal", in the handshake too, for
         // every mechanism.
-        if let Command::Error { reason } = &cmd {
-            return Err(error_command(reason));
+        if body.get(..6) == Some(b"\x05ERROR")
+            && let Command::Error { reason } = Command::decode(body.clone())?
+        {
+            return Err(error_command(&reason));
         }
-        if let Some(peer) = self.mechanism.on_command(cmd, &mut self.pending)? {
+        if let Some(peer) = self.mechanism.on_command(body, &mut self.pending)? {
             self.on_peer_ready(peer, now)?;
         }
         Ok(())
@@ -566,9 +604,15 @@ impl Connection {
         };
         let peer_identity = peer.get(PROPERTY_IDENTITY).cloned().unwrap_or_default();
         self.state = State::Ready;
+        self.cipher = self.mechanism.take_cipher();
         // The full limits apply from now on (no message is in progress: the
-        // handshake consists of single command frames).
-        self.decoder = FrameDecoder::new(self.limits);
+        // handshake consists of single command frames). Under CURVE each frame
+        // arrives in its own MESSAGE box, CURVE_MESSAGE_OVERHEAD bytes larger;
+        // the inner message's size is checked as boxes open.
+        self.decoder = FrameDecoder::new(match self.cipher {
+            None => self.limits,
+            Some(_) => boxed_limits(self.limits),
+        });
         self.peer_socket_type = Some(peer_type);
         self.handshake_deadline = None;
         self.next_ping = self.heartbeat.map(|h| now + h.interval);
@@ -606,7 +650,7 @@ impl Connection {
             } => {
                 // "When a peer receives a PING command it SHALL respond with a PONG command
                 // that echoes the ping-context, which may be empty"
-                let _ = Command::Pong { context }.encode(&mut self.pending);
+                self.queue_command(&Command::Pong { context });
                 // "If it receives a PING command with a non-zero TTL, and receives no further
                 // traffic within that TTL" the connection is dead.
                 if ttl_deciseconds > 0 && self.ttl_deadline.is_none() {
@@ -621,6 +665,66 @@ impl Connection {
             Command::Error { reason } => return Err(error_command(&reason)),
             // A repeated READY, and unknown commands, are ignored (as libzmq does).
             Command::Ready(_) | Command::Unknown { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Queues a command (validated by the caller) for [`poll_transmit`](Self::poll_transmit):
+    /// boxed under CURVE.
+    fn queue_command(&mut self, cmd: &Command) {
+        encode_command(self.cipher.as_mut(), cmd, &mut self.pending);
+    }
+
+    /// [`consume_ready`](Self::consume_ready) under CURVE: every frame is a MESSAGE box; open
+    /// each (its nonce checked first), then act on the frame inside as on a clear one. The
+    /// inner message's cost is checked against [`Limits`] frame by frame.
+    fn consume_boxed<S>(
+        &mut self,
+        buf: &mut BytesMut,
+        now: Instant,
+        max_messages: usize,
+        mut sink: S,
+    ) -> Result<(), Error>
+    where
+        S: FnMut(&mut VecDeque<Event>, Message),
+    {
+        let mut messages = 0usize;
+        while messages < max_messages {
+            let Some(head) = self.decoder.decode_header(buf)? else {
+                return Ok(());
+            };
+            // The box is opened in place: split off as a `BytesMut` of its own, not shared.
+            let mut body = buf.split_to(head.header_len + head.body_len);
+            body.advance(head.header_len);
+            let Some(cipher) = self.cipher.as_mut() else {
+                return Ok(());
+            };
+            let (flags, inner) = cipher.open_frame(body)?;
+            if flags & CURVE_FLAG_COMMAND != 0 {
+                if !self.partial.is_empty() {
+                    return Err(PeerError::CommandInsideMessage.into());
+                }
+                let cmd = Command::decode(inner)?;
+                self.on_command(cmd, now)?;
+                continue;
+            }
+            let cost = Limits::message_cost(
+                self.partial.len() + 1,
+                self.partial.byte_len() + inner.len(),
+            );
+            if cost > self.limits.max_message_size {
+                return Err(LimitError::MessageTooLarge {
+                    size: cost,
+                    max: self.limits.max_message_size,
+                }
+                .into());
+            }
+            self.partial.push(inner);
+            if flags & CURVE_FLAG_MORE == 0 {
+                let msg = std::mem::take(&mut self.partial);
+                sink(&mut self.events, msg);
+                messages += 1;
+            }
         }
         Ok(())
     }
@@ -668,7 +772,17 @@ impl Connection {
     /// [`Limits`]; nothing is written then.
     pub fn send_message(&mut self, msg: &Message, out: &mut BytesMut) -> Result<(), Error> {
         self.prepare_send(msg, out)?;
-        encode_message(msg, out);
+        match &mut self.cipher {
+            None => encode_message(msg, out),
+            Some(cipher) => {
+                // "Each frame is its own MESSAGE" (NOTES.md), MORE inside the box.
+                let last = msg.len().saturating_sub(1);
+                for (i, frame) in msg.iter().enumerate() {
+                    let flags = if i < last { CURVE_FLAG_MORE } else { 0 };
+                    cipher.seal_frame(flags, frame, out);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -697,7 +811,8 @@ impl Connection {
         parts: &mut VecDeque<Bytes>,
         copy_max: usize,
     ) -> Result<(), Error> {
-        if msg.frames().iter().all(|f| f.len() <= copy_max) {
+        // Boxed frames are ciphertext made here: nothing to share with the caller.
+        if self.cipher.is_some() || msg.frames().iter().all(|f| f.len() <= copy_max) {
             return self.send_message(msg, out);
         }
         self.prepare_send(msg, out)?;
@@ -737,14 +852,21 @@ impl Connection {
             Command::Subscribe(prefix) | Command::Cancel(prefix) if legacy => {
                 let flag = u8::from(matches!(cmd, Command::Subscribe(_)));
                 self.poll_transmit(out);
-                out.reserve(9 + 1 + prefix.len());
-                put_header(out, 0, 1 + prefix.len());
-                out.put_u8(flag);
-                out.put_slice(prefix);
+                if let Some(cipher) = &mut self.cipher {
+                    let mut body = BytesMut::with_capacity(1 + prefix.len());
+                    body.put_u8(flag);
+                    body.put_slice(prefix);
+                    cipher.seal_frame(0, &body, out);
+                } else {
+                    out.reserve(9 + 1 + prefix.len());
+                    put_header(out, 0, 1 + prefix.len());
+                    out.put_u8(flag);
+                    out.put_slice(prefix);
+                }
             }
             _ => {
                 self.poll_transmit(out);
-                cmd.encode(out)?;
+                encode_command(self.cipher.as_mut(), cmd, out);
             }
         }
         Ok(())
@@ -796,7 +918,7 @@ impl Connection {
                 ttl_deciseconds: h.ttl_deciseconds(),
                 context: Bytes::new(),
             };
-            let _ = ping.encode(&mut self.pending);
+            self.queue_command(&ping);
             self.next_ping = Some(now + h.interval);
             if self.heartbeat_deadline.is_none() && !h.timeout.is_zero() {
                 self.heartbeat_deadline = Some(now + h.timeout);

@@ -100,6 +100,31 @@ pub enum MalformedError {
     /// A metadata property name was not valid UTF-8.
     #[error("metadata property name is not valid UTF-8")]
     PropertyNameNotUtf8,
+    /// A security handshake command whose size its mechanism does not allow (CURVE commands
+    /// have fixed sizes or minimum sizes).
+    #[error("{command} command of {size} bytes, expected {expected}")]
+    CommandSize {
+        /// The command.
+        command: &'static str,
+        /// Its body size as received.
+        size: usize,
+        /// What the mechanism requires, e.g. `"200 bytes"`.
+        expected: &'static str,
+    },
+    /// A CURVE HELLO announcing a CurveZMQ version other than 1.0.
+    #[error("CURVE HELLO announces version {major}.{minor}, only 1.0 exists")]
+    CurveVersion {
+        /// Major version byte.
+        major: u8,
+        /// Minor version byte.
+        minor: u8,
+    },
+    /// After a CURVE handshake, a frame that is not a MESSAGE command.
+    #[error("frame after the CURVE handshake is not a MESSAGE box (all traffic is boxed)")]
+    NotCurveMessage,
+    /// A CURVE MESSAGE box whose flags byte sets bits other than MORE (0x01) and COMMAND (0x02).
+    #[error("CURVE MESSAGE flags {0:#04x} set reserved bits")]
+    CurveFlags(u8),
     /// A PING or PONG context was longer than 16 bytes.
     #[error("{command} context is {len} bytes long (ZMTP: the context must not exceed 16 octets)")]
     ContextTooLong {
@@ -171,6 +196,34 @@ pub enum PeerError {
     /// A command frame arrived between two frames of a multipart message.
     #[error("peer sent a command frame inside a multipart message")]
     CommandInsideMessage,
+    /// Our authenticator refused the client (we sent ERROR "400").
+    #[error("{mechanism} client refused: {reason}")]
+    AuthenticationRefused {
+        /// `"PLAIN"` or `"CURVE"`.
+        mechanism: &'static str,
+        /// The authenticator's reason.
+        reason: String,
+    },
+    /// A CURVE box did not open: the peer used another key than the one we expect (a wrong
+    /// server key, an impostor) or the bytes were altered on the way.
+    #[error("CURVE {what} box does not open (wrong key, or tampered)")]
+    CurveBox {
+        /// Which box: `"HELLO"`, `"WELCOME"`, `"cookie"`, `"INITIATE"`, `"vouch"`, `"READY"`, `"MESSAGE"`.
+        what: &'static str,
+    },
+    /// A CURVE box opened but its contents contradict the handshake (a cookie or vouch for
+    /// another connection, a HELLO signature that is not zeros).
+    #[error("CURVE {0} does not match this connection")]
+    CurveMismatch(&'static str),
+    /// A CURVE nonce that is not greater than the last one accepted: a replayed or reordered
+    /// box.
+    #[error("CURVE nonce {got} is not above the last accepted {last} (replayed or reordered)")]
+    CurveNonce {
+        /// The nonce received.
+        got: u64,
+        /// The last nonce accepted from this peer.
+        last: u64,
+    },
     /// The handshake did not complete within the configured time.
     #[error("handshake did not complete within {0:?}")]
     HandshakeTimeout(std::time::Duration),
@@ -245,4 +298,12 @@ pub enum CallerError {
     /// A PING or PONG context is longer than 16 bytes.
     #[error("PING/PONG context of {0} bytes exceeds 16 bytes")]
     ContextTooLong(usize),
+    /// A PLAIN username or password is longer than 255 bytes.
+    #[error("PLAIN {what} of {len} bytes exceeds 255 bytes")]
+    CredentialTooLong {
+        /// `"username"` or `"password"`.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+    },
 }

@@ -7,7 +7,11 @@
 //! * [`Frame`], [`FrameDecoder`], [`encode_message`]: framing with [`Limits`] checked before any
 //!   body is buffered.
 //! * [`Command`], [`Metadata`]: READY, ERROR, SUBSCRIBE, CANCEL, PING, PONG.
-//! * [`Connection`]: greeting, NULL handshake, socket-type check, traffic, heartbeats, timeouts.
+//! * [`Connection`]: greeting, security handshake (NULL, PLAIN, CURVE: [`MechanismConfig`]),
+//!   socket-type check, traffic (boxed under CURVE), heartbeats, timeouts.
+//! * [`Authenticator`]: the server's per-connection decision on a client's PLAIN credentials or
+//!   CURVE public key and address (what ZAP decides in libzmq).
+//! * [`CurveKeyPair`], [`z85_encode`], [`z85_decode_key`]: CURVE keys and their Z85 text.
 //! * [`Error`]: typed by fault ([`MalformedError`], [`PeerError`], [`LimitError`],
 //!   [`CallerError`]).
 //!
@@ -60,21 +64,27 @@
 //!   [`Connection::has_pending_transmit`], [`Config::new`], [`Heartbeat::new`].
 #![forbid(unsafe_code)]
 
+mod auth;
 mod command;
 mod connection;
+mod curve;
 mod error;
 mod frame;
 mod greeting;
 mod mechanism;
 mod message;
+mod plain;
 mod socket_type;
+mod z85;
 
+pub use auth::{AuthDecision, AuthRequest, Authenticator, Credentials};
 pub use command::{
     Command, MAX_PING_CONTEXT, Metadata, PROPERTY_IDENTITY, PROPERTY_RESOURCE, PROPERTY_SOCKET_TYPE,
 };
 pub use connection::{
     Config, Connection, DEFAULT_HANDSHAKE_TIMEOUT, Event, HANDSHAKE_FRAME_MAX, Heartbeat,
 };
+pub use curve::{CURVE_FLAG_COMMAND, CURVE_FLAG_MORE, CURVE_MESSAGE_OVERHEAD, CurveKeyPair};
 pub use error::{CallerError, Error, LimitError, MalformedError, PeerError};
 pub use frame::{
     COMMAND_SIZE_FLOOR, FLAG_COMMAND, FLAG_LONG, FLAG_MORE, FRAME_OVERHEAD, Frame, FrameDecoder,
@@ -84,3 +94,4 @@ pub use greeting::{GREETING_LEN, Greeting, MECHANISM_LEN, VERSION};
 pub use mechanism::MechanismConfig;
 pub use message::Message;
 pub use socket_type::{SocketType, UnknownSocketType};
+pub use z85::{Z85Error, decode as z85_decode, decode_key as z85_decode_key, encode as z85_encode};

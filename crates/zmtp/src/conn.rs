@@ -9,9 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use dafka_zmtp_proto::{
-    Command, Config, Connection, Event, Heartbeat, MechanismConfig, SocketType,
-};
+use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, SocketType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -111,8 +109,8 @@ pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config 
         identity: announced_identity(socket_type, o),
         properties: o.properties.clone(),
         limits: o.limits,
-        mechanism: MechanismConfig::Null,
-        as_server: false,
+        mechanism: o.mechanism.clone(),
+        peer_address: String::new(),
         heartbeat,
         handshake_timeout: o.handshake_timeout.map(cap),
     }
@@ -134,7 +132,9 @@ where
     W: AsyncWrite + Unpin,
 {
     let connect_side = connect_pipe.is_some();
-    let mut conn = match Connection::try_new(config(&inner), now()) {
+    let mut config = config(&inner);
+    config.peer_address = peer.to_owned();
+    let mut conn = match Connection::try_new(config, now()) {
         Ok(c) => c,
         Err(e) => {
             // Options are validated by bind/connect; this is a safety net.

@@ -66,7 +66,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use bytes::Bytes;
-pub use dafka_zmtp_proto::{Limits, Message, Metadata, SocketType};
+pub use dafka_zmtp_proto::{
+    AuthDecision, AuthRequest, Authenticator, Credentials, CurveKeyPair, Limits, MechanismConfig,
+    Message, Metadata, SocketType, Z85Error, z85_decode_key, z85_encode,
+};
 
 pub use crate::background::{pending_closes, term};
 pub use crate::error::{Error, SendError, TermTimeout};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::{Error, Limits, SocketType};
+use crate::{Error, Limits, MechanismConfig, SocketType};
 
 /// Per-socket options, fixed when the socket is created.
 ///
@@ -99,6 +99,10 @@ pub struct Options {
     /// kernel's backlog) until one of its connections ends. `0` means
     /// unlimited (libzmq has no limit). Default 4096.
     pub max_connections: usize,
+    /// Security mechanism and role: NULL (the default), PLAIN or CURVE, client or server
+    /// (libzmq's `ZMQ_PLAIN_*`, `ZMQ_CURVE_*` and a ZAP handler in one value). A server's
+    /// [`Authenticator`](crate::Authenticator) sees each client's credentials and address.
+    pub mechanism: MechanismConfig,
 }
 
 impl Default for Options {
@@ -125,6 +129,7 @@ impl Default for Options {
             max_subscriptions: 10_000,
             max_subscription_size: 4096,
             max_connections: 4096,
+            mechanism: MechanismConfig::Null,
         }
     }
 }
@@ -185,6 +190,7 @@ setters! {
     max_subscriptions / with_max_subscriptions: usize,
     max_subscription_size / with_max_subscription_size: usize,
     max_connections / with_max_connections: usize,
+    mechanism / with_mechanism: MechanismConfig,
 }
 
 impl Options {
