@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import socket
 import time
-import uuid
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from conftest import unique_topic
 
 import dafka
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[dafka.LocalCluster]:
-    with dafka.LocalCluster(sync="never") as c:
-        yield c
-
-
 def _topic() -> str:
-    return f"pr-{uuid.uuid4().hex[:12]}"
+    return unique_topic("pr")
 
 
 def _read_range(reader: dafka.PartitionReader, end: int, within: float = 20.0) -> pa.Table:
