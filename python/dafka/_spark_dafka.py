@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -193,17 +194,30 @@ _READERS: dict[str, PartitionReader] = {}
 _PRODUCERS: dict[tuple[str, str, int], Producer] = {}
 
 
-def _reader(towers: str) -> PartitionReader:
+def _reader(towers: str, topic: str | None = None, timeout: float = 10.0) -> PartitionReader:
     """This process's reader for `towers`, started on first use and kept (Spark reuses its
-    Python workers: the node's start-up and discovery are paid once per worker)."""
+    Python workers: the node's start-up and discovery are paid once per worker). A new one
+    first waits until a store is reachable (an offsets query of `topic`), so the FETCH of the
+    first range is not sent before any store can hear it (and retried with backoff)."""
     from dafka._native import PartitionReader
 
     with _LOCK:
         reader = _READERS.get(towers)
         if reader is None or reader.closed:
             reader = PartitionReader(towers)
+            if topic is not None:
+                reader.offsets(topic, timeout=timeout)
             _READERS[towers] = reader
         return reader
+
+
+def _timing(event: dict[str, Any]) -> None:
+    """Appends `event` as a JSON line to $DAFKA_SPARK_TIMING, if set (the benchmark's
+    task-start to first-batch measurement)."""
+    path = os.environ.get("DAFKA_SPARK_TIMING")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(event) + "\n")
 
 
 def _producer(towers: str, topic: str, min_acks: int) -> Producer:
@@ -307,10 +321,13 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
     rebuilt in Python)."""
     import pyarrow.compute as pc
 
-    reader = _reader(o.towers)
+    started = time.monotonic()
+    cached = o.towers in _READERS
+    reader = _reader(o.towers, part.topic, o.offsets_timeout)
     reader.assign(part.topic, part.partition, part.start, part.end)
     try:
         expected = part.start
+        first_batch = True
         last_progress = time.monotonic()
         while expected < part.end:
             want = min(o.max_records_per_batch, part.end - expected)
@@ -337,6 +354,15 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
             if last >= part.end:
                 batch = batch.filter(pc.less(offsets, part.end))
             expected = last + 1
+            if first_batch:
+                first_batch = False
+                _timing(
+                    {
+                        "pid": os.getpid(),
+                        "cached": cached,
+                        "first_batch_s": time.monotonic() - started,
+                    }
+                )
             if batch.num_rows:
                 yield batch
     finally:
