@@ -240,14 +240,16 @@ def warmup_for(count: int) -> int:
 
 # Sections of BENCHMARKS.md owned by other commands, by their markers: benches/store.py
 # (`make bench-store`) writes "storage", `run.py --python` (`make bench-python`) writes
-# "python". Each owner replaces only its own section; the Rust run, which rewrites the
-# whole file, carries every one of them over unchanged.
+# "python", benches/spark.py (`make bench-spark`) writes "spark". Each owner replaces only
+# its own section; the Rust run, which rewrites the whole file, carries every one of them
+# over unchanged.
 SECTIONS = {
     "storage": ("<!-- storage:begin (benches/store.py) -->", "<!-- storage:end -->"),
     "python": (
         "<!-- python-bench: rewritten by benches/run.py --python -->",
         "<!-- /python-bench -->",
     ),
+    "spark": ("<!-- spark:begin (benches/spark.py) -->", "<!-- spark:end -->"),
 }
 
 
