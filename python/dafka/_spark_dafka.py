@@ -422,6 +422,10 @@ class DafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: _Options) -> None:
         self.options = options
         self._last: Offsets | None = None
+        # The stores' bounds as latestOffset last heard them: partitions() of the same
+        # trigger checks data loss against them instead of asking again (each query costs
+        # the settle time of the offsets query).
+        self._bounds: dict[str, dict[str, tuple[int, int]]] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
@@ -435,7 +439,7 @@ class DafkaStreamReader(DataSourceStreamReader):
         # latestOffset() alone: then the start is the last offset returned or committed.
         o = self.options
         base: Offsets = start if start is not None else (self._last or {})
-        bounds = _bounds(o)
+        bounds = self._bounds = _bounds(o)
         latest: Offsets = {}
         for t in o.topics:
             latest[t] = dict(base.get(t, {}))
@@ -462,9 +466,10 @@ class DafkaStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[DafkaPartition]:
         o = self.options
-        low = None
-        if o.fail_on_data_loss or any(
-            p not in start.get(t, {}) for t, ps in end.items() for p in ps
+        low = self._bounds
+        if low is None and (
+            o.fail_on_data_loss
+            or any(p not in start.get(t, {}) for t, ps in end.items() for p in ps)
         ):
             low = _bounds(o)
         return _plan(start, end, o, low)
