@@ -28,12 +28,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
-    DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -41,8 +42,6 @@ from pyspark.sql.datasource import (
 from dafka.errors import DafkaError, InvalidArgumentError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from dafka._native import PartitionReader, Producer
 
 __all__ = ["DAFKA_SCHEMA", "DafkaDataSource", "DafkaPartition"]
@@ -434,7 +433,7 @@ class DafkaStreamReader(DataSourceStreamReader):
         self._last = start
         return start
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
         # Spark 4.2 passes the start and a ReadLimit (admission control); 4.0/4.1 call
         # latestOffset() alone: then the start is the last offset returned or committed.
         o = self.options
@@ -617,19 +616,13 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
-try:  # Spark >= 4.0: Arrow batches in a batch writer.
-    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase
-except ImportError:  # pragma: no cover
-    _BatchWriterBase = DataSourceWriter  # type: ignore[misc, assignment]
-try:  # Spark >= 4.1: Arrow batches in a stream writer too.
-    from pyspark.sql.datasource import (
-        DataSourceStreamArrowWriter as _StreamWriterBase,  # type: ignore[attr-defined]
-    )
+try:  # Spark >= 4.1: Arrow batches in a stream writer too; 4.0 gives Rows.
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
 except ImportError:  # pragma: no cover
     _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc, assignment]
 
 
-class DafkaWriter(_BatchWriterBase):  # type: ignore[misc, valid-type]
+class DafkaWriter(DataSourceArrowWriter):
     """Batch sink: at-least-once (a retried task sends its rows again)."""
 
     def __init__(self, w: _WriteOptions) -> None:
@@ -639,7 +632,7 @@ class DafkaWriter(_BatchWriterBase):  # type: ignore[misc, valid-type]
         return _write_batches(_batches(iter(iterator), self.w), self.w)
 
 
-class DafkaStreamWriter(_StreamWriterBase):  # type: ignore[misc, valid-type]
+class DafkaStreamWriter(_StreamWriterBase):
     """Streaming sink: each micro-batch's task returns once its records are acknowledged;
     at-least-once (a retried micro-batch is sent again)."""
 
