@@ -22,7 +22,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-zmtp - ZMTP from Rust against libzmq, zmq.rs and raw TCP"
 	@echo "make bench-store - the storage engine against raw write+fdatasync (BENCHMARKS.md, Storage)"
 	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
+	@echo "make bench-spark - rows/s into Spark: format(\"dafka\") vs createDataFrame (BENCHMARKS.md, Spark)"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
 
 # --- bootstrap -------------------------------------------------------------
@@ -102,7 +103,7 @@ fuzz:
 	    -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 # Every layer's benchmark, each rewriting its own part of BENCHMARKS.md.
-bench: bench-zmtp bench-python bench-store
+bench: bench-zmtp bench-python bench-store bench-security bench-spark
 
 # ZMTP from Rust: dafka against libzmq, zmq.rs and raw TCP (rewrites BENCHMARKS.md,
 # keeping the sections the other targets own).
@@ -120,6 +121,11 @@ bench-python: venv wheel
 bench-security: venv sysdeps
 	$(CARGO) build --release --locked -p dafka-benches
 	$(PY) benches/security.py --bin $(TARGET_DIR)/release/dafka-bench
+
+# Spark: format("dafka") against createDataFrame(pyarrow.Table) and (list of rows) for the
+# same 1,000,000 records of 100 B, and a streaming query's rows/s and latency.
+bench-spark: venv sysdeps wheel
+	$(PY) benches/spark.py
 
 # The storage engine: 3 s per case, then a memory run of STORE_MEMORY_SECONDS (10 min).
 STORE_MEMORY_SECONDS ?= 600

@@ -240,8 +240,9 @@ def warmup_for(count: int) -> int:
 
 # Sections of BENCHMARKS.md owned by other commands, by their markers: benches/store.py
 # (`make bench-store`) writes "storage", `run.py --python` (`make bench-python`) writes
-# "python". Each owner replaces only its own section; the Rust run, which rewrites the
-# whole file, carries every one of them over unchanged.
+# "python", benches/spark.py (`make bench-spark`) writes "spark". Each owner replaces only
+# its own section; the Rust run, which rewrites the whole file, carries every one of them
+# over unchanged.
 SECTIONS = {
     "storage": ("<!-- storage:begin (benches/store.py) -->", "<!-- storage:end -->"),
     "python": (
@@ -252,6 +253,7 @@ SECTIONS = {
         "<!-- security-bench: rewritten by benches/security.py -->",
         "<!-- /security-bench -->",
     ),
+    "spark": ("<!-- spark:begin (benches/spark.py) -->", "<!-- spark:end -->"),
 }
 
 

@@ -7,8 +7,10 @@ import sys
 import threading
 import time
 import tomllib
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,30 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    """A dafka.LocalCluster (tower and store, no fsync) per test module."""
+    import dafka
+
+    with dafka.LocalCluster(sync="never") as c:
+        yield c
+
+
+def unique_topic(prefix: str) -> str:
+    """A topic no other test writes."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for every Spark test module (start-up costs ~5 s)."""
+    import dafka.spark
+
+    session = dafka.spark.local_session("dafka-tests")
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

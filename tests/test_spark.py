@@ -4,22 +4,13 @@ connect dafka sockets and hand Arrow batches built in Rust to Spark."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
 
 import dafka
-import dafka.spark
 from dafka.zmtp import Socket
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    session = dafka.spark.local_session("dafka-tests")
-    yield session
-    session.stop()
 
 
 def _push_in_background(push: Socket, messages: list[list[bytes]]) -> threading.Thread:

@@ -7,7 +7,7 @@ package adds the Python-facing names, type stubs and the Spark data source.
 from __future__ import annotations
 
 from dafka import _native
-from dafka._native import Consumer, Producer, Store, Tower
+from dafka._native import Consumer, PartitionReader, Producer, Store, Tower
 from dafka.cluster import LocalCluster
 from dafka.errors import (
     ClosedError,
@@ -31,6 +31,7 @@ __all__ = [
     "HostUnreachableError",
     "InvalidArgumentError",
     "LocalCluster",
+    "PartitionReader",
     "Producer",
     "ProtocolError",
     "StateError",

@@ -1,9 +1,17 @@
 """PySpark (4.x) Python Data Sources over dafka, yielding Arrow batches built in Rust.
 
-Register once per session, then read::
+``dafka`` (:class:`DafkaDataSource`): Dafka topics as a source and a sink, batch
+and streaming, modelled on Spark's Kafka source; see ``docs/spark.md``::
 
     import dafka.spark
     dafka.spark.register(spark)
+    df = (spark.read.format("dafka")
+          .option("towers", cluster.towers)
+          .option("subscribe", "readings")
+          .load())
+
+``zmtp`` (an extra, below): raw ZeroMQ messages, at most once::
+
     df = (spark.read.format("zmtp")
           .option("endpoint", "tcp://127.0.0.1:5555")
           .option("numPartitions", 2)
@@ -44,15 +52,25 @@ from typing import Any, TypeVar
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from dafka._spark_dafka import DAFKA_SCHEMA, DafkaDataSource, DafkaPartition
 from dafka.errors import InvalidArgumentError
 
-__all__ = ["ZMTP_SCHEMA", "ZmtpDataSource", "local_session", "register"]
+__all__ = [
+    "DAFKA_SCHEMA",
+    "ZMTP_SCHEMA",
+    "DafkaDataSource",
+    "DafkaPartition",
+    "ZmtpDataSource",
+    "local_session",
+    "register",
+]
 
 ZMTP_SCHEMA = "frames array<binary>"
 
 
 def register(spark: SparkSession) -> None:
-    """Register every dafka data source with ``spark``."""
+    """Register every dafka data source with ``spark``: ``dafka`` and ``zmtp``."""
+    spark.dataSource.register(DafkaDataSource)
     spark.dataSource.register(ZmtpDataSource)
 
 

@@ -18,11 +18,16 @@
 //! * A STORE-HELLO, or a store reader's `'W'` + id subscription reaching the consumer's XPUB, is
 //!   answered with CONSUMER-HELLO listing the consumer's topics.
 //!
+//! * [`Consumer::query_offsets`] asks the stores for the partitions of a topic and their bounds
+//!   (the first offset held and one past the last) without subscribing to it: GET-HEADS, sent
+//!   again to every store reader that becomes reachable, answered by DIRECT-HEADs and
+//!   DIRECT-LOW-WATERs (see [`Consumer::offsets`]). Spark's source plans offset ranges with it.
+//!
 //! Time is passed in; the driver calls [`Consumer::handle_timeout`] at
 //! [`Consumer::poll_timeout`], publishes every [`Consumer::poll_transmit`] message on its XPUB
 //! and hands every [`Consumer::poll_record`] to the application.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -41,6 +46,9 @@ pub enum OffsetReset {
     /// From the offset of the first RECORD, HEAD or DIRECT-HEAD seen (the reference's default).
     #[default]
     Latest,
+    /// Nowhere: only partitions given a position ([`Consumer::assign`],
+    /// [`Consumer::set_position`]) are delivered; records of the others are dropped.
+    Assigned,
 }
 
 /// Settings of a [`Consumer`].
@@ -145,6 +153,24 @@ pub struct Consumer {
     deliveries: VecDeque<Delivery>,
     transmit: VecDeque<Message>,
     dropped: u64,
+    /// Topics with an offsets query running, and the bounds heard so far per partition.
+    queries: HashMap<Topic, BTreeMap<NodeId, Bounds>>,
+    /// Store readers heard from: `'W'` + id seen on the XPUB (it hears us) and STORE-HELLO
+    /// received (we hear it). Bounded by [`MAX_STORES`].
+    heard_by: HashSet<NodeId>,
+    heard_from: HashSet<NodeId>,
+}
+
+/// Most store readers [`Consumer`] tracks for [`Consumer::stores_reachable`].
+pub const MAX_STORES: usize = 1024;
+
+/// What the stores hold of one partition, as an offsets query learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// The first offset still held (0 unless retention dropped records).
+    pub low: u64,
+    /// One past the highest offset a store holds: the next offset the partition will write.
+    pub end: u64,
 }
 
 impl Consumer {
@@ -159,6 +185,9 @@ impl Consumer {
             deliveries: VecDeque::new(),
             transmit: VecDeque::new(),
             dropped: 0,
+            queries: HashMap::new(),
+            heard_by: HashSet::new(),
+            heard_from: HashSet::new(),
         })
     }
 
@@ -229,6 +258,42 @@ impl Consumer {
         }
     }
 
+    /// Reads `partition` of a subscribed `topic` from offset `next`, at once: with `end` (one
+    /// past the last offset wanted, e.g. from [`offsets`](Self::offsets)) the gap up to it is
+    /// FETCHed now instead of at the partition's next HEAD; GET-HEADS is sent too, so a store
+    /// that dropped the first offsets (retention) answers with its low-water mark, which moves
+    /// the partition up to it (the caller sees the first offset delivered above `next`).
+    pub fn assign(
+        &mut self,
+        topic: Topic,
+        partition: NodeId,
+        next: u64,
+        end: Option<u64>,
+        now: Instant,
+    ) {
+        self.set_position(topic.clone(), partition, next);
+        let key = (topic.clone(), partition);
+        if let (Some(p), Some(head)) = (
+            self.partitions.get_mut(&key),
+            end.and_then(|e| e.checked_sub(1)),
+        ) {
+            p.head = Some(p.head.map_or(head, |h| h.max(head)));
+        }
+        self.transmit.push_back(Message::GetHeads(GetHeads {
+            topic,
+            consumer: self.config.id,
+        }));
+        self.refetch(&key, now);
+    }
+
+    /// Forgets `partition` of `topic` (its position and the records held out of order): with
+    /// [`OffsetReset::Assigned`] its records are no longer delivered.
+    pub fn unassign(&mut self, topic: &Topic, partition: &NodeId) {
+        if let Some(p) = self.partitions.remove(&(topic.clone(), *partition)) {
+            self.reorder_bytes -= p.reorder.values().map(Bytes::len).sum::<usize>();
+        }
+    }
+
     /// The next offset to deliver, per (topic, partition).
     pub fn positions(&self) -> impl Iterator<Item = (&Topic, &NodeId, u64)> {
         self.partitions.iter().map(|((t, n), p)| (t, n, p.next))
@@ -245,15 +310,22 @@ impl Consumer {
             Message::Head(h) => self.on_head(&h.topic, h.producer, h.sequence, now),
             Message::DirectHead(d) => {
                 self.check_to(Kind::DirectHead, &d.to)?;
-                self.on_head(&d.head.topic, d.head.producer, d.head.sequence, now)
+                let h = &d.head;
+                self.answer(&h.topic, h.producer, |b| {
+                    b.end = b.end.max(h.sequence.saturating_add(1));
+                });
+                self.on_head(&h.topic, h.producer, h.sequence, now)
             }
             Message::DirectLowWater(d) => {
                 self.check_to(Kind::DirectLowWater, &d.to)?;
-                self.on_low_water(&d.low.topic, d.low.producer, d.low.sequence, now)
+                let l = &d.low;
+                self.answer(&l.topic, l.producer, |b| b.low = b.low.max(l.sequence));
+                self.on_low_water(&l.topic, l.producer, l.sequence, now)
             }
             Message::StoreHello(s) => {
                 self.check_to(Kind::StoreHello, &s.consumer)?;
                 self.hello(s.store);
+                self.heard(s.store, false);
                 Ok(())
             }
             // Not for a consumer: the driver's subscriptions never let these through.
@@ -266,7 +338,75 @@ impl Consumer {
     pub fn handle_subscription(&mut self, subscription: &[u8]) {
         if let Some((Kind::ConsumerHello, store)) = subscription::parse_node(subscription) {
             self.hello(store);
+            self.heard(store, true);
         }
+    }
+
+    /// Starts (or restarts, forgetting what was heard) a query of `topic`'s partitions and
+    /// their [`Bounds`]: sends GET-HEADS now, and again to every store reader that becomes
+    /// reachable (see [`stores_reachable`](Self::stores_reachable)) while the query runs. The
+    /// topic need not be subscribed; the answers do not create positions for it unless it is.
+    pub fn query_offsets(&mut self, topic: Topic) {
+        self.transmit.push_back(Message::GetHeads(GetHeads {
+            topic: topic.clone(),
+            consumer: self.config.id,
+        }));
+        self.queries.insert(topic, BTreeMap::new());
+    }
+
+    /// What the query of `topic` heard so far: per partition, the highest low-water mark and
+    /// the highest head any store reported. The highest mark, because a consumer that hears
+    /// it skips to it too (see [`Consumer::handle_message`] on DIRECT-LOW-WATER): records below
+    /// it may be lost to it even if another store still holds them. `None` when no query of
+    /// `topic` runs.
+    pub fn offsets(&self, topic: &Topic) -> Option<&BTreeMap<NodeId, Bounds>> {
+        self.queries.get(topic)
+    }
+
+    /// Ends the query of `topic` and returns what it heard.
+    pub fn finish_query(&mut self, topic: &Topic) -> Option<BTreeMap<NodeId, Bounds>> {
+        self.queries.remove(topic)
+    }
+
+    /// Store readers known to both hear this consumer (their `'W'` + id subscription reached
+    /// its XPUB, so a GET-HEADS reaches them) and be heard by it (their STORE-HELLO arrived,
+    /// so their answers reach it). Once one is, a query's answers from it are on their way.
+    pub fn stores_reachable(&self) -> usize {
+        self.heard_by.intersection(&self.heard_from).count()
+    }
+
+    /// Notes a store reader seen through its subscription (`by`: it hears us) or its
+    /// STORE-HELLO; once it is both, every running query is sent again so it answers them.
+    fn heard(&mut self, store: NodeId, by: bool) {
+        let set = if by {
+            &mut self.heard_by
+        } else {
+            &mut self.heard_from
+        };
+        if set.len() >= MAX_STORES || !set.insert(store) {
+            return;
+        }
+        if self.heard_by.contains(&store) && self.heard_from.contains(&store) {
+            for topic in self.queries.keys() {
+                self.transmit.push_back(Message::GetHeads(GetHeads {
+                    topic: topic.clone(),
+                    consumer: self.config.id,
+                }));
+            }
+        }
+    }
+
+    /// Records an answer to a running query (at most `max_partitions` partitions per topic).
+    fn answer(&mut self, topic: &Topic, producer: NodeId, update: impl FnOnce(&mut Bounds)) {
+        let max = self.config.max_partitions;
+        let Some(query) = self.queries.get_mut(topic) else {
+            return;
+        };
+        if !query.contains_key(&producer) && query.len() >= max {
+            return;
+        }
+        let bounds = query.entry(producer).or_insert(Bounds { low: 0, end: 0 });
+        update(bounds);
     }
 
     fn hello(&mut self, store: NodeId) {
@@ -311,6 +451,10 @@ impl Consumer {
             let next = match self.config.offset_reset {
                 OffsetReset::Earliest => 0,
                 OffsetReset::Latest => start,
+                OffsetReset::Assigned => {
+                    self.dropped += 1;
+                    return Ok(None);
+                }
             };
             self.partitions.insert(key.clone(), Partition::new(next));
         }

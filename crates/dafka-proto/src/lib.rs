@@ -63,7 +63,7 @@ pub mod store;
 pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
-pub use consumer::{Consumer, ConsumerConfig, Delivery, OffsetReset};
+pub use consumer::{Bounds, Consumer, ConsumerConfig, Delivery, OffsetReset};
 pub use error::{
     CallerError, DecodeError, LimitError, MalformedError, PeerError, SendError, TopicError,
 };

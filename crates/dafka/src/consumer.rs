@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use dafka_proto::{Consumer, ConsumerConfig, Message, NodeId, OffsetReset, PeerError, Topic};
+use dafka_proto::{
+    Bounds, Consumer, ConsumerConfig, Message, NodeId, OffsetReset, PeerError, Topic,
+};
 use dafka_zmtp::{Socket, SocketType};
 
 use crate::error::Error;
@@ -120,6 +122,11 @@ impl ConsumerOptions {
         self
     }
 }
+
+/// How long [`ConsumerNode::offsets`] waits with no new answer and no newly reachable store
+/// before it returns what it heard.
+pub const OFFSETS_SETTLE: Duration = Duration::from_millis(150);
+const OFFSETS_TICK: Duration = Duration::from_millis(10);
 
 struct State {
     consumer: Consumer,
@@ -298,6 +305,100 @@ impl ConsumerNode {
                 next,
             })
             .collect()
+    }
+
+    /// Reads `partition` of `topic` from offset `next` at once (see
+    /// [`Consumer::assign`](dafka_proto::Consumer::assign)): subscribes to the topic if needed,
+    /// drops records of the partition already queued, and FETCHes up to `end` (exclusive) when
+    /// given. With [`OffsetReset::Assigned`] only assigned partitions are delivered.
+    pub fn assign(
+        &self,
+        topic: &str,
+        partition: NodeId,
+        next: u64,
+        end: Option<u64>,
+    ) -> Result<(), Error> {
+        self.subscribe(topic)?;
+        let topic = Topic::try_from(topic)?;
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        state
+            .records
+            .retain(|r| r.topic != topic || r.partition != partition);
+        state
+            .consumer
+            .assign(topic, partition, next, end, crate::node::now());
+        shared.publish_queued(&mut state);
+        // The FETCH retry timer is new: let the task take its deadline.
+        shared.control.wake.notify_one();
+        Ok(())
+    }
+
+    /// Stops reading `partition` of `topic`: forgets its position and drops its queued records.
+    pub fn unassign(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
+        let topic = Topic::try_from(topic)?;
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        state.consumer.unassign(&topic, &partition);
+        let was_full = state.records.len() >= shared.max_buffered;
+        state
+            .records
+            .retain(|r| r.topic != topic || r.partition != partition);
+        if was_full {
+            shared.control.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The partitions of `topic` the stores hold, with their [`Bounds`] (first offset held, one
+    /// past the last), by partition id; the topic need not be subscribed.
+    ///
+    /// Sends GET-HEADS and waits for a store reader to be reachable both ways (its STORE-HELLO
+    /// heard, its `'W'` subscription seen: it then has the question and its answers reach us),
+    /// then until [`OFFSETS_SETTLE`] passes with no new answer (a store sends all its answers at
+    /// once; others may be slower). Fails with [`Error::NoStore`] when no store became reachable
+    /// within `timeout` (towers unreachable, or no store running). A store out of reach then
+    /// is not counted: its partitions may be missing.
+    pub async fn offsets(
+        &self,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Vec<(NodeId, Bounds)>, Error> {
+        let topic = Topic::try_from(topic)?;
+        let shared = &self.shared;
+        let deadline = tokio::time::Instant::now() + timeout;
+        {
+            let mut state = shared.lock();
+            state.consumer.query_offsets(topic.clone());
+            shared.publish_queued(&mut state);
+        }
+        let finish = |shared: &Shared| shared.lock().consumer.finish_query(&topic);
+        let mut seen = None;
+        let mut quiet_since = None;
+        loop {
+            if shared.control.stopping() {
+                return Err(Error::Closed);
+            }
+            let now = tokio::time::Instant::now();
+            let (reachable, heard) = {
+                let state = shared.lock();
+                let c = &state.consumer;
+                (c.stores_reachable(), c.offsets(&topic).cloned())
+            };
+            if reachable == 0 {
+                if now >= deadline {
+                    finish(shared);
+                    return Err(Error::NoStore { waited: timeout });
+                }
+            } else if quiet_since.is_none() || seen != Some((reachable, heard.clone())) {
+                seen = Some((reachable, heard));
+                quiet_since = Some(now);
+            } else if quiet_since.is_some_and(|t| now.duration_since(t) >= OFFSETS_SETTLE) {
+                let heard = finish(shared).unwrap_or_default();
+                return Ok(heard.into_iter().collect());
+            }
+            tokio::time::sleep(OFFSETS_TICK).await;
+        }
     }
 
     /// Input the node dropped.

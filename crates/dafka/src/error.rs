@@ -51,6 +51,13 @@ pub enum Error {
         /// How long it waited.
         waited: Duration,
     },
+    /// An offsets query found no store reachable within `waited`: the towers are unreachable,
+    /// or no store runs.
+    #[error("no store answered within {waited:?}: are the towers reachable and a store running?")]
+    NoStore {
+        /// How long it waited.
+        waited: Duration,
+    },
     /// The producer state machine refused a record for a reason of its own.
     #[error(transparent)]
     Refused(dafka_proto::SendError),

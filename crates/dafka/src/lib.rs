@@ -62,8 +62,8 @@ mod security;
 mod store;
 mod tower;
 
-pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, Position};
-pub use dafka_proto::{NodeId, OffsetReset, Topic};
+pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, OFFSETS_SETTLE, Position};
+pub use dafka_proto::{Bounds, NodeId, OffsetReset, Topic};
 pub use dafka_store::SyncPolicy;
 pub use error::Error;
 pub use node::{NodeConfig, NodeStats, TowerAddress};

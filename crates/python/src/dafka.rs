@@ -32,14 +32,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A node held by a Python object until `close()`.
-struct Slot<T>(Mutex<Option<Arc<T>>>);
+pub(crate) struct Slot<T>(Mutex<Option<Arc<T>>>);
 
 impl<T> Slot<T> {
-    fn new(node: T) -> Self {
+    pub(crate) fn new(node: T) -> Self {
         Slot(Mutex::new(Some(Arc::new(node))))
     }
 
-    fn get(&self, what: &str) -> PyResult<Arc<T>> {
+    pub(crate) fn get(&self, what: &str) -> PyResult<Arc<T>> {
         lock(&self.0)
             .clone()
             .ok_or_else(|| errors::closed(format!("the {what} is closed")))
@@ -53,7 +53,7 @@ impl<T> Slot<T> {
     }
 
     /// Takes the node out and waits for `close` (the node's own) to finish.
-    fn close_with<F>(&self, py: Python<'_>, close: impl FnOnce(T) -> F) -> PyResult<()>
+    pub(crate) fn close_with<F>(&self, py: Python<'_>, close: impl FnOnce(T) -> F) -> PyResult<()>
     where
         F: std::future::Future<Output = ()> + Send,
     {
@@ -63,12 +63,12 @@ impl<T> Slot<T> {
         }
     }
 
-    fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         lock(&self.0).is_none()
     }
 }
 
-fn towers_list(towers: &str) -> PyResult<Vec<TowerAddress>> {
+pub(crate) fn towers_list(towers: &str) -> PyResult<Vec<TowerAddress>> {
     let list = TowerAddress::parse_list(towers).map_err(errors::node)?;
     if list.is_empty() {
         return Err(errors::invalid(
@@ -78,7 +78,7 @@ fn towers_list(towers: &str) -> PyResult<Vec<TowerAddress>> {
     Ok(list)
 }
 
-fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
+pub(crate) fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
     value
         .map(|s| {
             Duration::try_from_secs_f64(s).map_err(|_| {
@@ -90,7 +90,7 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
         .transpose()
 }
 
-fn partition_id(text: &str) -> PyResult<NodeId> {
+pub(crate) fn partition_id(text: &str) -> PyResult<NodeId> {
     text.parse::<NodeId>().map_err(|_| {
         errors::invalid(format!(
             "partition {text:?} is not 32 hexadecimal digits (a producer's id as on the wire)"

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 mod arrow_batch;
 mod asyncio;
 mod dafka;
+mod dafka_admin;
 mod errors;
 mod frame;
 mod monitor;
@@ -36,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dafka::PyStore>()?;
     m.add_class::<dafka::PyProducer>()?;
     m.add_class::<dafka::PyConsumer>()?;
+    m.add_class::<dafka_admin::PyPartitionReader>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_keypair, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_public, m)?)?;

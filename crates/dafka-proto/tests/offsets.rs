@@ -1,0 +1,172 @@
+//! The consumer's offsets query (GET-HEADS -> DIRECT-LOW-WATER, DIRECT-HEAD) against real store
+//! readers over an in-memory log.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Instant;
+
+use bytes::Bytes;
+use dafka_proto::{
+    Bounds, Consumer, ConsumerConfig, Message, NodeId, StoreHello, StoreLog, StoreReader,
+    StoreReaderConfig, Topic, subscription,
+};
+
+use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
+
+const P2: &str = "0123456789ABCDEF0123456789ABCDEF";
+const S1_READER: &str = "FEDCBA9876543210FEDCBA9876543210";
+
+/// Partitions of one topic: producer -> (low water, head).
+struct MapLog(BTreeMap<NodeId, (u64, u64)>, Topic);
+
+impl StoreLog for MapLog {
+    type Error = Infallible;
+
+    fn bounds(&self, t: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
+        (t == &self.1)
+            .then(|| self.0.get(producer).copied())
+            .flatten()
+    }
+
+    fn partitions_of(&self, t: &Topic) -> Vec<(NodeId, u64, u64)> {
+        if t != &self.1 {
+            return Vec::new();
+        }
+        self.0.iter().map(|(p, &(l, h))| (*p, l, h)).collect()
+    }
+
+    fn read(
+        &self,
+        _: &Topic,
+        _: &NodeId,
+        _: u64,
+        _: usize,
+    ) -> Result<Vec<(u64, Bytes)>, Infallible> {
+        Ok(Vec::new())
+    }
+}
+
+fn reader(me: &str, writer: &str) -> StoreReader {
+    StoreReader::new(StoreReaderConfig::new(id(me), id(writer))).unwrap()
+}
+
+/// Hands every message `from` publishes to `to` (the subscriptions would let them through:
+/// GET-HEADS to every reader, DIRECT-* addressed to the consumer).
+fn to_reader(c: &mut Consumer, r: &mut StoreReader, log: &MapLog) {
+    while let Some(m) = c.poll_transmit() {
+        if matches!(m, Message::GetHeads(_)) {
+            r.handle_message(&m, log).unwrap();
+        }
+    }
+}
+
+fn to_consumer(r: &mut StoreReader, log: &MapLog, c: &mut Consumer, now: Instant) {
+    while let Some(m) = r.poll_transmit(log) {
+        c.handle_message(&m, now).unwrap();
+    }
+}
+
+/// Makes reader `r` reachable both ways: its `'W'` + id subscription reaches the consumer, the
+/// consumer's `'L'` + id reaches it (STORE-HELLO back).
+fn connect(c: &mut Consumer, r: &mut StoreReader, me: &str, log: &MapLog, now: Instant) {
+    c.handle_subscription(&subscription::node(
+        dafka_proto::Kind::ConsumerHello,
+        &id(me),
+    ));
+    r.handle_subscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
+    to_consumer(r, log, c, now);
+}
+
+#[test]
+fn a_query_learns_every_partition_with_its_bounds_without_subscribing() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log = MapLog(
+        BTreeMap::from([
+            (id(P1), (0, 10)),
+            (id(P2), (40, 100)),
+            (id(S1_WRITER), (0, 0)),
+        ]),
+        golden.clone(),
+    );
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let mut r = reader(S1_READER, S1_WRITER);
+    assert_eq!(c.stores_reachable(), 0);
+    c.query_offsets(golden.clone());
+    // Sent before the reader could hear it: lost, as a PUB drops it.
+    while c.poll_transmit().is_some() {}
+    connect(&mut c, &mut r, S1_READER, &log, now);
+    assert_eq!(c.stores_reachable(), 1);
+    // Reachable: the query goes out again (with the CONSUMER-HELLO), and is answered.
+    to_reader(&mut c, &mut r, &log);
+    to_consumer(&mut r, &log, &mut c, now);
+    let heard = c.finish_query(&golden).unwrap();
+    assert_eq!(
+        heard,
+        BTreeMap::from([
+            (id(P1), Bounds { low: 0, end: 10 }),
+            (id(P2), Bounds { low: 40, end: 100 }),
+        ]),
+        "an empty partition (head 0) is not reported"
+    );
+    // Not subscribed: nothing was delivered and no position created.
+    assert_eq!(c.positions().count(), 0);
+    assert!(c.poll_record().is_none());
+    assert!(c.offsets(&golden).is_none(), "the query ended");
+}
+
+#[test]
+fn two_stores_give_the_highest_head_and_low_water() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = MapLog(BTreeMap::from([(id(P1), (5, 12))]), golden.clone());
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
+    c.query_offsets(golden.clone());
+    connect(&mut c, &mut r1, S1_READER, &log1, now);
+    let pending: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    for m in &pending {
+        if matches!(m, Message::GetHeads(_)) {
+            r1.handle_message(m, &log1).unwrap();
+            r2.handle_message(m, &log2).unwrap();
+        }
+    }
+    to_consumer(&mut r1, &log1, &mut c, now);
+    assert_eq!(
+        c.offsets(&golden).unwrap()[&id(P1)],
+        Bounds { low: 0, end: 10 }
+    );
+    to_consumer(&mut r2, &log2, &mut c, now);
+    assert_eq!(
+        c.offsets(&golden).unwrap()[&id(P1)],
+        Bounds { low: 5, end: 12 }
+    );
+}
+
+#[test]
+fn reachable_needs_both_directions_and_answers_to_others_are_refused() {
+    let now = Instant::now();
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    c.handle_subscription(&subscription::node(
+        dafka_proto::Kind::ConsumerHello,
+        &id(S1_READER),
+    ));
+    assert_eq!(
+        c.stores_reachable(),
+        0,
+        "it hears us, we do not hear it yet"
+    );
+    let hello_to = |consumer: &str| {
+        Message::StoreHello(StoreHello {
+            consumer: id(consumer),
+            store: id(S1_READER),
+        })
+    };
+    assert!(c.handle_message(&hello_to(P1), now).is_err());
+    assert_eq!(c.stores_reachable(), 0);
+    c.handle_message(&hello_to(C1), now).unwrap();
+    assert_eq!(c.stores_reachable(), 1);
+}

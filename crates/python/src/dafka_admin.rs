@@ -1,0 +1,137 @@
+//! `dafka.PartitionReader`: a consumer of explicitly assigned partition ranges, with the
+//! offsets query (`dafka-node`'s `ConsumerNode::offsets`). What Spark's planner (offsets) and
+//! its tasks (one range at a time, on a reader cached per Python worker) use. Conversion only.
+
+use std::time::Duration;
+
+use arrow_pyarrow::ToPyArrow;
+use dafka_node::{ConsumerNode, ConsumerOptions, NodeConfig, OffsetReset};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::dafka::{Slot, partition_id, records_batch, seconds, towers_list};
+use crate::{errors, runtime};
+
+/// A consumer that reads only the partitions assigned to it, and asks the stores for a topic's
+/// partitions and their offset bounds.
+#[pyclass(name = "PartitionReader", module = "dafka", frozen)]
+pub(crate) struct PyPartitionReader {
+    node: Slot<ConsumerNode>,
+    towers: String,
+}
+
+#[pymethods]
+impl PyPartitionReader {
+    #[new]
+    fn new(py: Python<'_>, towers: &str) -> PyResult<Self> {
+        let node = NodeConfig::new(towers_list(towers)?);
+        let options = ConsumerOptions::default().with_offset_reset(OffsetReset::Assigned);
+        let consumer = runtime::wait_for(py, ConsumerNode::start(&[], node, options))?
+            .map_err(errors::node)?;
+        Ok(PyPartitionReader {
+            node: Slot::new(consumer),
+            towers: towers.to_owned(),
+        })
+    }
+
+    /// `{partition: (low, end)}` for every partition of `topic` the stores hold: `low` the
+    /// first offset still held, `end` one past the last. Raises `dafka.TimeoutError` when no
+    /// store is reachable within `timeout` seconds.
+    #[pyo3(signature = (topic, timeout = 10.0))]
+    fn offsets<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        let node = self.node.get("reader")?;
+        let towers = self.towers.clone();
+        let bounds = runtime::wait_for(py, async move { node.offsets(&topic, timeout).await })?
+            .map_err(|e| match e {
+                dafka_node::Error::NoStore { .. } => {
+                    errors::timeout(format!("towers {towers}: {e}"))
+                }
+                other => errors::node(other),
+            })?;
+        let out = PyDict::new(py);
+        for (partition, b) in bounds {
+            out.set_item(partition.to_string(), (b.low, b.end))?;
+        }
+        Ok(out)
+    }
+
+    /// Reads `partition` of `topic` from `offset` on (FETCHing up to `end`, exclusive, at
+    /// once when given); records of the partition already received are dropped.
+    #[pyo3(signature = (topic, partition, offset, end = None))]
+    fn assign(&self, topic: &str, partition: &str, offset: u64, end: Option<u64>) -> PyResult<()> {
+        let partition = partition_id(partition)?;
+        self.node
+            .get("reader")?
+            .assign(topic, partition, offset, end)
+            .map_err(errors::node)
+    }
+
+    /// Stops reading `partition` of `topic`.
+    fn unassign(&self, topic: &str, partition: &str) -> PyResult<()> {
+        let partition = partition_id(partition)?;
+        self.node
+            .get("reader")?
+            .unassign(topic, partition)
+            .map_err(errors::node)
+    }
+
+    /// Records of the assigned partitions that arrived within `timeout` seconds, at most
+    /// `max_records`, as a `pyarrow.RecordBatch` (possibly empty), in offset order per
+    /// partition. The schema is `dafka.Consumer.poll`'s.
+    #[pyo3(signature = (max_records = 10000, timeout = 1.0))]
+    fn poll(&self, py: Python<'_>, max_records: usize, timeout: f64) -> PyResult<Py<PyAny>> {
+        if max_records == 0 {
+            return Err(errors::invalid("max_records must be at least 1"));
+        }
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or(Duration::ZERO);
+        let node = self.node.get("reader")?;
+        let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
+            .map_err(errors::node)?;
+        py.detach(|| records_batch(&records))
+            .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))?
+            .to_pyarrow(py)
+            .map(Bound::unbind)
+    }
+
+    /// The towers string it was made with.
+    #[getter]
+    fn towers(&self) -> &str {
+        &self.towers
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.node.is_closed()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        exc_value: &Bound<'_, PyAny>,
+        traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let _ = (exc_type, exc_value, traceback);
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Stops the node and waits for it.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.node.close_with(py, ConsumerNode::close)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<dafka.PartitionReader towers={:?}>", self.towers)
+    }
+}

@@ -1,0 +1,649 @@
+"""The ``dafka`` PySpark data source: batch and streaming reads, batch and streaming writes.
+
+Read through :mod:`dafka.spark` (``DafkaDataSource``); ``docs/spark.md`` is the user guide.
+
+Reading. The driver asks the stores for the topic's partitions and their bounds
+(``dafka.PartitionReader.offsets``: GET-HEADS answered by DIRECT-LOW-WATER and DIRECT-HEAD)
+and plans one Spark input partition per Dafka partition and offset range (split further for
+``minPartitions``). A task assigns its range on a ``PartitionReader`` kept per Python worker
+process and keyed by the towers (Spark reuses its Python workers, so the beacons, connections
+and discovery are paid once per worker, not per task), yields the ``pyarrow.RecordBatch``es
+the Rust consumer builds, and unassigns. Offsets are ``{topic: {partition: next_offset}}``
+and live only in Spark's checkpoint.
+
+Writing. A task sends the ``value`` column (string or binary) of each Arrow batch with
+``Producer.send_many`` (no per-row Python work) and returns only once every record is
+acknowledged (``flush``). Partition identity: one producer, so one Dafka partition, per
+(Python worker process, towers, topic), kept for the worker's life; see docs/spark.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from dafka.errors import DafkaError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from dafka._native import PartitionReader, Producer
+
+__all__ = ["DAFKA_SCHEMA", "DafkaDataSource", "DafkaPartition"]
+
+# Exactly the consumer's Arrow schema (`Consumer.poll`), as Spark DDL.
+DAFKA_SCHEMA = "topic string, partition string, offset bigint, value binary, timestamp timestamp"
+
+# Options, lower case as Spark hands them over, per use.
+_COMMON = {"towers", "offsetstimeout"}
+_READ = _COMMON | {
+    "subscribe",
+    "startingoffsets",
+    "minpartitions",
+    "failondataloss",
+    "polltimeout",
+    "maxrecordsperbatch",
+}
+_BATCH_READ = _READ | {"endingoffsets"}
+_STREAM_READ = _READ | {"maxoffsetspertrigger"}
+_WRITE = _COMMON | {"topic", "minacks", "flushtimeout"}
+# Spark's own keys that may reach a data source's options.
+_SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+
+
+@dataclass(frozen=True)
+class _Options:
+    towers: str
+    topics: tuple[str, ...]
+    starting: str
+    ending: str
+    min_partitions: int
+    fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None
+    offsets_timeout: float
+    poll_timeout: float
+    max_records_per_batch: int
+    topic: str | None
+    min_acks: int
+    flush_timeout: float
+
+
+def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
+    """Validates every option at once; the message names the option at fault."""
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    unknown = sorted(set(opts) - allowed - _SPARK_KEYS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown option(s) {', '.join(unknown)} for a dafka {what}; "
+            f"known: {', '.join(sorted(allowed))}"
+        )
+    towers = opts.get("towers", "").strip()
+    if not towers:
+        raise InvalidArgumentError('option towers is required: "tcp://host:port[,...]"')
+    for t in towers.split(","):
+        if not t.strip().startswith("tcp://") or ":" not in t.strip()[6:]:
+            raise InvalidArgumentError(f"option towers: {t.strip()!r} is not tcp://host:port")
+    topics: tuple[str, ...] = ()
+    if "subscribe" in allowed:
+        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+        if not topics:
+            raise InvalidArgumentError("option subscribe is required: a comma list of topics")
+    default_start = "latest" if what == "stream reader" else "earliest"
+    starting = opts.get("startingoffsets", default_start).strip()
+    ending = opts.get("endingoffsets", "latest").strip()
+    for name, value, allowed_words in (
+        ("startingOffsets", starting, ("earliest", "latest")),
+        ("endingOffsets", ending, ("latest",)),
+    ):
+        if value not in allowed_words:
+            _offsets_json(name, value, topics)
+    return _Options(
+        towers=towers,
+        topics=topics,
+        starting=starting,
+        ending=ending,
+        min_partitions=_number(opts, "minpartitions", "minPartitions", int, 1),
+        fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
+        max_offsets_per_trigger=(
+            _number(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", int, 1)
+            if "maxoffsetspertrigger" in opts
+            else None
+        ),
+        offsets_timeout=_number(opts, "offsetstimeout", "offsetsTimeout", float, 10.0),
+        poll_timeout=_number(opts, "polltimeout", "pollTimeout", float, 60.0),
+        max_records_per_batch=_number(
+            opts, "maxrecordsperbatch", "maxRecordsPerBatch", int, 65_536
+        ),
+        topic=opts.get("topic") or None,
+        min_acks=_number(opts, "minacks", "minAcks", int, 1),
+        flush_timeout=_number(opts, "flushtimeout", "flushTimeout", float, 60.0),
+    )
+
+
+def _number(opts: dict[str, str], key: str, name: str, kind: type, default: Any) -> Any:
+    raw = opts.get(key)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise InvalidArgumentError(f"option {name} must be {what}, not {raw!r}") from None
+    if not value > 0 or (kind is float and math.isinf(value)):
+        raise InvalidArgumentError(f"option {name} must be > 0, not {raw!r}")
+    return value
+
+
+def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
+    raw = opts.get(key)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise InvalidArgumentError(f"option {name} must be true or false, not {raw!r}")
+
+
+def _offsets_json(name: str, text: str, topics: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """``{"topic": {"PARTITION": offset}}``; -2 means earliest, -1 latest (as Kafka's)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    ok = isinstance(value, dict) and all(
+        isinstance(t, str)
+        and isinstance(ps, dict)
+        and all(
+            isinstance(p, str) and isinstance(o, int) and not isinstance(o, bool) and o >= -2
+            for p, o in ps.items()
+        )
+        for t, ps in value.items()
+    )
+    if not ok:
+        raise InvalidArgumentError(
+            f'option {name} must be "earliest", "latest" or JSON '
+            f'{{"topic": {{"PARTITION": offset}}}} (offset >= 0, -2 earliest, -1 latest), '
+            f"not {text!r}"
+        )
+    assert isinstance(value, dict)
+    extra = sorted(set(value) - set(topics))
+    if extra:
+        raise InvalidArgumentError(f"option {name} names topics not subscribed: {extra}")
+    return value
+
+
+# --- per-process node caches ---------------------------------------------------------------
+
+_LOCK = threading.Lock()
+_READERS: dict[str, PartitionReader] = {}
+_PRODUCERS: dict[tuple[str, str, int], Producer] = {}
+
+
+def _reader(towers: str, topic: str | None = None, timeout: float = 10.0) -> PartitionReader:
+    """This process's reader for `towers`, started on first use and kept (Spark reuses its
+    Python workers: the node's start-up and discovery are paid once per worker). A new one
+    first waits until a store is reachable (an offsets query of `topic`), so the FETCH of the
+    first range is not sent before any store can hear it (and retried with backoff)."""
+    from dafka._native import PartitionReader
+
+    with _LOCK:
+        reader = _READERS.get(towers)
+        if reader is None or reader.closed:
+            reader = PartitionReader(towers)
+            if topic is not None:
+                reader.offsets(topic, timeout=timeout)
+            _READERS[towers] = reader
+        return reader
+
+
+def _timing(event: dict[str, Any]) -> None:
+    """Appends `event` as a JSON line to $DAFKA_SPARK_TIMING, if set (the benchmark's
+    task-start to first-batch measurement)."""
+    path = os.environ.get("DAFKA_SPARK_TIMING")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(event) + "\n")
+
+
+def _producer(towers: str, topic: str, min_acks: int) -> Producer:
+    """This process's producer of `topic`: one Dafka partition per worker process and topic."""
+    from dafka._native import Producer
+
+    with _LOCK:
+        key = (towers, topic, min_acks)
+        producer = _PRODUCERS.get(key)
+        if producer is None or producer.closed:
+            producer = Producer(topic, towers=towers, min_acks=min_acks)
+            _PRODUCERS[key] = producer
+        return producer
+
+
+# --- planning --------------------------------------------------------------------------------
+
+Offsets = dict[str, dict[str, int]]
+
+
+def _bounds(o: _Options) -> dict[str, dict[str, tuple[int, int]]]:
+    """``{topic: {partition: (low, end)}}`` from the stores."""
+    reader = _reader(o.towers)
+    try:
+        return {t: reader.offsets(t, timeout=o.offsets_timeout) for t in o.topics}
+    except DafkaError as e:
+        msg = f"dafka source: cannot list the partitions of {list(o.topics)}: {e}"
+        raise type(e)(msg) from e
+
+
+def _resolve(
+    spec: str, name: str, o: _Options, bounds: dict[str, dict[str, tuple[int, int]]]
+) -> Offsets:
+    """Offsets for every known partition from "earliest", "latest" or JSON (-2/-1 inside; a
+    partition the JSON does not name starts at earliest, ends at latest)."""
+    given = {} if spec in ("earliest", "latest") else _offsets_json(name, spec, o.topics)
+    default = -1 if spec == "latest" or name == "endingOffsets" else -2
+    out: Offsets = {}
+    for t in o.topics:
+        out[t] = {}
+        for p, (low, end) in bounds[t].items():
+            want = given.get(t, {}).get(p, default)
+            out[t][p] = low if want == -2 else end if want == -1 else want
+        for p, want in given.get(t, {}).items():
+            if p not in out[t]:
+                if want < 0:
+                    continue
+                out[t][p] = want
+    return out
+
+
+@dataclass(frozen=True)
+class DafkaPartition(InputPartition):
+    """One Spark task: offsets ``[start, end)`` of one Dafka partition."""
+
+    topic: str
+    partition: str
+    start: int
+    end: int
+
+
+def _plan(
+    start: Offsets,
+    end: Offsets,
+    o: _Options,
+    low: dict[str, dict[str, tuple[int, int]]] | None,
+) -> list[DafkaPartition]:
+    """Ranges from `start` to `end` (a partition missing from `start` starts at its low-water
+    mark, 0 if unknown); checks for data lost to retention; splits for ``minPartitions``."""
+    ranges = []
+    for t, parts in end.items():
+        for p, e in sorted(parts.items()):
+            first = (low or {}).get(t, {}).get(p, (0, 0))[0]
+            s = start.get(t, {}).get(p, first)
+            if s < first:
+                if o.fail_on_data_loss:
+                    raise DafkaError(
+                        f"dafka source: offsets {s}..{first - 1} of {t}/{p} are gone "
+                        "(store retention); set failOnDataLoss=false to skip them"
+                    )
+                s = first
+            if e > s:
+                ranges.append(DafkaPartition(t, p, s, e))
+    total = sum(r.end - r.start for r in ranges)
+    if o.min_partitions <= len(ranges) or total == 0:
+        return ranges
+    out = []
+    for r in ranges:
+        size = r.end - r.start
+        pieces = max(1, min(size, math.ceil(size * o.min_partitions / total)))
+        step = math.ceil(size / pieces)
+        out += [
+            DafkaPartition(r.topic, r.partition, a, min(a + step, r.end))
+            for a in range(r.start, r.end, step)
+        ]
+    return out
+
+
+def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
+    """The records of one range, as the Rust consumer's Arrow batches (sliced, never
+    rebuilt in Python)."""
+    import pyarrow.compute as pc
+
+    started = time.monotonic()
+    cached = o.towers in _READERS
+    reader = _reader(o.towers, part.topic, o.offsets_timeout)
+    reader.assign(part.topic, part.partition, part.start, part.end)
+    try:
+        expected = part.start
+        first_batch = True
+        last_progress = time.monotonic()
+        while expected < part.end:
+            want = min(o.max_records_per_batch, part.end - expected)
+            batch = reader.poll(max_records=want, timeout=0.5)
+            if batch.num_rows == 0:
+                if time.monotonic() - last_progress > o.poll_timeout:
+                    raise DafkaError(
+                        f"dafka source: no record of {part.topic}/{part.partition} from offset "
+                        f"{expected} within pollTimeout={o.poll_timeout}s (range ends at "
+                        f"{part.end}); are the stores reachable from this executor?"
+                    )
+                continue
+            last_progress = time.monotonic()
+            offsets = batch.column("offset")
+            first, last = offsets[0].as_py(), offsets[-1].as_py()
+            if first != expected or last - first + 1 != batch.num_rows:
+                # Retention moved the partition past records this range needs.
+                if o.fail_on_data_loss:
+                    raise DafkaError(
+                        f"dafka source: offsets of {part.topic}/{part.partition} from "
+                        f"{expected} are gone (store retention); set failOnDataLoss=false "
+                        "to skip them"
+                    )
+            if last >= part.end:
+                batch = batch.filter(pc.less(offsets, part.end))
+            expected = last + 1
+            if first_batch:
+                first_batch = False
+                _timing(
+                    {
+                        "pid": os.getpid(),
+                        "cached": cached,
+                        "first_batch_s": time.monotonic() - started,
+                    }
+                )
+            if batch.num_rows:
+                yield batch
+    finally:
+        reader.unassign(part.topic, part.partition)
+
+
+# --- the data source -------------------------------------------------------------------------
+
+
+class DafkaDataSource(DataSource):
+    """``format("dafka")``: Dafka topics as a Spark source and sink, batch and streaming."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dafka"
+
+    def schema(self) -> str:
+        return DAFKA_SCHEMA
+
+    def reader(self, schema: Any) -> DafkaBatchReader:
+        return DafkaBatchReader(_parse(dict(self.options), _BATCH_READ, "batch reader"))
+
+    def streamReader(self, schema: Any) -> DafkaStreamReader:
+        return DafkaStreamReader(_parse(dict(self.options), _STREAM_READ, "stream reader"))
+
+    def writer(self, schema: Any, overwrite: bool) -> DafkaWriter:
+        return DafkaWriter(_write_options(dict(self.options), schema))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DafkaStreamWriter:
+        return DafkaStreamWriter(_write_options(dict(self.options), schema))
+
+
+class DafkaBatchReader(DataSourceReader):
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+        # Planned on the driver when the query is built: bad offsets and unreachable
+        # towers fail here, before any task runs.
+        o = options
+        bounds = _bounds(o)
+        start = _resolve(o.starting, "startingOffsets", o, bounds)
+        end = _resolve(o.ending, "endingOffsets", o, bounds)
+        self._partitions = _plan(start, end, o, bounds)
+
+    def partitions(self) -> list[DafkaPartition]:
+        return list(self._partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, DafkaPartition)
+        yield from _read(partition, self.options)
+
+
+class DafkaStreamReader(DataSourceStreamReader):
+    """Offsets ``{topic: {partition: next_offset}}``. ``latestOffset`` caps each micro-batch
+    at ``maxOffsetsPerTrigger`` records over all partitions, shared in proportion to what each
+    partition has waiting (as Kafka's source does)."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+        self._last: Offsets | None = None
+        # The stores' bounds as latestOffset last heard them: partitions() of the same
+        # trigger checks data loss against them instead of asking again (each query costs
+        # the settle time of the offsets query).
+        self._bounds: dict[str, dict[str, tuple[int, int]]] | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        o = self.options
+        bounds = _bounds(o)
+        start = _resolve(o.starting, "startingOffsets", o, bounds)
+        self._last = start
+        return start
+
+    def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
+        # Spark 4.2 passes the start and a ReadLimit (admission control); 4.0/4.1 call
+        # latestOffset() alone: then the start is the last offset returned or committed.
+        o = self.options
+        base: Offsets = start if start is not None else (self._last or {})
+        bounds = self._bounds = _bounds(o)
+        latest: Offsets = {}
+        for t in o.topics:
+            latest[t] = dict(base.get(t, {}))
+            for p, (_low, end) in bounds[t].items():
+                latest[t][p] = max(end, latest[t].get(p, 0))
+        cap = o.max_offsets_per_trigger
+        if limit is not None:
+            from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+            if isinstance(limit, ReadAllAvailable):
+                cap = None
+            elif isinstance(limit, ReadMaxRows):
+                cap = limit.max_rows
+        if cap is not None:
+            latest = _cap(base, latest, bounds, cap)
+        self._last = latest
+        return latest
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        cap = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[DafkaPartition]:
+        o = self.options
+        low = self._bounds
+        if low is None and (
+            o.fail_on_data_loss
+            or any(p not in start.get(t, {}) for t, ps in end.items() for p in ps)
+        ):
+            low = _bounds(o)
+        return _plan(start, end, o, low)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, DafkaPartition)
+        yield from _read(partition, self.options)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Offsets live in Spark's checkpoint; nothing to commit to Dafka.
+        self._last = end
+
+
+def _cap(
+    base: Offsets, latest: Offsets, bounds: dict[str, dict[str, tuple[int, int]]], cap: int
+) -> Offsets:
+    """At most `cap` records past `base` in all, split in proportion to each partition's
+    backlog (every partition with a backlog gets at least one)."""
+    backlog = {}
+    for t, parts in latest.items():
+        for p, e in parts.items():
+            s = base.get(t, {}).get(p, bounds.get(t, {}).get(p, (0, 0))[0])
+            if e > s:
+                backlog[(t, p)] = (s, e)
+    total = sum(e - s for s, e in backlog.values())
+    if total <= cap:
+        return latest
+    out = {t: dict(parts) for t, parts in latest.items()}
+    left = cap
+    for (t, p), (s, e) in sorted(backlog.items(), key=lambda kv: kv[1][1] - kv[1][0]):
+        take = min(e - s, max(1, (e - s) * cap // total), left)
+        out[t][p] = s + take
+        left -= take
+    return out
+
+
+# --- the sink ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _WriteOptions:
+    options: _Options
+    value_is_string: bool
+    has_topic_column: bool
+
+
+@dataclass(frozen=True)
+class DafkaCommit(WriterCommitMessage):
+    """What one write task sent: (topic, partition) -> records, all acknowledged."""
+
+    sent: tuple[tuple[str, str, int], ...]
+
+
+def _write_options(options: dict[str, str], schema: Any) -> _WriteOptions:
+    from pyspark.sql.types import BinaryType, StringType
+
+    o = _parse(options, _WRITE, "sink")
+    fields = {f.name: f.dataType for f in schema.fields}
+    value = fields.get("value")
+    if not isinstance(value, (StringType, BinaryType)):
+        raise InvalidArgumentError(
+            f"the dafka sink needs a value column of type string or binary; got {value}"
+        )
+    topic = fields.get("topic")
+    if topic is not None and not isinstance(topic, StringType):
+        raise InvalidArgumentError(f"the dafka sink's topic column must be a string, not {topic}")
+    if topic is None and o.topic is None:
+        raise InvalidArgumentError("the dafka sink needs a topic column or option topic")
+    return _WriteOptions(o, isinstance(value, StringType), topic is not None)
+
+
+def _write_batches(batches: Iterator[pa.RecordBatch], w: _WriteOptions) -> DafkaCommit:
+    """Sends every value, then waits until every record is acknowledged."""
+    import pyarrow.compute as pc
+
+    o = w.options
+    used: dict[str, Producer] = {}
+    counts: dict[str, int] = {}
+
+    def send(topic: str, values: pa.Array) -> None:
+        if values.null_count:
+            raise DafkaError("dafka sink: a value is null; Dafka records cannot be null")
+        producer = used.get(topic) or _producer(o.towers, topic, o.min_acks)
+        used[topic] = producer
+        producer.send_many(values)
+        counts[topic] = counts.get(topic, 0) + len(values)
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        values = batch.column("value")
+        if not w.has_topic_column:
+            assert o.topic is not None
+            send(o.topic, values)
+            continue
+        topics = batch.column("topic")
+        if topics.null_count and o.topic is None:
+            raise DafkaError("dafka sink: a row has a null topic and no option topic is set")
+        if o.topic is not None:
+            topics = pc.fill_null(topics, o.topic)
+        for t in pc.unique(topics).to_pylist():
+            send(t, values.filter(pc.equal(topics, t)))
+    for producer in used.values():
+        producer.flush(timeout=o.flush_timeout)
+    return DafkaCommit(tuple((t, used[t].partition, n) for t, n in counts.items()))
+
+
+def _rows_to_batches(rows: Iterator[Any], w: _WriteOptions) -> Iterator[pa.RecordBatch]:
+    """Spark 4.0 gives a stream writer Rows: regroup them in Arrow batches."""
+    import pyarrow as pa
+
+    value_type = pa.string() if w.value_is_string else pa.binary()
+    chunk: list[Any] = []
+
+    def flush() -> pa.RecordBatch:
+        cols = {"value": pa.array([r["value"] for r in chunk], type=value_type)}
+        if w.has_topic_column:
+            cols["topic"] = pa.array([r["topic"] for r in chunk], type=pa.string())
+        return pa.RecordBatch.from_pydict(cols)
+
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= 10_000:
+            yield flush()
+            chunk = []
+    if chunk:
+        yield flush()
+
+
+def _batches(iterator: Iterator[Any], w: _WriteOptions) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+
+    first = next(iterator, None)
+    if first is None:
+        return
+    if isinstance(first, pa.RecordBatch):
+        yield first
+        yield from iterator
+    else:
+        yield from _rows_to_batches(_chain(first, iterator), w)
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+try:  # Spark >= 4.1: Arrow batches in a stream writer too; 4.0 gives Rows.
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc, assignment]
+
+
+class DafkaWriter(DataSourceArrowWriter):
+    """Batch sink: at-least-once (a retried task sends its rows again)."""
+
+    def __init__(self, w: _WriteOptions) -> None:
+        self.w = w
+
+    def write(self, iterator: Iterator[Any]) -> DafkaCommit:
+        return _write_batches(_batches(iter(iterator), self.w), self.w)
+
+
+class DafkaStreamWriter(_StreamWriterBase):
+    """Streaming sink: each micro-batch's task returns once its records are acknowledged;
+    at-least-once (a retried micro-batch is sent again)."""
+
+    def __init__(self, w: _WriteOptions) -> None:
+        self.w = w
+
+    def write(self, iterator: Iterator[Any]) -> DafkaCommit:
+        return _write_batches(_batches(iter(iterator), self.w), self.w)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: every record was acknowledged before its task returned."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: Dafka has no transactions (at-least-once)."""
