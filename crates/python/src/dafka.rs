@@ -78,7 +78,7 @@ fn towers_list(towers: &str) -> PyResult<Vec<TowerAddress>> {
     Ok(list)
 }
 
-fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
+pub(crate) fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
     value
         .map(|s| {
             Duration::try_from_secs_f64(s).map_err(|_| {

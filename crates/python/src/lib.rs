@@ -16,6 +16,7 @@ mod monitor;
 mod poller;
 mod runtime;
 mod zmtp;
+mod zre;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -35,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dafka::PyStore>()?;
     m.add_class::<dafka::PyProducer>()?;
     m.add_class::<dafka::PyConsumer>()?;
+    m.add_class::<zre::PyZreNode>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
     Ok(())
 }
