@@ -3,6 +3,7 @@ the network-namespace tests (tests/test_zre_netns.py runs it with `ip netns exec
 
     python zre_peer_proc.py dafka|pyre NAME PORT [--interface IF] [--timeouts E S X]
                             [--interval S] [--header K=V]... [--group G]...
+                            [--ipv6] [--multicast GROUP]
 
 stdout: ``UUID <hex>`` first, then one line per event: ``ENTER <uuid> <name> <address>
 <k=v,...>``, ``EXIT <uuid>``, ``JOIN <uuid> <group>``, ``LEAVE <uuid> <group>``, ``SHOUT <uuid>
@@ -53,6 +54,8 @@ def run_dafka(args: argparse.Namespace) -> None:
         interface=args.interface,
         port=args.port,
         interval=args.interval,
+        ipv6=args.ipv6,
+        multicast=args.multicast,
         evasive=args.timeouts[0],
         silent=args.timeouts[1],
         expired=args.timeouts[2],
@@ -149,6 +152,8 @@ def main() -> None:
     p.add_argument("name")
     p.add_argument("port", type=int)
     p.add_argument("--interface")
+    p.add_argument("--ipv6", action="store_true")
+    p.add_argument("--multicast")
     p.add_argument("--interval", type=float, default=0.2)
     p.add_argument("--timeouts", type=float, nargs=3, default=(5.0, 10.0, 30.0))
     p.add_argument("--header", action="append", default=[])

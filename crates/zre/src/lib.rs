@@ -156,10 +156,21 @@ impl Options {
     pub fn interface(spec: &str, port: u16, ipv6: bool) -> Result<Self, Error> {
         let interfaces = if_addrs::get_if_addrs()?;
         let by_addr: Option<IpAddr> = spec.parse().ok();
-        let found = interfaces.iter().find(|i| match by_addr {
+        let matching = |i: &&if_addrs::Interface| match by_addr {
             Some(a) => i.ip() == a,
             None => i.name == spec && i.ip().is_ipv6() == ipv6,
-        });
+        };
+        // By name, an IPv6 address peers can reach without a scope comes first: a link-local
+        // one would be announced in HELLO, and `tcp://[fe80::..]:port` names no interface.
+        let link_local = |i: &&if_addrs::Interface| match i.ip() {
+            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+            IpAddr::V4(_) => false,
+        };
+        let found = interfaces
+            .iter()
+            .filter(matching)
+            .find(|i| !link_local(i))
+            .or_else(|| interfaces.iter().find(matching));
         let Some(found) = found else {
             let known: Vec<String> = interfaces
                 .iter()
@@ -197,12 +208,11 @@ impl Options {
     fn for_addr(addr: &if_addrs::IfAddr, index: u32, port: u16) -> Self {
         match addr {
             if_addrs::IfAddr::V4(v4) => {
-                let broadcast = match v4.broadcast {
-                    Some(b) => b,
-                    None if v4.ip.is_loopback() => LOOPBACK_BROADCAST,
-                    // Point-to-point and the like: the limited broadcast.
-                    None => Ipv4Addr::BROADCAST,
-                };
+                // The subnet's broadcast address, from the netmask, as zyre sends to (and
+                // 127.255.255.255 on loopback). Not the interface's own broadcast field: an
+                // address added without `brd` has none, and getifaddrs then reports the
+                // interface's own address there.
+                let broadcast = Ipv4Addr::from(u32::from(v4.ip) | !u32::from(v4.netmask));
                 Options::on(v4.ip, SocketAddrV4::new(broadcast, port))
             }
             if_addrs::IfAddr::V6(v6) => {
