@@ -160,6 +160,26 @@ def test_known_endpoints_without_beacons() -> None:
             assert expect(b, lambda e: e.type == "ENTER").peer_uuid == a.uuid
 
 
+def test_gossip_hub_meshes_nodes_without_udp() -> None:
+    with Node("hub", interface="127.0.0.1", beacons=False, gossip_hub=True) as hub:
+        nodes = [
+            Node(f"n{i}", interface="127.0.0.1", beacons=False, known_endpoints=[hub.endpoint])
+            for i in range(3)
+        ]
+        for n in nodes:
+            n.start()
+        try:
+            for n in nodes:
+                want = {m.uuid for m in nodes if m is not n} | {hub.uuid}
+                seen: set[str] = set()
+                while seen != want:
+                    seen.add(expect(n, lambda e: e.type == "ENTER").peer_uuid or "")
+                assert sorted(n.peers()) == sorted(want)
+        finally:
+            for n in nodes:
+                n.stop()
+
+
 def test_caller_mistakes(port: int) -> None:
     with pytest.raises(dafka.InvalidArgumentError, match="no interface"):
         Node(interface="no-such-if0", port=port).start()

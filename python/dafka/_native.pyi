@@ -257,6 +257,7 @@ class ZreNode:
         multicast: str | None = None,
         beacons: bool = True,
         known_endpoints: Sequence[str] | None = None,
+        gossip_hub: bool = False,
         evasive: float = 5.0,
         silent: float = 10.0,
         expired: float = 30.0,

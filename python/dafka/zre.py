@@ -57,7 +57,8 @@ class Node:
     address and beacons to ``ff02::1`` there; ``multicast`` (``"225.25.25.25"``, ``"ff02::1"``)
     sends beacons to that group instead of broadcasting. ``beacons=False`` opens no UDP socket:
     peers are found through ``known_endpoints`` (their mailboxes, ``tcp://ip:port``) and by
-    the HELLOs of the nodes that know this one. ``evasive``, ``silent`` and ``expired`` are
+    the HELLOs of the nodes that know this one; with ``gossip_hub=True`` this node tells every
+    peer of every other, so nodes that know only its mailbox mesh fully. ``evasive``, ``silent`` and ``expired`` are
     the peer timeouts in seconds (zyre's 5, 10 and 30).
     """
 
@@ -73,6 +74,7 @@ class Node:
         multicast: str | None = None,
         beacons: bool = True,
         known_endpoints: Sequence[str] = (),
+        gossip_hub: bool = False,
         evasive: float = 5.0,
         silent: float = 10.0,
         expired: float = 30.0,
@@ -90,6 +92,7 @@ class Node:
             "multicast": multicast,
             "beacons": beacons,
             "known_endpoints": list(known_endpoints),
+            "gossip_hub": gossip_hub,
             "evasive": evasive,
             "silent": silent,
             "expired": expired,

@@ -105,6 +105,9 @@ pub struct Options {
     pub beacons: bool,
     /// Mailboxes (`tcp://ip:port`) of nodes to find without beacons.
     pub known_endpoints: Vec<String>,
+    /// Whether this node is a gossip hub (no): it tells every peer of every other, so nodes
+    /// that know only the hub's mailbox mesh fully (`dafka_zre_proto::gossip`).
+    pub gossip_hub: bool,
 }
 
 /// The IPv4 broadcast address of loopback (`lo` has no broadcast flag, yet the kernel delivers
@@ -145,6 +148,7 @@ impl Options {
             event_queue: 1024,
             beacons: true,
             known_endpoints: Vec::new(),
+            gossip_hub: false,
         }
     }
 
@@ -295,6 +299,12 @@ impl Options {
         self
     }
 
+    /// As a gossip hub: peers that know only this node's mailbox learn of each other.
+    pub fn with_gossip_hub(mut self) -> Self {
+        self.gossip_hub = true;
+        self
+    }
+
     /// With another per-peer send queue size.
     pub fn with_sndhwm(mut self, n: usize) -> Self {
         self.sndhwm = n;
@@ -308,7 +318,8 @@ impl Options {
             .with_beacon_interval(self.interval)
             .with_timeouts(self.timeouts.0, self.timeouts.1, self.timeouts.2)
             .with_send_stall(self.send_stall)
-            .with_beacons(self.beacons);
+            .with_beacons(self.beacons)
+            .with_gossip_hub(self.gossip_hub);
         if let Some(name) = &self.name {
             cfg = cfg.with_name(text("name", name)?);
         }

@@ -51,6 +51,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-beacons", action="store_true", help="no UDP: known endpoints only")
     p.add_argument(
+        "--gossip-hub", action="store_true", help="tell every peer of every other (a hub)"
+    )
+    p.add_argument(
         "--timeouts",
         type=float,
         nargs=3,
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         multicast=args.multicast,
         beacons=not args.no_beacons,
         known_endpoints=args.known,
+        gossip_hub=args.gossip_hub,
         evasive=args.timeouts[0],
         silent=args.timeouts[1],
         expired=args.timeouts[2],
