@@ -158,3 +158,32 @@ def test_three_nodes_link_down_and_back_up(lab: Lab) -> None:
     p3.expect(lambda w: w == ["JOIN", id1, "after"])
     for p, _ in nodes:
         assert p.stop() == 0
+
+
+def test_dafka_over_zre_across_three_namespaces(lab: Lab, tmp_path: Path) -> None:
+    """A store, a producer and a consumer, each in its own namespace, with no tower: they find
+    each other through ZRE beacons on their veths and move records end to end."""
+    hub = lab.namespace()
+    lab.bridge(hub)
+    script = str(Path(__file__).with_name("dafka_zre_proc.py"))
+    procs = {}
+    for i, role in enumerate(["store", "produce", "consume"], start=1):
+        ns = lab.namespace()
+        _, dev = lab.plug(hub, ns, f"10.81.0.{i}/24")
+        towers = f"zre://netns-cluster?interface={dev}&interval=0.2"
+        arg = str(tmp_path / "store") if role == "store" else "zt"
+        extra = [] if role == "store" else ["500"]
+        procs[role] = lab.run(ns, [sys.executable, script, role, towers, arg, *extra])
+        if role == "store":
+            procs[role].expect(lambda w: w == ["READY"])
+    # FLUSHED: the store (another namespace) acknowledged all 500 records.
+    procs["produce"].expect(lambda w: w == ["FLUSHED"], timeout=60)
+    assert procs["consume"].expect(lambda w: w[0] == "GOT", timeout=60) == [
+        "GOT",
+        "500",
+        "v0",
+        "v499",
+    ]
+    procs["store"].send("")
+    for p in procs.values():
+        assert p.proc.wait(timeout=20) == 0

@@ -58,8 +58,8 @@ class Node:
     sends beacons to that group instead of broadcasting. ``beacons=False`` opens no UDP socket:
     peers are found through ``known_endpoints`` (their mailboxes, ``tcp://ip:port``) and by
     the HELLOs of the nodes that know this one; with ``gossip_hub=True`` this node tells every
-    peer of every other, so nodes that know only its mailbox mesh fully. ``evasive``, ``silent`` and ``expired`` are
-    the peer timeouts in seconds (zyre's 5, 10 and 30).
+    peer of every other, so nodes that know only its mailbox mesh fully. ``evasive``,
+    ``silent`` and ``expired`` are the peer timeouts in seconds (zyre's 5, 10 and 30).
     """
 
     def __init__(

@@ -60,6 +60,7 @@ pub mod node;
 mod producer;
 mod store;
 mod tower;
+pub mod zre_discovery;
 
 pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, Position};
 pub use dafka_proto::{NodeId, OffsetReset, Topic};
@@ -69,3 +70,4 @@ pub use node::{NodeConfig, NodeStats, TowerAddress};
 pub use producer::{ProducerNode, ProducerOptions, RESUME_GRACE};
 pub use store::{StoreNode, StoreOptions};
 pub use tower::{Tower, TowerConfig};
+pub use zre_discovery::ZreCluster;

@@ -79,6 +79,7 @@ pub(crate) fn node(err: dafka_node::Error) -> PyErr {
         E::Closed => ClosedError::new_err(msg),
         E::Storage(_) => StorageError::new_err(msg),
         E::Socket(e) => zmtp(e),
+        E::Zre(e) => zre(e),
         _ => DafkaError::new_err(msg),
     }
 }
