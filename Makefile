@@ -22,7 +22,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-zmtp bench-store bench-python fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-zre fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-zmtp - ZMTP from Rust against libzmq, zmq.rs and raw TCP"
 	@echo "make bench-store - the storage engine against raw write+fdatasync (BENCHMARKS.md, Storage)"
 	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
+	@echo "make bench-zre - ZRE: start to ENTER, 100 nodes in one process, WHISPER/SHOUT vs pyre"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
 
 # --- bootstrap -------------------------------------------------------------
@@ -113,6 +114,12 @@ bench-zmtp: venv sysdeps
 # APIs (the release wheel installed in .venv), rewriting its section of BENCHMARKS.md.
 bench-python: venv wheel
 	$(PY) benches/run.py --python
+
+# ZRE: start to ENTER, nodes in one process, WHISPER/SHOUT against pyre (its own
+# section of BENCHMARKS.md; raises RLIMIT_NOFILE for the 100-node mesh).
+bench-zre: venv wheel
+	$(CARGO) build --release --locked -p dafka-zre --example zre_mesh
+	$(PY) benches/zre.py --bin $(TARGET_DIR)/release/examples/zre_mesh
 
 # The storage engine: 3 s per case, then a memory run of STORE_MEMORY_SECONDS (10 min).
 STORE_MEMORY_SECONDS ?= 600

@@ -240,14 +240,16 @@ def warmup_for(count: int) -> int:
 
 # Sections of BENCHMARKS.md owned by other commands, by their markers: benches/store.py
 # (`make bench-store`) writes "storage", `run.py --python` (`make bench-python`) writes
-# "python". Each owner replaces only its own section; the Rust run, which rewrites the
-# whole file, carries every one of them over unchanged.
+# "python", benches/zre.py (`make bench-zre`) writes "zre". Each owner replaces only its
+# own section; the Rust run, which rewrites the whole file, carries every one of them over
+# unchanged.
 SECTIONS = {
     "storage": ("<!-- storage:begin (benches/store.py) -->", "<!-- storage:end -->"),
     "python": (
         "<!-- python-bench: rewritten by benches/run.py --python -->",
         "<!-- /python-bench -->",
     ),
+    "zre": ("<!-- zre-bench:begin (benches/zre.py) -->", "<!-- zre-bench:end -->"),
 }
 
 

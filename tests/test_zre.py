@@ -23,10 +23,20 @@ def port() -> int:
     return free_udp_port()
 
 
-@pytest.fixture
-def two(port: int) -> Iterator[tuple[Node, Node]]:
-    a = Node("alpha", headers={"X-ROLE": "a"}, interface="lo", port=port, interval=0.1)
-    b = Node("beta", interface="127.0.0.1", port=port, interval=0.1)
+@pytest.fixture(params=[True, False], ids=["inproc", "tcp"])
+def two(port: int, request: pytest.FixtureRequest) -> Iterator[tuple[Node, Node]]:
+    """Two nodes of this process: through inproc:// (the default between nodes of one
+    process), or over TCP as nodes of two processes would be."""
+    local = bool(request.param)
+    a = Node(
+        "alpha",
+        headers={"X-ROLE": "a"},
+        interface="lo",
+        port=port,
+        interval=0.1,
+        local_inproc=local,
+    )
+    b = Node("beta", interface="127.0.0.1", port=port, interval=0.1, local_inproc=local)
     a.set_header("X-NAME", "tcp://127.0.0.1:7000")
     with a, b:
         yield a, b

@@ -258,6 +258,7 @@ class ZreNode:
         beacons: bool = True,
         known_endpoints: Sequence[str] | None = None,
         gossip_hub: bool = False,
+        local_inproc: bool = True,
         evasive: float = 5.0,
         silent: float = 10.0,
         expired: float = 30.0,

@@ -58,7 +58,9 @@ class Node:
     sends beacons to that group instead of broadcasting. ``beacons=False`` opens no UDP socket:
     peers are found through ``known_endpoints`` (their mailboxes, ``tcp://ip:port``) and by
     the HELLOs of the nodes that know this one; with ``gossip_hub=True`` this node tells every
-    peer of every other, so nodes that know only its mailbox mesh fully. ``evasive``,
+    peer of every other, so nodes that know only its mailbox mesh fully. Nodes of one process
+    reach each other through ``inproc://`` (no TCP connection, no descriptor per pair) unless
+    ``local_inproc=False``. ``evasive``,
     ``silent`` and ``expired`` are the peer timeouts in seconds (zyre's 5, 10 and 30).
     """
 
@@ -75,6 +77,7 @@ class Node:
         beacons: bool = True,
         known_endpoints: Sequence[str] = (),
         gossip_hub: bool = False,
+        local_inproc: bool = True,
         evasive: float = 5.0,
         silent: float = 10.0,
         expired: float = 30.0,
@@ -93,6 +96,7 @@ class Node:
             "beacons": beacons,
             "known_endpoints": list(known_endpoints),
             "gossip_hub": gossip_hub,
+            "local_inproc": local_inproc,
             "evasive": evasive,
             "silent": silent,
             "expired": expired,

@@ -164,7 +164,7 @@ impl PyZreNode {
     #[pyo3(signature = (
         uuid, name = None, headers = None, interface = None, port = 5670, interval = 1.0,
         *, ipv6 = false, multicast = None, beacons = true, known_endpoints = None,
-        gossip_hub = false, evasive = 5.0, silent = 10.0, expired = 30.0,
+        gossip_hub = false, local_inproc = true, evasive = 5.0, silent = 10.0, expired = 30.0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -180,6 +180,7 @@ impl PyZreNode {
         beacons: bool,
         known_endpoints: Option<Vec<String>>,
         gossip_hub: bool,
+        local_inproc: bool,
         evasive: f64,
         silent: f64,
         expired: f64,
@@ -216,6 +217,9 @@ impl PyZreNode {
         }
         if gossip_hub {
             options = options.with_gossip_hub();
+        }
+        if !local_inproc {
+            options = options.without_local_inproc();
         }
         for e in known_endpoints.into_iter().flatten() {
             options = options.with_known_endpoint(e);
