@@ -49,11 +49,21 @@ async fn entered(node: &mut ZreNode) -> (PeerId, Vec<(String, String)>, String) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_meet_talk_and_part() {
+    two_nodes(|o| o).await;
+}
+
+/// The same over TCP, as between processes (nodes of one process use inproc:// by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_meet_talk_and_part_over_tcp() {
+    two_nodes(Options::without_local_inproc).await;
+}
+
+async fn two_nodes(tune: impl Fn(Options) -> Options) {
     let port = port();
-    let mut a = ZreNode::start(opts(port, "a").with_header("X-NAME", "tcp://127.0.0.1:7000"))
+    let mut a = ZreNode::start(tune(opts(port, "a")).with_header("X-NAME", "tcp://127.0.0.1:7000"))
         .await
         .unwrap();
-    let mut b = ZreNode::start(opts(port, "b")).await.unwrap();
+    let mut b = ZreNode::start(tune(opts(port, "b"))).await.unwrap();
     a.join("G").await.unwrap();
     b.join("G").await.unwrap();
 
