@@ -189,10 +189,12 @@ impl PyZreNode {
             .try_into()
             .map_err(|_| errors::invalid("uuid must be 16 bytes"))?;
         let mut options = match interface {
-            Some(spec) => Options::interface(spec, port, ipv6),
-            None => Options::default_interface(port),
-        }
-        .map_err(errors::zre)?
+            Some(spec) => Options::interface(spec, port, ipv6).map_err(|e| match e {
+                dafka_zre::Error::Caller(c) => errors::invalid(format!("interface {spec:?}: {c}")),
+                other => errors::zre(other),
+            }),
+            None => Options::default_interface(port).map_err(errors::zre),
+        }?
         .with_uuid(uuid)
         .with_interval(seconds("interval", interval)?)
         .with_timeouts(
