@@ -191,7 +191,8 @@ def test_gossip_hub_meshes_nodes_without_udp() -> None:
 
 
 def test_caller_mistakes(port: int) -> None:
-    with pytest.raises(dafka.InvalidArgumentError, match='interface "no-such-if0": .*no interface'):
+    unknown = r'interface "no-such-if0": .*no interface'
+    with pytest.raises(dafka.InvalidArgumentError, match=unknown):
         Node(interface="no-such-if0", port=port).start()
     with pytest.raises(dafka.InvalidArgumentError, match="multicast"):
         Node(interface="lo", port=port, multicast="10.0.0.1").start()
