@@ -22,7 +22,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
@@ -32,6 +32,7 @@ help:
 	@echo "make bench-store - the storage engine against raw write+fdatasync (BENCHMARKS.md, Storage)"
 	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
 	@echo "make bench-spark - rows/s into Spark: format(\"dafka\") vs createDataFrame (BENCHMARKS.md, Spark)"
+	@echo "make bench-zre - ZRE: start to ENTER, 100 nodes in one process, WHISPER/SHOUT vs pyre"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
 
 # --- bootstrap -------------------------------------------------------------
@@ -103,7 +104,7 @@ fuzz:
 	    -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 # Every layer's benchmark, each rewriting its own part of BENCHMARKS.md.
-bench: bench-zmtp bench-python bench-store bench-security bench-spark
+bench: bench-zmtp bench-python bench-store bench-security bench-spark bench-zre
 
 # ZMTP from Rust: dafka against libzmq, zmq.rs and raw TCP (rewrites BENCHMARKS.md,
 # keeping the sections the other targets own).
@@ -126,6 +127,12 @@ bench-security: venv sysdeps
 # same 1,000,000 records of 100 B, and a streaming query's rows/s and latency.
 bench-spark: venv sysdeps wheel
 	$(PY) benches/spark.py
+
+# ZRE: start to ENTER, nodes in one process, WHISPER/SHOUT against pyre (its own
+# section of BENCHMARKS.md; raises RLIMIT_NOFILE for the 100-node mesh).
+bench-zre: venv wheel
+	$(CARGO) build --release --locked -p dafka-zre --example zre_mesh
+	$(PY) benches/zre.py --bin $(TARGET_DIR)/release/examples/zre_mesh
 
 # The storage engine: 3 s per case, then a memory run of STORE_MEMORY_SECONDS (10 min).
 STORE_MEMORY_SECONDS ?= 600

@@ -240,9 +240,10 @@ def warmup_for(count: int) -> int:
 
 # Sections of BENCHMARKS.md owned by other commands, by their markers: benches/store.py
 # (`make bench-store`) writes "storage", `run.py --python` (`make bench-python`) writes
-# "python", benches/spark.py (`make bench-spark`) writes "spark". Each owner replaces only
-# its own section; the Rust run, which rewrites the whole file, carries every one of them
-# over unchanged.
+# "python", benches/spark.py (`make bench-spark`) writes "spark", benches/security.py
+# (`make bench-security`) writes "security", benches/zre.py (`make bench-zre`) writes "zre".
+# Each owner replaces only its own section; the Rust run, which rewrites the whole file,
+# carries every one of them over unchanged.
 SECTIONS = {
     "storage": ("<!-- storage:begin (benches/store.py) -->", "<!-- storage:end -->"),
     "python": (
@@ -254,6 +255,7 @@ SECTIONS = {
         "<!-- /security-bench -->",
     ),
     "spark": ("<!-- spark:begin (benches/spark.py) -->", "<!-- spark:end -->"),
+    "zre": ("<!-- zre-bench:begin (benches/zre.py) -->", "<!-- zre-bench:end -->"),
 }
 
 

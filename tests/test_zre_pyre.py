@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import queue
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from typing import Any
 
 import pytest
 import zmq
+from netns import Proc
 from pyre import Pyre, zbeacon
 from pyre.pyre_event import PyreEvent
 
@@ -72,51 +71,15 @@ def free_udp_port() -> int:
         return int(s.getsockname()[1])
 
 
-class RustPeer:
+class RustPeer(Proc):
     """The dafka node: commands on stdin, one event per line on stdout."""
 
     def __init__(self, binary: Path, port: int, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [str(binary), str(port), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__([str(binary), str(port), *args])
         self.uuid = self.expect(lambda w: w[0] == "UUID")[1]
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def expect(self, match: Callable[[list[str]], bool]) -> list[str]:
-        deadline = time.monotonic() + TIMEOUT
-        seen = []
-        while time.monotonic() < deadline:
-            try:
-                words = self.lines.get(timeout=0.1).split(" ")
-            except queue.Empty:
-                continue
-            if match(words):
-                return words
-            seen.append(words)
-        raise AssertionError(f"dafka node: no matching line; saw {seen}")
-
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.send("STOP")
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.stop(timeout=5)
 
 
 def pyre_expect(node: Pyre, match: Callable[[PyreEvent], bool]) -> PyreEvent:

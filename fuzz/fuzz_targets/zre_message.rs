@@ -6,11 +6,12 @@
 //! is left). Invariants: no panic; a decoded message re-encodes to the input frames (with the
 //! version byte 3 sent as 2), and that decodes equal again; counts, strings and content stay
 //! within the limits (list capacities included); the whole input as a beacon decodes only when
-//! it is 22 or 54 bytes, and then re-encodes to itself.
+//! it is 22 or 54 bytes, and then re-encodes to itself; WHISPER/SHOUT content read as gossip
+//! stays capped and re-encodes to content that decodes the same.
 #![no_main]
 
 use bytes::Bytes;
-use dafka_zre_proto::{Beacon, Body, Limits, Message};
+use dafka_zre_proto::{Beacon, Body, Limits, Message, gossip};
 use libfuzzer_sys::fuzz_target;
 
 mod common;
@@ -55,6 +56,14 @@ fuzz_target!(|data: &[u8]| {
         Body::Whisper { content } | Body::Shout { content, .. } => {
             assert!(content.len() <= limits.max_content_frames);
             assert!(content.iter().map(Bytes::len).sum::<usize>() <= limits.max_content_bytes);
+            // Gossip content: capped, only tcp:// endpoints, and what decodes re-encodes to
+            // content that decodes the same.
+            if let Some(nodes) = gossip::decode(content) {
+                assert!(nodes.len() <= gossip::MAX_GOSSIP_ENTRIES);
+                assert!(nodes.iter().all(|(_, e)| e.as_str().starts_with("tcp://")));
+                let again = gossip::encode(nodes.iter().map(|(u, e)| (*u, e.as_str())));
+                assert_eq!(gossip::decode(&again).as_ref(), Some(&nodes));
+            }
         }
         _ => {}
     }

@@ -70,4 +70,7 @@ pub enum Error {
     /// A socket failed (binding a port in use, a runtime missing, ...).
     #[error(transparent)]
     Socket(#[from] dafka_zmtp::Error),
+    /// ZRE discovery could not start (`towers = "zre://..."`).
+    #[error(transparent)]
+    Zre(#[from] dafka_zre::Error),
 }

@@ -61,6 +61,7 @@ mod producer;
 mod security;
 mod store;
 mod tower;
+pub mod zre_discovery;
 
 pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, OFFSETS_SETTLE, Position};
 pub use dafka_proto::{Bounds, NodeId, OffsetReset, Topic};
@@ -71,3 +72,4 @@ pub use producer::{ProducerNode, ProducerOptions, RESUME_GRACE};
 pub use security::ClusterKeys;
 pub use store::{StoreNode, StoreOptions};
 pub use tower::{Tower, TowerConfig};
+pub use zre_discovery::ZreCluster;

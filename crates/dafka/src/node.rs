@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use crate::security::ClusterKeys;
 
 use crate::error::Error;
+use crate::zre_discovery::{Change, ZreCluster, ZreDiscovery};
 
 /// Most malformed-input warnings logged per second; the rest are counted and summed up.
 pub const LOG_BURST: u32 = 10;
@@ -122,6 +123,9 @@ pub struct NodeConfig {
     /// CURVE on every connection of the node (`None`, the default: plaintext, as the
     /// reference speaks).
     pub security: Option<ClusterKeys>,
+    /// Discovery through ZRE instead of towers (`towers = "zre://CLUSTER"`); the publisher then
+    /// binds to the ZRE interface's address, not [`host`](Self::host).
+    pub zre: Option<ZreCluster>,
 }
 
 impl NodeConfig {
@@ -140,7 +144,24 @@ impl NodeConfig {
             rcvhwm: 100_000,
             linger: Duration::from_millis(500),
             security: None,
+            zre: None,
         }
+    }
+
+    /// The settings for a `towers` value: `zre://CLUSTER[?options]` for discovery through ZRE
+    /// (see [`ZreCluster::parse`]), else [`TowerAddress::parse_list`].
+    pub fn from_towers(towers: &str) -> Result<Self, Error> {
+        Ok(match ZreCluster::parse(towers)? {
+            Some(cluster) => NodeConfig::new(Vec::new()).with_zre(cluster),
+            None => NodeConfig::new(TowerAddress::parse_list(towers)?),
+        })
+    }
+
+    /// Sets [`zre`](Self::zre).
+    #[must_use]
+    pub fn with_zre(mut self, cluster: ZreCluster) -> Self {
+        self.zre = Some(cluster);
+        self
     }
 
     /// Sets [`security`](Self::security).
@@ -407,6 +428,8 @@ pub(crate) fn publish(publisher: &Socket, messages: impl IntoIterator<Item = Mes
 struct Peer {
     endpoint: String,
     seen: Instant,
+    /// Found through ZRE: it goes when ZRE says so, not after a beacon silence.
+    by_zre: bool,
 }
 
 /// The sockets and peer table of a node, owned by its task.
@@ -426,6 +449,15 @@ pub(crate) struct Plumbing {
     next_sweep: Instant,
     log: LogLimiter,
     stats: Arc<NodeStats>,
+    zre: Option<ZreDiscovery>,
+}
+
+/// The next change ZRE reports; never, without ZRE.
+async fn next_change(zre: &mut Option<ZreDiscovery>) -> Option<Change> {
+    match zre {
+        Some(z) => z.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Plumbing {
@@ -437,6 +469,10 @@ impl Plumbing {
         publisher_type: SocketType,
     ) -> Result<Plumbing, Error> {
         config.validate()?;
+        let host = match &config.zre {
+            Some(cluster) => cluster.host(id)?,
+            None => config.host.clone(),
+        };
         let (server, client) = crate::security::mechanisms(config.security.as_ref());
         let quick = Options::default()
             .with_linger(Some(Duration::ZERO))
@@ -450,7 +486,7 @@ impl Plumbing {
                 .with_mechanism(server),
         )?;
         let bound = publisher
-            .bind(&format!("tcp://{}:{}", bracket(&config.host), config.port))
+            .bind(&format!("tcp://{}:{}", bracket(&host), config.port))
             .await?;
         let port = split_tcp(&bound).map(|(_, p)| p).ok_or(Error::Endpoint {
             endpoint: bound.clone(),
@@ -466,9 +502,16 @@ impl Plumbing {
             beacon_pub.connect(&tower.sub).await?;
             beacon_sub.connect(&tower.publ).await?;
         }
+        let zre = match &config.zre {
+            Some(cluster) => {
+                let endpoint = format!("tcp://{}:{port}", bracket(&host));
+                Some(ZreDiscovery::start(cluster, id, &endpoint).await?)
+            }
+            None => None,
+        };
         let beacon = BeaconMessage::Node(NodeBeacon {
             node: id,
-            host: config.host.clone(),
+            host,
             port,
         })
         .to_frames();
@@ -488,6 +531,7 @@ impl Plumbing {
             next_sweep: now,
             log: LogLimiter::new(now),
             stats: Arc::new(NodeStats::default()),
+            zre,
         })
     }
 
@@ -518,12 +562,27 @@ impl Plumbing {
                 return;
             }
         };
-        if beacon.node == self.id {
+        self.connect_peer(beacon.node, beacon.endpoint, now, false, "beacon SUB")
+            .await;
+    }
+
+    /// Connects the subscriber to `node`'s publisher at `endpoint` (a tower's beacon, or ZRE
+    /// when `by_zre`), or refreshes it.
+    async fn connect_peer(
+        &mut self,
+        node: NodeId,
+        endpoint: String,
+        now: Instant,
+        by_zre: bool,
+        source: &'static str,
+    ) {
+        if node == self.id {
             return;
         }
-        if let Some(peer) = self.peers.get_mut(&beacon.node) {
+        if let Some(peer) = self.peers.get_mut(&node) {
             peer.seen = now;
-            if peer.endpoint == beacon.endpoint {
+            peer.by_zre |= by_zre;
+            if peer.endpoint == endpoint {
                 return;
             }
             // Same id, new endpoint: the old one is gone.
@@ -531,32 +590,40 @@ impl Plumbing {
             let _ = self.subscriber.disconnect(&old).await;
         } else if self.peers.len() >= self.config.max_peers {
             if self.log.allow(now) {
-                tracing::warn!(peer = %beacon.node, max = self.config.max_peers, "too many peers; beacon ignored");
+                tracing::warn!(peer = %node, max = self.config.max_peers, "too many peers; ignored");
             }
             return;
         }
-        if split_tcp(&beacon.endpoint).is_none() {
-            self.dropped(
-                "beacon SUB",
-                "tower beacon endpoint is not tcp://host:port",
-                now,
-            );
-            self.peers.remove(&beacon.node);
+        if split_tcp(&endpoint).is_none() {
+            self.dropped(source, "peer endpoint is not tcp://host:port", now);
+            self.peers.remove(&node);
             return;
         }
-        if let Err(e) = self.subscriber.connect(&beacon.endpoint).await {
-            self.dropped("beacon SUB", &format!("cannot connect to peer: {e}"), now);
-            self.peers.remove(&beacon.node);
+        if let Err(e) = self.subscriber.connect(&endpoint).await {
+            self.dropped(source, &format!("cannot connect to peer: {e}"), now);
+            self.peers.remove(&node);
             return;
         }
-        tracing::debug!(peer = %beacon.node, endpoint = %beacon.endpoint, "peer connected");
+        tracing::debug!(peer = %node, endpoint = %endpoint, "peer connected");
         self.peers.insert(
-            beacon.node,
+            node,
             Peer {
-                endpoint: beacon.endpoint,
+                endpoint,
                 seen: now,
+                by_zre,
             },
         );
+        self.stats
+            .peers
+            .store(self.peers.len() as u64, Ordering::Relaxed);
+    }
+
+    /// ZRE says `node` is gone (EXIT, or it left the cluster's group).
+    async fn disconnect_peer(&mut self, node: NodeId) {
+        if let Some(peer) = self.peers.remove(&node) {
+            tracing::debug!(peer = %node, "peer gone (ZRE); disconnected");
+            let _ = self.subscriber.disconnect(&peer.endpoint).await;
+        }
         self.stats
             .peers
             .store(self.peers.len() as u64, Ordering::Relaxed);
@@ -571,7 +638,7 @@ impl Plumbing {
         let silent: Vec<NodeId> = self
             .peers
             .iter()
-            .filter(|(_, p)| now.duration_since(p.seen) >= timeout)
+            .filter(|(_, p)| !p.by_zre && now.duration_since(p.seen) >= timeout)
             .map(|(id, _)| *id)
             .collect();
         for id in silent {
@@ -676,8 +743,21 @@ impl Plumbing {
                     Some(_) => {}
                     None => break,
                 },
+                change = next_change(&mut self.zre) => match change {
+                    Some(Change::Up(node, endpoint)) => {
+                        self.connect_peer(node, endpoint, now(), true, "ZRE").await;
+                    }
+                    Some(Change::Down(node)) => self.disconnect_peer(node).await,
+                    None => {
+                        tracing::warn!("ZRE discovery stopped; peers found so far stay");
+                        self.zre = None;
+                    }
+                },
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {}
             }
+        }
+        if let Some(zre) = self.zre.take() {
+            zre.close().await;
         }
         for socket in [&self.beacon_pub, &self.beacon_sub, &self.subscriber] {
             socket.close_in_background_with(Some(Duration::ZERO));

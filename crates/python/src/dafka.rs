@@ -20,7 +20,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use dafka_node::{
     ConsumerNode, ConsumerOptions, ConsumerRecord, NodeConfig, NodeId, OffsetReset, ProducerNode,
-    ProducerOptions, StoreNode, StoreOptions, SyncPolicy, Tower, TowerAddress, TowerConfig,
+    ProducerOptions, StoreNode, StoreOptions, SyncPolicy, Tower, TowerConfig,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
@@ -68,14 +68,15 @@ impl<T> Slot<T> {
     }
 }
 
-pub(crate) fn towers_list(towers: &str) -> PyResult<Vec<TowerAddress>> {
-    let list = TowerAddress::parse_list(towers).map_err(errors::node)?;
-    if list.is_empty() {
+/// The node settings for `towers`: tower endpoints, or `zre://CLUSTER` (no towers: ZRE).
+pub(crate) fn node_config(towers: &str) -> PyResult<NodeConfig> {
+    let config = NodeConfig::from_towers(towers).map_err(errors::node)?;
+    if config.towers.is_empty() && config.zre.is_none() {
         return Err(errors::invalid(
-            "towers is empty: give at least one \"tcp://host:port\"",
+            "towers is empty: give at least one \"tcp://host:port\", or \"zre://CLUSTER\"",
         ));
     }
-    Ok(list)
+    Ok(config)
 }
 
 pub(crate) fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
@@ -196,7 +197,7 @@ impl PyStore {
             .map(sync_policy)
             .transpose()?
             .unwrap_or(SyncPolicy::Always);
-        let node = NodeConfig::new(towers_list(towers)?);
+        let node = node_config(towers)?;
         let open = StoreNode::open(path.clone(), node, StoreOptions::with_sync(sync));
         let store = runtime::wait_for(py, open)?.map_err(errors::node)?;
         Ok(PyStore {
@@ -341,7 +342,7 @@ impl PyProducer {
         partition: Option<&str>,
     ) -> PyResult<Self> {
         let partition = partition.map(partition_id).transpose()?;
-        let node = NodeConfig::new(towers_list(towers)?);
+        let node = node_config(towers)?;
         let options = ProducerOptions::default()
             .with_min_acks(min_acks)
             .with_partition(partition);
@@ -533,7 +534,7 @@ impl PyConsumer {
                 .map_err(|_| errors::invalid("start_offsets values must be offsets (int >= 0)"))?;
             options = options.with_start_offset(&topic, partition_id(&partition)?, next);
         }
-        let node = NodeConfig::new(towers_list(towers)?);
+        let node = node_config(towers)?;
         let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
         let consumer = runtime::wait_for(py, ConsumerNode::start(&refs, node, options))?
             .map_err(errors::node)?;

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use arrow_pyarrow::ToPyArrow;
-use dafka_node::{ConsumerNode, ConsumerOptions, NodeConfig, OffsetReset};
+use dafka_node::{ConsumerNode, ConsumerOptions, OffsetReset};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::dafka::{Slot, partition_id, records_batch, seconds, towers_list};
+use crate::dafka::{Slot, node_config, partition_id, records_batch, seconds};
 use crate::{errors, runtime};
 
 /// A consumer that reads only the partitions assigned to it, and asks the stores for a topic's
@@ -24,7 +24,7 @@ pub(crate) struct PyPartitionReader {
 impl PyPartitionReader {
     #[new]
     fn new(py: Python<'_>, towers: &str) -> PyResult<Self> {
-        let node = NodeConfig::new(towers_list(towers)?);
+        let node = node_config(towers)?;
         let options = ConsumerOptions::default().with_offset_reset(OffsetReset::Assigned);
         let consumer = runtime::wait_for(py, ConsumerNode::start(&[], node, options))?
             .map_err(errors::node)?;

@@ -31,11 +31,16 @@ pub(crate) fn zmtp(err: dafka_zmtp::Error) -> PyErr {
         E::WouldBlock => WouldBlockError::new_err(msg),
         E::Closed => ClosedError::new_err(msg),
         E::AddrInUse(_) => TransportError::new_err((libc::EADDRINUSE, msg)),
-        E::Io(io) => match io.raw_os_error() {
-            Some(code) => TransportError::new_err((code, msg)),
-            None => TransportError::new_err(msg),
-        },
+        E::Io(io) => os(&io, msg),
         _ => DafkaError::new_err(msg),
+    }
+}
+
+/// An OS error as `TransportError`, with its `errno` when there is one.
+fn os(io: &std::io::Error, msg: String) -> PyErr {
+    match io.raw_os_error() {
+        Some(code) => TransportError::new_err((code, msg)),
+        None => TransportError::new_err(msg),
     }
 }
 
@@ -74,6 +79,22 @@ pub(crate) fn node(err: dafka_node::Error) -> PyErr {
         E::Closed => ClosedError::new_err(msg),
         E::Storage(_) => StorageError::new_err(msg),
         E::Socket(e) => zmtp(e),
+        E::Zre(e) => zre(e),
+        _ => DafkaError::new_err(msg),
+    }
+}
+
+/// Map a ZRE node error to its Python exception.
+pub(crate) fn zre(err: dafka_zre::Error) -> PyErr {
+    use dafka_zre::{CallerError as C, Error as E};
+    let msg = err.to_string();
+    match err {
+        E::Caller(C::UnknownPeer(_)) => HostUnreachableError::new_err(msg),
+        E::Caller(C::State(_)) => StateError::new_err(msg),
+        E::Caller(_) => InvalidArgumentError::new_err(msg),
+        E::Stopped => ClosedError::new_err(msg),
+        E::Zmtp(e) => zmtp(e),
+        E::Io(io) => os(&io, msg),
         _ => DafkaError::new_err(msg),
     }
 }

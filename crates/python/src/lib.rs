@@ -18,6 +18,7 @@ mod poller;
 mod runtime;
 mod security;
 mod zmtp;
+mod zre;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dafka::PyProducer>()?;
     m.add_class::<dafka::PyConsumer>()?;
     m.add_class::<dafka_admin::PyPartitionReader>()?;
+    m.add_class::<zre::PyZreNode>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_keypair, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_public, m)?)?;

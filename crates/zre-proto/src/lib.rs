@@ -27,6 +27,7 @@
 
 pub mod beacon;
 mod error;
+pub mod gossip;
 pub mod message;
 pub mod node;
 mod types;

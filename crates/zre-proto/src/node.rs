@@ -68,6 +68,9 @@ pub struct Config {
     /// Whether this node beacons at all. Without beacons, peers are found through
     /// [`Node::connect_endpoint`] (known endpoints) and through their HELLOs.
     pub beacons: bool,
+    /// Whether this node is a gossip hub ([`crate::gossip`]): it tells each peer that says
+    /// HELLO of the others, and the others of it (no).
+    pub gossip_hub: bool,
     /// Most peers in the table; further ones are ignored.
     pub max_peers: usize,
     /// Decode limits.
@@ -89,9 +92,16 @@ impl Config {
             send_stall: Duration::from_secs(5),
             beacons_refresh: false,
             beacons: true,
+            gossip_hub: false,
             max_peers: 4096,
             limits: Limits::DEFAULT,
         }
+    }
+
+    /// As a gossip hub, or not ([`crate::gossip`]).
+    pub fn with_gossip_hub(mut self, yes: bool) -> Self {
+        self.gossip_hub = yes;
+        self
     }
 
     /// With another name.
@@ -606,11 +616,21 @@ impl Node {
         let name = p.name.clone();
         match msg.body {
             Body::Hello(hello) => self.on_hello(id, hello),
-            Body::Whisper { content } => self.event(Event::Whisper {
-                peer: id,
-                name,
-                content,
-            }),
+            Body::Whisper { content } => match crate::gossip::decode(&content) {
+                // Gossip: nodes to find, as known endpoints (any peer may gossip).
+                Some(nodes) => {
+                    for (uuid, endpoint) in nodes {
+                        if uuid != self.cfg.uuid && !self.peers.contains_key(&uuid) {
+                            self.connect_endpoint(endpoint);
+                        }
+                    }
+                }
+                None => self.event(Event::Whisper {
+                    peer: id,
+                    name,
+                    content,
+                }),
+            },
             Body::Shout { group, content } => self.event(Event::Shout {
                 peer: id,
                 name,
@@ -675,7 +695,11 @@ impl Node {
             headers: p.headers.clone(),
             address: p.endpoint.clone(),
         };
+        let endpoint = p.endpoint.clone();
         self.event(enter);
+        if self.cfg.gossip_hub {
+            self.gossip_about(id, &endpoint);
+        }
         for group in joined {
             self.peer_groups
                 .entry(group.clone())
@@ -752,6 +776,29 @@ impl Node {
                 Body::Shout {
                     group: group.clone(),
                     content: content.clone(),
+                },
+            );
+        }
+    }
+
+    /// As a hub: tells `newcomer` of every other ready peer, and every other ready peer of it.
+    fn gossip_about(&mut self, newcomer: Uuid, endpoint: &str) {
+        let others: Vec<(Uuid, String)> = self
+            .peers
+            .iter()
+            .filter(|(id, p)| **id != newcomer && p.ready)
+            .map(|(id, p)| (*id, p.endpoint.clone()))
+            .collect();
+        for chunk in others.chunks(crate::gossip::MAX_GOSSIP_ENTRIES) {
+            let content = crate::gossip::encode(chunk.iter().map(|(u, e)| (*u, e.as_str())));
+            self.send(newcomer, Body::Whisper { content });
+        }
+        let about = crate::gossip::encode([(newcomer, endpoint)]);
+        for (id, _) in others {
+            self.send(
+                id,
+                Body::Whisper {
+                    content: about.clone(),
                 },
             );
         }

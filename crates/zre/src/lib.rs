@@ -34,18 +34,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_zmtp::{Message, Socket, SocketEvent, SocketType};
-use dafka_zre_proto::{Beacon, CallerError, Config, Node, Output, ShortStr, Uuid};
+use dafka_zre_proto::{Beacon, Config, Output, ShortStr, Uuid};
 use thiserror::Error;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
-pub use dafka_zre_proto::{Event, Uuid as PeerId};
+pub use dafka_zre_proto::{CallerError, Event, Node, Uuid as PeerId};
 
 /// Default UDP port of ZRE beacons (IANA "zre-disc").
 pub const DEFAULT_PORT: u16 = 5670;
@@ -71,16 +72,21 @@ pub enum Error {
     Stopped,
 }
 
-/// A node's settings. There is no default interface: [`Options::loopback`] beacons on
-/// `127.255.255.255` only, [`Options::on`] on the interface address and broadcast address
-/// given.
+/// A node's settings. [`Options::loopback`] beacons on `127.255.255.255` only,
+/// [`Options::interface`] on an interface chosen by name or address, [`Options::on`] on the
+/// interface address and broadcast address given.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Options {
     /// The address peers reach the mailbox at (announced in HELLO as `tcp://ip:port`).
-    pub ip: Ipv4Addr,
-    /// Where beacons go.
-    pub broadcast: SocketAddrV4,
+    pub ip: IpAddr,
+    /// Where beacons go: a broadcast address, or a multicast group (IPv4, or IPv6 such as
+    /// `ff02::1`), with the beacon port.
+    pub broadcast: SocketAddr,
+    /// The interface's index, for IPv6 multicast (0: let the kernel choose).
+    pub interface_index: u32,
+    /// This node's id (default: 16 random bytes).
+    pub uuid: Option<[u8; 16]>,
     /// The node's name (default: first six hex characters of its UUID).
     pub name: Option<String>,
     /// Headers announced in HELLO.
@@ -100,7 +106,21 @@ pub struct Options {
     pub beacons: bool,
     /// Mailboxes (`tcp://ip:port`) of nodes to find without beacons.
     pub known_endpoints: Vec<String>,
+    /// Whether this node is a gossip hub (no): it tells every peer of every other, so nodes
+    /// that know only the hub's mailbox mesh fully (`dafka_zre_proto::gossip`).
+    pub gossip_hub: bool,
+    /// Whether DEALERs to nodes of this process go through `inproc://` (yes): no TCP
+    /// connection and no descriptor per pair. Off, every peer is reached over TCP (to measure
+    /// or test the TCP path between nodes of one process).
+    pub local_inproc: bool,
 }
+
+/// The IPv4 broadcast address of loopback (`lo` has no broadcast flag, yet the kernel delivers
+/// a datagram sent there to every socket bound to the port on this host).
+pub const LOOPBACK_BROADCAST: Ipv4Addr = Ipv4Addr::new(127, 255, 255, 255);
+
+/// The IPv6 all-nodes link-local multicast group, where IPv6 beacons go by default.
+pub const IPV6_ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x0001);
 
 impl Options {
     /// On loopback: mailbox on 127.0.0.1, beacons to `127.255.255.255:port`, which reaches every
@@ -108,7 +128,7 @@ impl Options {
     pub fn loopback(port: u16) -> Self {
         Options::on(
             Ipv4Addr::LOCALHOST,
-            SocketAddrV4::new(Ipv4Addr::new(127, 255, 255, 255), port),
+            SocketAddrV4::new(LOOPBACK_BROADCAST, port),
         )
     }
 
@@ -116,8 +136,10 @@ impl Options {
     /// address and the beacon port).
     pub fn on(ip: Ipv4Addr, broadcast: SocketAddrV4) -> Self {
         Options {
-            ip,
-            broadcast,
+            ip: IpAddr::V4(ip),
+            broadcast: SocketAddr::V4(broadcast),
+            interface_index: 0,
+            uuid: None,
             name: None,
             headers: Vec::new(),
             interval: Duration::from_secs(1),
@@ -131,7 +153,113 @@ impl Options {
             event_queue: 1024,
             beacons: true,
             known_endpoints: Vec::new(),
+            gossip_hub: false,
+            local_inproc: true,
         }
+    }
+
+    /// On the interface named `spec` (`"eth0"`, `"lo"`) or holding the address `spec`
+    /// (`"10.0.0.1"`, `"fd00::1"`), beaconing to `port`. A name picks the interface's first
+    /// IPv4 address, or its first IPv6 one when `ipv6`; an address picks its own family.
+    /// IPv4 beacons go to the interface's broadcast address (`127.255.255.255` on loopback),
+    /// IPv6 ones to [`IPV6_ALL_NODES`] on that interface.
+    pub fn interface(spec: &str, port: u16, ipv6: bool) -> Result<Self, Error> {
+        let interfaces = if_addrs::get_if_addrs()?;
+        let by_addr: Option<IpAddr> = spec.parse().ok();
+        let matching = |i: &&if_addrs::Interface| match by_addr {
+            Some(a) => i.ip() == a,
+            None => i.name == spec && i.ip().is_ipv6() == ipv6,
+        };
+        // By name, an IPv6 address peers can reach without a scope comes first: a link-local
+        // one would be announced in HELLO, and `tcp://[fe80::..]:port` names no interface.
+        let link_local = |i: &&if_addrs::Interface| match i.ip() {
+            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+            IpAddr::V4(_) => false,
+        };
+        let found = interfaces
+            .iter()
+            .filter(matching)
+            .find(|i| !link_local(i))
+            .or_else(|| interfaces.iter().find(matching));
+        let Some(found) = found else {
+            let known: Vec<String> = interfaces
+                .iter()
+                .map(|i| format!("{} {}", i.name, i.ip()))
+                .collect();
+            return Err(Error::Caller(CallerError::Config(if by_addr.is_some() {
+                "no interface holds that address"
+            } else if ipv6 {
+                "no interface of that name has an IPv6 address"
+            } else {
+                "no interface of that name has an IPv4 address"
+            })))
+            .inspect_err(|_| tracing::debug!("ZRE interfaces: {known:?}"));
+        };
+        Ok(Self::for_addr(&found.addr, found.index.unwrap_or(0), port))
+    }
+
+    /// On the first interface that is up, not loopback and has an IPv4 broadcast address, as
+    /// zyre chooses (the top complaint of its users being that this guess is wrong on
+    /// machines with several interfaces: name one with [`Options::interface`] there).
+    pub fn default_interface(port: u16) -> Result<Self, Error> {
+        let interfaces = if_addrs::get_if_addrs()?;
+        interfaces
+            .iter()
+            .find(|i| {
+                !i.is_loopback()
+                    && matches!(&i.addr, if_addrs::IfAddr::V4(v4) if v4.broadcast.is_some())
+            })
+            .map(|i| Self::for_addr(&i.addr, i.index.unwrap_or(0), port))
+            .ok_or(Error::Caller(CallerError::Config(
+                "no interface is up with an IPv4 broadcast address: name one",
+            )))
+    }
+
+    fn for_addr(addr: &if_addrs::IfAddr, index: u32, port: u16) -> Self {
+        match addr {
+            if_addrs::IfAddr::V4(v4) => {
+                // The subnet's broadcast address, from the netmask, as zyre sends to (and
+                // 127.255.255.255 on loopback). Not the interface's own broadcast field: an
+                // address added without `brd` has none, and getifaddrs then reports the
+                // interface's own address there.
+                let broadcast = Ipv4Addr::from(u32::from(v4.ip) | !u32::from(v4.netmask));
+                Options::on(v4.ip, SocketAddrV4::new(broadcast, port))
+            }
+            if_addrs::IfAddr::V6(v6) => {
+                let mut o = Options::loopback(port);
+                o.ip = IpAddr::V6(v6.ip);
+                o.broadcast = SocketAddr::V6(SocketAddrV6::new(IPV6_ALL_NODES, port, 0, index));
+                o.interface_index = index;
+                o
+            }
+        }
+    }
+
+    /// Beacons to the multicast `group` instead (IPv4 such as `225.25.25.25`, or IPv6 such
+    /// as `ff02::1`, of the same family as the interface), same port. The beacon socket joins
+    /// the group on the interface.
+    pub fn with_multicast(mut self, group: IpAddr) -> Result<Self, Error> {
+        if !group.is_multicast() || group.is_ipv4() != self.ip.is_ipv4() {
+            return Err(Error::Caller(CallerError::Config(
+                "the multicast group must be a multicast address of the interface's family",
+            )));
+        }
+        self.broadcast = match group {
+            IpAddr::V4(g) => SocketAddr::V4(SocketAddrV4::new(g, self.broadcast.port())),
+            IpAddr::V6(g) => SocketAddr::V6(SocketAddrV6::new(
+                g,
+                self.broadcast.port(),
+                0,
+                self.interface_index,
+            )),
+        };
+        Ok(self)
+    }
+
+    /// With this UUID rather than a random one.
+    pub fn with_uuid(mut self, uuid: [u8; 16]) -> Self {
+        self.uuid = Some(uuid);
+        self
     }
 
     /// With a name.
@@ -177,6 +305,18 @@ impl Options {
         self
     }
 
+    /// As a gossip hub: peers that know only this node's mailbox learn of each other.
+    pub fn with_gossip_hub(mut self) -> Self {
+        self.gossip_hub = true;
+        self
+    }
+
+    /// With peers of this process reached over TCP too, not `inproc://`.
+    pub fn without_local_inproc(mut self) -> Self {
+        self.local_inproc = false;
+        self
+    }
+
     /// With another per-peer send queue size.
     pub fn with_sndhwm(mut self, n: usize) -> Self {
         self.sndhwm = n;
@@ -190,7 +330,8 @@ impl Options {
             .with_beacon_interval(self.interval)
             .with_timeouts(self.timeouts.0, self.timeouts.1, self.timeouts.2)
             .with_send_stall(self.send_stall)
-            .with_beacons(self.beacons);
+            .with_beacons(self.beacons)
+            .with_gossip_hub(self.gossip_hub);
         if let Some(name) = &self.name {
             cfg = cfg.with_name(text("name", name)?);
         }
@@ -221,7 +362,8 @@ enum Command {
     Join(ShortStr),
     Leave(String),
     Shout(ShortStr, Vec<Bytes>),
-    Whisper(Uuid, Vec<Bytes>, oneshot::Sender<Result<(), CallerError>>),
+    /// Sent only to a peer the ready set held; it may have left since (then it is dropped).
+    Whisper(Uuid, Vec<Bytes>),
     Query(Query),
     Stop,
 }
@@ -231,27 +373,36 @@ pub struct ZreNode {
     uuid: Uuid,
     endpoint: String,
     commands: mpsc::Sender<Command>,
-    events: mpsc::Receiver<Event>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// Peers that said HELLO (kept by the task from the ENTER and EXIT it reports).
+    ready: Arc<Mutex<HashSet<Uuid>>>,
+    /// Behind an async mutex so that [`ZreNode::next_event`] and [`ZreNode::close`] work from
+    /// a shared reference (the Python bindings hold the node in an `Arc`).
+    events: tokio::sync::Mutex<mpsc::Receiver<Event>>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl ZreNode {
     /// Binds the beacon port and the mailbox, and starts beaconing (the first beacon at once).
     pub async fn start(options: Options) -> Result<ZreNode, Error> {
-        let uuid = Uuid::from_bytes(rand::random());
+        let uuid = Uuid::from_bytes(options.uuid.unwrap_or_else(rand::random));
         let mut node = Node::new(options.config(uuid)?)?;
         for endpoint in options.known()? {
             node.connect_endpoint(endpoint);
         }
         let udp = match options.beacons {
-            true => Some(beacon_socket(options.broadcast.port())?),
+            true => Some(beacon_socket(&options)?),
             false => None,
         };
         let router = Socket::new(
             SocketType::Router,
             dafka_zmtp::Options::default().with_router_handover(true),
         )?;
-        let endpoint = router.bind(&format!("tcp://{}:0", options.ip)).await?;
+        let endpoint = router
+            .bind(&match options.ip {
+                IpAddr::V4(ip) => format!("tcp://{ip}:0"),
+                IpAddr::V6(ip) => format!("tcp://[{ip}]:0"),
+            })
+            .await?;
         let port = endpoint
             .rsplit(':')
             .next()
@@ -261,15 +412,22 @@ impl ZreNode {
             what: "endpoint",
             error,
         })?;
+        let inproc = format!("inproc://zre-mailbox-{uuid}-{port}");
+        router.bind(&inproc).await?;
+        local_mailboxes().1.insert(endpoint.clone(), inproc);
         node.start(announced, port, Instant::now())?;
         let (commands, command_rx) = mpsc::channel(256);
         let (event_tx, events) = mpsc::channel(options.event_queue.max(1));
         let (peer_tx, peer_rx) = mpsc::channel(1024);
+        let ready = Arc::new(Mutex::new(HashSet::new()));
         let driver = Driver {
+            local_inproc: options.local_inproc,
+            endpoint: endpoint.clone(),
+            ready: Arc::clone(&ready),
             node,
             udp,
             router,
-            broadcast: SocketAddr::V4(options.broadcast),
+            broadcast: options.broadcast,
             sndhwm: options.sndhwm,
             dealers: HashMap::new(),
             probes: HashMap::new(),
@@ -282,8 +440,9 @@ impl ZreNode {
             uuid,
             endpoint,
             commands,
-            events,
-            task: Some(task),
+            events: tokio::sync::Mutex::new(events),
+            task: Mutex::new(Some(task)),
+            ready,
         })
     }
 
@@ -299,7 +458,19 @@ impl ZreNode {
 
     /// The next event; `None` once the node has stopped and every event was taken.
     pub async fn recv(&mut self) -> Option<Event> {
-        self.events.recv().await
+        self.events.get_mut().recv().await
+    }
+
+    /// [`ZreNode::recv`] from a shared reference: callers take events in call order.
+    /// Cancel-safe (an event is either returned or stays queued).
+    pub async fn next_event(&self) -> Option<Event> {
+        self.events.lock().await.recv().await
+    }
+
+    /// The next event if one is queued now; never waits. `None` also while another caller
+    /// is waiting in [`ZreNode::next_event`].
+    pub fn try_next_event(&self) -> Option<Event> {
+        self.events.try_lock().ok()?.try_recv().ok()
     }
 
     /// Joins `group`.
@@ -327,9 +498,13 @@ impl ZreNode {
 
     /// Sends `frames` to `peer`.
     pub async fn whisper(&self, peer: Uuid, frames: Vec<Bytes>) -> Result<(), Error> {
-        let (tx, rx) = oneshot::channel();
-        self.command(Command::Whisper(peer, frames, tx)).await?;
-        Ok(rx.await.map_err(|_| Error::Stopped)??)
+        // Checked against the peers that said HELLO without a round trip to the node's task
+        // (which cost 5x in WHISPER throughput); a peer leaving meanwhile drops the message,
+        // as a peer leaving just after it was sent would.
+        if !lock(&self.ready).contains(&peer) {
+            return Err(CallerError::UnknownPeer(peer).into());
+        }
+        self.command(Command::Whisper(peer, frames)).await
     }
 
     /// Runs `f` on the state machine, in the node's task (peers, groups, headers).
@@ -352,17 +527,40 @@ impl ZreNode {
 
     /// Stops: a port-0 beacon, every connection closed, then [`Event::Stop`] is the last event.
     pub async fn stop(&mut self) {
+        self.close().await;
+    }
+
+    /// [`ZreNode::stop`] from a shared reference; returns the events that were still queued,
+    /// [`Event::Stop`] last (unless another caller took them first).
+    pub async fn close(&self) -> Vec<Event> {
+        let mut left = Vec::new();
         let _ = self.commands.send(Command::Stop).await;
-        if let Some(task) = self.task.take() {
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(mut task) = task {
             // Keep draining events so a full event queue cannot hold the task up.
-            let mut task = task;
             loop {
                 tokio::select! {
                     _ = &mut task => break,
-                    e = self.events.recv() => if e.is_none() { let _ = (&mut task).await; break; },
+                    e = self.next_event() => match e {
+                        Some(e) => left.push(e),
+                        None => { let _ = (&mut task).await; break; }
+                    },
                 }
             }
         }
+        while let Some(e) = self.try_next_event() {
+            left.push(e);
+        }
+        left
+    }
+
+    /// Whether the node's task has ended (after [`ZreNode::close`], or a closed mailbox).
+    pub fn is_stopped(&self) -> bool {
+        self.commands.is_closed()
     }
 
     async fn command(&self, c: Command) -> Result<(), Error> {
@@ -378,22 +576,108 @@ impl Drop for ZreNode {
     }
 }
 
-/// The UDP socket beacons are sent and received on: bound to `0.0.0.0:port`, shared.
-fn beacon_socket(port: u16) -> Result<UdpSocket, Error> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The mailboxes of this process's nodes: TCP endpoint (as announced) -> the `inproc://` name
+/// the same ROUTER is bound to as well. A DEALER to a node of this process connects there, so
+/// nodes in one process (the spec's simulations, tests, `zre_mesh`) cost no TCP connection and
+/// no descriptor per pair: a full mesh of 100 nodes over TCP needs 19 800 descriptors (two
+/// connections per pair, both ends here), over the 20 000 of a common `ulimit -n`. Other
+/// processes still connect over TCP. The map remembers its process: a forked child starts
+/// with an empty one (the parent's sockets do not run there).
+fn local_mailboxes() -> MutexGuard<'static, (u32, BTreeMap<String, String>)> {
+    static LOCAL: Mutex<(u32, BTreeMap<String, String>)> = Mutex::new((0, BTreeMap::new()));
+    let mut local = lock(&LOCAL);
+    let pid = std::process::id();
+    if local.0 != pid {
+        *local = (pid, BTreeMap::new());
+    }
+    local
+}
+
+/// The UDP socket beacons are sent and received on, shared by every node of the host:
+/// bound to the wildcard address and the beacon port with `SO_REUSEADDR` and `SO_REUSEPORT`
+/// (the kernel hands a broadcast or multicast datagram to every socket bound so). For
+/// multicast it joins the group on the interface and sends there, looping its datagrams back
+/// so nodes of this host see each other (own beacons are dropped by UUID).
+///
+/// Beacons leave from the interface's address when it is IPv6 (a link-local source would
+/// reach peers without its scope, and they connect to the beacon's source address): a second
+/// socket bound to `[ip]:0` sends them.
+fn beacon_socket(options: &Options) -> Result<Beacons, Error> {
     use socket2::{Domain, Protocol, Socket as RawSocket, Type};
-    let s = RawSocket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    let port = options.broadcast.port();
+    let v6 = options.broadcast.is_ipv6();
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = RawSocket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_address(true)?;
     #[cfg(unix)]
     s.set_reuse_port(true)?;
-    s.set_broadcast(true)?;
     s.set_nonblocking(true)?;
-    s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)).into())?;
-    Ok(UdpSocket::from_std(s.into())?)
+    match (options.broadcast, options.ip) {
+        (SocketAddr::V4(dest), IpAddr::V4(ip)) => {
+            s.set_broadcast(true)?;
+            if dest.ip().is_multicast() {
+                s.join_multicast_v4(dest.ip(), &ip)?;
+                s.set_multicast_if_v4(&ip)?;
+                s.set_multicast_loop_v4(true)?;
+                s.set_multicast_ttl_v4(1)?;
+            }
+            s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)).into())?;
+        }
+        (SocketAddr::V6(dest), _) => {
+            s.set_only_v6(true)?;
+            s.join_multicast_v6(dest.ip(), options.interface_index)?;
+            s.set_multicast_if_v6(options.interface_index)?;
+            s.set_multicast_loop_v6(true)?;
+            s.set_multicast_hops_v6(1)?;
+            s.bind(&SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)).into())?;
+        }
+        _ => {
+            return Err(Error::Caller(CallerError::Config(
+                "the beacon address and the interface address differ in family",
+            )));
+        }
+    }
+    let recv = UdpSocket::from_std(s.into())?;
+    let send = match options.ip {
+        IpAddr::V6(ip) => {
+            let t = RawSocket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+            t.set_only_v6(true)?;
+            t.set_multicast_if_v6(options.interface_index)?;
+            t.set_multicast_loop_v6(true)?;
+            t.set_multicast_hops_v6(1)?;
+            t.set_nonblocking(true)?;
+            t.bind(&SocketAddr::V6(SocketAddrV6::new(ip, 0, 0, options.interface_index)).into())?;
+            Some(UdpSocket::from_std(t.into())?)
+        }
+        IpAddr::V4(_) => None,
+    };
+    Ok(Beacons { recv, send })
+}
+
+/// The beacon socket, and for IPv6 the one beacons leave from.
+struct Beacons {
+    recv: UdpSocket,
+    send: Option<UdpSocket>,
+}
+
+impl Beacons {
+    fn sender(&self) -> &UdpSocket {
+        self.send.as_ref().unwrap_or(&self.recv)
+    }
 }
 
 struct Driver {
+    /// Whether to reach nodes of this process through their `inproc://` names.
+    local_inproc: bool,
+    /// This node's TCP mailbox (the key of its [`local_mailboxes`] entry).
+    endpoint: String,
     node: Node,
-    udp: Option<UdpSocket>,
+    ready: Arc<Mutex<HashSet<Uuid>>>,
+    udp: Option<Beacons>,
     router: Socket,
     /// DEALERs opened to known endpoints whose node has not said HELLO yet.
     probes: HashMap<String, Socket>,
@@ -424,7 +708,7 @@ impl Driver {
             };
             let udp = async {
                 match &self.udp {
-                    Some(udp) => udp.recv_from(&mut buf).await,
+                    Some(udp) => udp.recv.recv_from(&mut buf).await,
                     None => std::future::pending().await,
                 }
             };
@@ -455,6 +739,7 @@ impl Driver {
                 () = sleep => self.node.handle_timeout(Instant::now()),
             }
         }
+        local_mailboxes().1.remove(&self.endpoint);
         for (_, probe) in self.probes.drain() {
             probe.close_in_background_with(Some(Duration::ZERO));
         }
@@ -485,8 +770,10 @@ impl Driver {
             Command::Join(g) => self.node.join(g),
             Command::Leave(g) => self.node.leave(&g),
             Command::Shout(g, frames) => self.node.shout(g, frames),
-            Command::Whisper(peer, frames, reply) => {
-                let _ = reply.send(self.node.whisper(peer, frames));
+            Command::Whisper(peer, frames) => {
+                if let Err(e) = self.node.whisper(peer, frames) {
+                    tracing::debug!("ZRE WHISPER dropped: {e}");
+                }
             }
             Command::Query(f) => f(&self.node),
             Command::Stop => self.node.stop(),
@@ -513,7 +800,7 @@ impl Driver {
             match out {
                 Output::Beacon(b) => {
                     let Some(udp) = &self.udp else { continue };
-                    if let Err(e) = udp.send_to(&b.encode(), self.broadcast).await {
+                    if let Err(e) = udp.sender().send_to(&b.encode(), self.broadcast).await {
                         tracing::warn!("ZRE beacon to {}: {e}", self.broadcast);
                     }
                 }
@@ -552,6 +839,16 @@ impl Driver {
                     }
                 }
                 Output::Event(e) => {
+                    match &e {
+                        Event::Enter { peer, .. } => {
+                            lock(&self.ready).insert(*peer);
+                        }
+                        Event::Exit { peer, .. } => {
+                            lock(&self.ready).remove(peer);
+                        }
+                        Event::Stop => lock(&self.ready).clear(),
+                        _ => {}
+                    }
                     stopped |= matches!(e, Event::Stop);
                     if self.events.send(e).await.is_err() && !stopped {
                         // Nobody listens any more: stop.
@@ -580,7 +877,12 @@ impl Driver {
                 return None;
             }
         };
-        if let Err(e) = dealer.connect(endpoint).await {
+        // A node of this process: through its inproc name.
+        let local = match self.local_inproc {
+            true => local_mailboxes().1.get(endpoint).cloned(),
+            false => None,
+        };
+        if let Err(e) = dealer.connect(local.as_deref().unwrap_or(endpoint)).await {
             tracing::warn!("ZRE DEALER to {endpoint}: {e}");
             dealer.close_in_background_with(Some(Duration::ZERO));
             return None;

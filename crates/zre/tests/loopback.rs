@@ -49,11 +49,21 @@ async fn entered(node: &mut ZreNode) -> (PeerId, Vec<(String, String)>, String) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_meet_talk_and_part() {
+    two_nodes(|o| o).await;
+}
+
+/// The same over TCP, as between processes (nodes of one process use inproc:// by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_meet_talk_and_part_over_tcp() {
+    two_nodes(Options::without_local_inproc).await;
+}
+
+async fn two_nodes(tune: impl Fn(Options) -> Options) {
     let port = port();
-    let mut a = ZreNode::start(opts(port, "a").with_header("X-NAME", "tcp://127.0.0.1:7000"))
+    let mut a = ZreNode::start(tune(opts(port, "a")).with_header("X-NAME", "tcp://127.0.0.1:7000"))
         .await
         .unwrap();
-    let mut b = ZreNode::start(opts(port, "b")).await.unwrap();
+    let mut b = ZreNode::start(tune(opts(port, "b"))).await.unwrap();
     a.join("G").await.unwrap();
     b.join("G").await.unwrap();
 
@@ -212,4 +222,50 @@ async fn known_endpoints_without_beacons() {
     .await;
     assert_eq!(gone, b.uuid());
     a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_hub_meshes_nodes_that_know_only_the_hub() {
+    // No UDP anywhere: four nodes know only the hub's mailbox, and end up each with the hub
+    // and the three others as peers. Without the hub's gossip each would see the hub only.
+    let mut hub = ZreNode::start(
+        Options::loopback(9)
+            .without_beacons()
+            .with_gossip_hub()
+            .with_name("hub"),
+    )
+    .await
+    .unwrap();
+    let mut nodes = Vec::new();
+    for i in 0..4 {
+        let o = Options::loopback(9)
+            .without_beacons()
+            .with_name(format!("n{i}"))
+            .with_known_endpoint(hub.endpoint());
+        nodes.push(ZreNode::start(o).await.unwrap());
+    }
+    let ids: BTreeSet<PeerId> = nodes.iter().map(ZreNode::uuid).collect();
+    for node in &mut nodes {
+        let me = node.uuid();
+        let mut want: BTreeSet<PeerId> = ids.iter().copied().filter(|&p| p != me).collect();
+        want.insert(hub.uuid());
+        let mut seen = BTreeSet::new();
+        while seen != want {
+            let (peer, _, _) = entered(node).await;
+            seen.insert(peer);
+        }
+        // Gossip WHISPERs are the node's own business: none reaches the application.
+        let quiet = tokio::time::timeout(Duration::from_millis(200), node.recv()).await;
+        assert!(
+            !matches!(quiet, Ok(Some(Event::Whisper { .. }))),
+            "{quiet:?}"
+        );
+    }
+    for node in &nodes {
+        assert_eq!(node.peers().await.unwrap().len(), 4);
+    }
+    for node in &mut nodes {
+        node.stop().await;
+    }
+    hub.stop().await;
 }
