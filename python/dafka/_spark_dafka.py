@@ -452,7 +452,12 @@ class DafkaStreamReader(DataSourceStreamReader):
                 cap = None
             elif isinstance(limit, ReadMaxRows):
                 cap = limit.max_rows
-        if cap is not None:
+        # Without a start (Spark 4.0/4.1 right after a restart, before this reader planned a
+        # batch) the checkpointed position is unknown here: capping from the low-water marks
+        # could end a partition below where the checkpoint resumes it, so that first
+        # micro-batch is not capped (docs/spark.md). It still ends at the stores' heads,
+        # which are never below a checkpointed offset.
+        if cap is not None and (start is not None or self._last is not None):
             latest = _cap(base, latest, bounds, cap)
         self._last = latest
         return latest
@@ -471,6 +476,9 @@ class DafkaStreamReader(DataSourceStreamReader):
             or any(p not in start.get(t, {}) for t, ps in end.items() for p in ps)
         ):
             low = _bounds(o)
+        # The planned end is where the next micro-batch starts, whatever latestOffset said
+        # before a restart: Spark 4.0/4.1 pass no start to latestOffset.
+        self._last = end
         return _plan(start, end, o, low)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
