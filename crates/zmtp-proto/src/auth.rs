@@ -141,11 +141,11 @@ pub(crate) fn authenticate(
     };
     match auth.decide(req) {
         AuthDecision::Allow => {
-            tracing::info!(mechanism, peer = req.address, client = %who, "authentication allowed");
+            tracing::info!(mechanism, peer = req.address, client = ?who, "authentication allowed");
             Ok(())
         }
         AuthDecision::Deny(reason) => {
-            tracing::warn!(mechanism, peer = req.address, client = %who, %reason, "authentication refused");
+            tracing::warn!(mechanism, peer = req.address, client = ?who, %reason, "authentication refused");
             Err(reason)
         }
     }
