@@ -247,6 +247,15 @@ def test_option_errors_name_the_option() -> None:
         dafka.zmtp.Socket("REP", plain_server=True)
     with pytest.raises(dafka.InvalidArgumentError, match="combined"):
         dafka.zmtp.Socket("REP", plain_server=True, curve_server=True, authenticator={})
+    # A low-order point (here all zeros) shares an all-zero secret with anyone: refused, as
+    # libsodium and libzmq refuse it.
+    with pytest.raises(dafka.InvalidArgumentError, match="low-order"):
+        dafka.zmtp.Socket(
+            "REQ",
+            curve_serverkey=bytes(32),
+            curve_publickey=CLIENT_PUBLIC,
+            curve_secretkey=CLIENT_SECRET,
+        )
 
 
 def test_setsockopt_in_libzmq_order_and_getsockopt() -> None:

@@ -1,5 +1,5 @@
 //! CURVE (25/ZMTP-CURVE over 26/CurveZMQ): X25519 key agreement and XSalsa20-Poly1305 boxes
-//! (NaCl `crypto_box`, from the RustCrypto `crypto_box` crate), as libzmq speaks it.
+//! (NaCl `crypto_box`, from libsodium through `crate::nacl`), as libzmq speaks it.
 //!
 //! Keys: the client knows the server's long-term public key `S`; each side also has a
 //! long-term key pair (`C`/`c`, `S`/`s`) and makes a short-term one per connection (`C'`/`c'`,
@@ -37,11 +37,6 @@
 //! connection.
 
 use bytes::{Buf, Bytes, BytesMut};
-use crypto_box::aead::consts::{U16, U24};
-use crypto_box::aead::generic_array::GenericArray;
-use crypto_box::aead::{AeadInPlace, KeyInit};
-use crypto_box::{PublicKey, SalsaBox, SecretKey};
-use crypto_secretbox::XSalsa20Poly1305;
 
 use crate::auth::{AuthRequest, Authenticator, Credentials, authenticate};
 use crate::command::Metadata;
@@ -51,10 +46,9 @@ use crate::mechanism::{
     ClientStep, HELLO, INITIATE, Mechanism, READY, ServerStep, WELCOME, parse_command, put_command,
     refuse, unexpected,
 };
+use crate::nacl::{BoxKey, TAG};
 
 const MESSAGE: &[u8] = b"MESSAGE";
-/// Poly1305 tag in front of every box.
-const TAG: usize = 16;
 /// `07 "MESSAGE"` + nonce8 + tag + flags: what a MESSAGE adds to a frame.
 pub const CURVE_MESSAGE_OVERHEAD: usize = 8 + 8 + TAG + 1;
 /// MESSAGE plaintext flag: more frames follow.
@@ -87,7 +81,7 @@ impl CurveKeyPair {
 
     /// The key pair of a secret key (its public key is derived).
     pub fn from_secret(secret: [u8; 32]) -> Self {
-        let public = SecretKey::from(secret).public_key().to_bytes();
+        let public = crate::nacl::public_key(&secret);
         CurveKeyPair { public, secret }
     }
 
@@ -119,8 +113,10 @@ fn random<const N: usize>() -> [u8; N] {
     b
 }
 
-fn salsa_box(public: &[u8; 32], secret: &[u8; 32]) -> SalsaBox {
-    SalsaBox::new(&PublicKey::from(*public), &SecretKey::from(*secret))
+/// The key of `Box[..](secret's owner -> public's owner)`. A low-order `public` (no shared
+/// secret) is refused as a box of `what` that does not open.
+fn salsa_box(public: &[u8; 32], secret: &[u8; 32], what: &'static str) -> Result<BoxKey, Error> {
+    BoxKey::precompute(public, secret).ok_or_else(|| PeerError::CurveBox { what }.into())
 }
 
 fn nonce24(prefix: &[u8], suffix: &[u8]) -> [u8; 24] {
@@ -131,45 +127,33 @@ fn nonce24(prefix: &[u8], suffix: &[u8]) -> [u8; 24] {
 }
 
 /// Appends `Box[plaintext]`: the tag, then the ciphertext.
-fn seal<A>(aead: &A, nonce: &[u8; 24], plaintext: &[u8], out: &mut BytesMut)
-where
-    A: AeadInPlace<NonceSize = U24, TagSize = U16>,
-{
+fn seal(key: &BoxKey, nonce: &[u8; 24], plaintext: &[u8], out: &mut BytesMut) {
     let at = out.len();
     out.extend_from_slice(&[0u8; TAG]);
     out.extend_from_slice(plaintext);
-    seal_in_place(aead, nonce, &mut out[at..]);
+    seal_in_place(key, nonce, &mut out[at..]);
 }
 
 /// Encrypts `buf[TAG..]` in place and writes the tag into `buf[..TAG]`.
-fn seal_in_place<A>(aead: &A, nonce: &[u8; 24], buf: &mut [u8])
-where
-    A: AeadInPlace<NonceSize = U24, TagSize = U16>,
-{
+fn seal_in_place(key: &BoxKey, nonce: &[u8; 24], buf: &mut [u8]) {
     let (tag_at, body) = buf.split_at_mut(TAG);
-    // XSalsa20-Poly1305 fails only past 2^70 bytes of plaintext: frames are far below.
-    let tag = aead
-        .encrypt_in_place_detached(GenericArray::from_slice(nonce), b"", body)
-        .expect("XSalsa20-Poly1305 encrypts any frame size");
-    tag_at.copy_from_slice(&tag);
+    tag_at.copy_from_slice(&key.seal_in_place(nonce, body));
 }
 
 /// Opens `Box[x]` (tag then ciphertext) into `x`.
-fn open<A>(aead: &A, nonce: &[u8; 24], boxed: &[u8], what: &'static str) -> Result<Vec<u8>, Error>
-where
-    A: AeadInPlace<NonceSize = U24, TagSize = U16>,
-{
-    let Some((tag, ct)) = boxed.split_at_checked(TAG) else {
+fn open(
+    key: &BoxKey,
+    nonce: &[u8; 24],
+    boxed: &[u8],
+    what: &'static str,
+) -> Result<Vec<u8>, Error> {
+    let Some((tag, ct)) = boxed.split_first_chunk::<TAG>() else {
         return Err(PeerError::CurveBox { what }.into());
     };
     let mut plain = ct.to_vec();
-    aead.decrypt_in_place_detached(
-        GenericArray::from_slice(nonce),
-        b"",
-        &mut plain,
-        GenericArray::from_slice(tag),
-    )
-    .map_err(|_| PeerError::CurveBox { what })?;
+    if !key.open_in_place(nonce, tag, &mut plain) {
+        return Err(PeerError::CurveBox { what }.into());
+    }
     Ok(plain)
 }
 
@@ -204,7 +188,7 @@ fn check_nonce(got: u64, last: u64) -> Result<(), Error> {
 
 /// Boxes and unboxes traffic once a CURVE handshake is complete.
 pub(crate) struct Cipher {
-    aead: SalsaBox,
+    key: BoxKey,
     send_prefix: &'static [u8; 16],
     recv_prefix: &'static [u8; 16],
     next_nonce: u64,
@@ -229,7 +213,7 @@ impl Cipher {
         out.extend_from_slice(&[flags]);
         out.extend_from_slice(body);
         seal_in_place(
-            &self.aead,
+            &self.key,
             &nonce24(self.send_prefix, &nonce.to_be_bytes()),
             &mut out[at..],
         );
@@ -264,14 +248,12 @@ impl Cipher {
         check_nonce(nonce, self.peer_nonce)?;
         let mut tag = [0u8; TAG];
         tag.copy_from_slice(&body[16..32]);
-        self.aead
-            .decrypt_in_place_detached(
-                GenericArray::from_slice(&nonce24(self.recv_prefix, &nonce8)),
-                b"",
-                &mut body[32..],
-                GenericArray::from_slice(&tag),
-            )
-            .map_err(|_| PeerError::CurveBox { what: "MESSAGE" })?;
+        if !self
+            .key
+            .open_in_place(&nonce24(self.recv_prefix, &nonce8), &tag, &mut body[32..])
+        {
+            return Err(PeerError::CurveBox { what: "MESSAGE" }.into());
+        }
         // Only a box that opened moves the nonce on (a forged one must not).
         self.peer_nonce = nonce;
         body.advance(32);
@@ -290,8 +272,10 @@ pub(crate) struct CurveClient {
     server_key: [u8; 32],
     /// Our short-term key pair `C'`/`c'`.
     short: CurveKeyPair,
+    /// `Box(S, c')`: the HELLO box and the WELCOME box (computed once for both).
+    hello: BoxKey,
     /// `Box(S', c')` once WELCOME arrived.
-    session: Option<SalsaBox>,
+    session: Option<BoxKey>,
     next_nonce: u64,
     peer_nonce: u64,
     state: ClientStep,
@@ -299,11 +283,18 @@ pub(crate) struct CurveClient {
 }
 
 impl CurveClient {
+    /// Call only with a `server_key` that [`crate::MechanismConfig::validate`] accepted.
     pub(crate) fn new(keypair: CurveKeyPair, server_key: [u8; 32]) -> Self {
+        let short = CurveKeyPair::generate();
+        // A fresh c' times S is the identity only when S has low order, which
+        // MechanismConfig::validate refuses before any connection is made.
+        let hello = BoxKey::precompute(&server_key, short.secret())
+            .expect("MechanismConfig::validate refuses a low-order CURVE server key");
         CurveClient {
             keypair,
             server_key,
-            short: CurveKeyPair::generate(),
+            hello,
+            short,
             session: None,
             next_nonce: 1,
             peer_nonce: 0,
@@ -331,7 +322,7 @@ impl CurveClient {
         // Box[S' + cookie](S->C'): opens only if the server holds the secret key of the public
         // key we were given.
         let plain = open(
-            &salsa_box(&self.server_key, self.short.secret()),
+            &self.hello,
             &nonce24(WELCOME_NONCE, &nonce16),
             &boxed,
             "WELCOME",
@@ -339,7 +330,7 @@ impl CurveClient {
         let (server_short, cookie) = plain.split_at(32);
         let mut s_short = [0u8; 32];
         s_short.copy_from_slice(server_short);
-        let session = salsa_box(&s_short, self.short.secret());
+        let session = salsa_box(&s_short, self.short.secret(), "WELCOME")?;
 
         // vouch = nonce16 + Box[C' + S](C->S')
         let vouch_nonce: [u8; 16] = random();
@@ -349,7 +340,7 @@ impl CurveClient {
         let mut vouch = BytesMut::with_capacity(96);
         vouch.extend_from_slice(&vouch_nonce);
         seal(
-            &salsa_box(&s_short, self.keypair.secret()),
+            &salsa_box(&s_short, self.keypair.secret(), "WELCOME")?,
             &nonce24(VOUCH_NONCE, &vouch_nonce),
             &vouch_plain,
             &mut vouch,
@@ -419,7 +410,7 @@ impl Mechanism for CurveClient {
         // "The signature box SHALL contain 64 zero bytes": proof that we know S, sent padded
         // so that HELLO is as large as WELCOME (no amplification).
         seal(
-            &salsa_box(&self.server_key, self.short.secret()),
+            &self.hello,
             &nonce24(HELLO_NONCE, &nonce),
             &[0u8; 64],
             &mut boxed,
@@ -450,9 +441,9 @@ impl Mechanism for CurveClient {
     }
 
     fn take_cipher(&mut self) -> Option<Cipher> {
-        let aead = self.session.take()?;
+        let key = self.session.take()?;
         Some(Cipher {
-            aead,
+            key,
             send_prefix: MESSAGE_NONCE_CLIENT,
             recv_prefix: MESSAGE_NONCE_SERVER,
             next_nonce: self.next_nonce,
@@ -474,7 +465,7 @@ pub(crate) struct CurveServer {
     authenticator: Authenticator,
     address: String,
     session: Option<ServerSession>,
-    aead: Option<SalsaBox>,
+    key: Option<BoxKey>,
     next_nonce: u64,
     peer_nonce: u64,
     state: ServerStep,
@@ -492,7 +483,7 @@ impl CurveServer {
             authenticator,
             address,
             session: None,
-            aead: None,
+            key: None,
             next_nonce: 1,
             peer_nonce: 0,
             state: ServerStep::Hello,
@@ -512,7 +503,7 @@ impl CurveServer {
         let nonce = r.u64("HELLO nonce").map_err(MalformedError::from)?;
         let boxed = r.rest();
         // Box(C', s) opens the HELLO and seals the WELCOME: one X25519 for both.
-        let long_box = salsa_box(&client_short, self.keypair.secret());
+        let long_box = salsa_box(&client_short, self.keypair.secret(), "HELLO")?;
         let plain = open(
             &long_box,
             &nonce24(HELLO_NONCE, &nonce.to_be_bytes()),
@@ -535,7 +526,7 @@ impl CurveServer {
         welcome_plain.extend_from_slice(short.public());
         welcome_plain.extend_from_slice(&cookie_nonce);
         seal(
-            &XSalsa20Poly1305::new(GenericArray::from_slice(&cookie_key)),
+            &BoxKey::secret(cookie_key),
             &nonce24(COOKIE_NONCE, &cookie_nonce),
             &cookie_plain,
             &mut welcome_plain,
@@ -576,7 +567,7 @@ impl CurveServer {
         let cookie_nonce: [u8; 16] = r.array("cookie nonce").map_err(MalformedError::from)?;
         let cookie_box = r.take(80, "cookie box").map_err(MalformedError::from)?;
         let cookie = open(
-            &XSalsa20Poly1305::new(GenericArray::from_slice(&session.cookie_key)),
+            &BoxKey::secret(session.cookie_key),
             &nonce24(COOKIE_NONCE, &cookie_nonce),
             &cookie_box,
             "cookie",
@@ -586,9 +577,9 @@ impl CurveServer {
         }
         let nonce = r.u64("INITIATE nonce").map_err(MalformedError::from)?;
         check_nonce(nonce, self.peer_nonce)?;
-        let aead = salsa_box(&session.client_short, session.short.secret());
+        let key = salsa_box(&session.client_short, session.short.secret(), "INITIATE")?;
         let plain = open(
-            &aead,
+            &key,
             &nonce24(INITIATE_NONCE, &nonce.to_be_bytes()),
             &r.rest(),
             "INITIATE",
@@ -601,7 +592,7 @@ impl CurveServer {
         // The vouch proves that the holder of C made C' for this server: it opens only with
         // c, and names this C' and this S.
         let vouch = open(
-            &salsa_box(&client_key, session.short.secret()),
+            &salsa_box(&client_key, session.short.secret(), "vouch")?,
             &nonce24(VOUCH_NONCE, &vouch_nonce),
             &vouch_box,
             "vouch",
@@ -625,13 +616,13 @@ impl CurveServer {
         self.next_nonce += 1;
         let mut boxed = BytesMut::with_capacity(TAG + meta.len());
         seal(
-            &aead,
+            &key,
             &nonce24(READY_NONCE, &ours.to_be_bytes()),
             &meta,
             &mut boxed,
         );
         put_command(out, READY, &[&ours.to_be_bytes(), &boxed]);
-        self.aead = Some(aead);
+        self.key = Some(key);
         self.state = ServerStep::Done;
         Ok(peer)
     }
@@ -668,9 +659,9 @@ impl Mechanism for CurveServer {
     }
 
     fn take_cipher(&mut self) -> Option<Cipher> {
-        let aead = self.aead.take()?;
+        let key = self.key.take()?;
         Some(Cipher {
-            aead,
+            key,
             send_prefix: MESSAGE_NONCE_SERVER,
             recv_prefix: MESSAGE_NONCE_CLIENT,
             next_nonce: self.next_nonce,

@@ -306,4 +306,8 @@ pub enum CallerError {
         /// Its length.
         len: usize,
     },
+    /// A CURVE server key that is a low-order point: X25519 with it gives a secret everyone
+    /// knows, so libsodium (and libzmq) refuse it.
+    #[error("CURVE server key is a low-order point (no shared secret)")]
+    CurveWeakServerKey,
 }

@@ -61,8 +61,17 @@ pub enum MechanismConfig {
 }
 
 impl MechanismConfig {
-    /// Checks the values a caller gave: PLAIN username and password at most 255 bytes.
+    /// Checks the values a caller gave: PLAIN username and password at most 255 bytes, a
+    /// CURVE server key that is not a low-order point (no secret could be shared with it).
     pub fn validate(&self) -> Result<(), CallerError> {
+        if let MechanismConfig::CurveClient {
+            keypair,
+            server_key,
+        } = self
+            && crate::nacl::BoxKey::precompute(server_key, keypair.secret()).is_none()
+        {
+            return Err(CallerError::CurveWeakServerKey);
+        }
         if let MechanismConfig::PlainClient { username, password } = self {
             for (what, value) in [("username", username), ("password", password)] {
                 if value.len() > 255 {

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use dafka_testkit::hex;
 use dafka_zmtp_proto::{
-    AuthDecision, Authenticator, Command, Config, Connection, Credentials, CurveKeyPair, Error,
-    Event, Heartbeat, MalformedError, MechanismConfig, Message, PeerError, SocketType,
-    z85_decode_key,
+    AuthDecision, Authenticator, CallerError, Command, Config, Connection, Credentials,
+    CurveKeyPair, Error, Event, Heartbeat, MalformedError, MechanismConfig, Message, PeerError,
+    SocketType, z85_decode_key,
 };
 
 /// libzmq's test key pairs (`tests/testutil_security.cpp`), Z85 secret keys.
@@ -440,6 +440,53 @@ fn curve_wrong_server_key_is_refused() {
         Some(Error::Peer(PeerError::CurveBox { what: "HELLO" }))
     );
     assert!(!link.client.is_ready());
+}
+
+/// Low-order X25519 points: with any of them the shared secret is all zeros.
+const LOW_ORDER: [[u8; 32]; 2] = [[0u8; 32], {
+    let mut one = [0u8; 32];
+    one[0] = 0x01;
+    one
+}];
+
+#[test]
+fn curve_low_order_server_key_is_a_caller_error() {
+    for key in LOW_ORDER {
+        let c = curve_client(key);
+        assert_eq!(c.mechanism.validate(), Err(CallerError::CurveWeakServerKey));
+        assert!(Connection::try_new(c, Instant::now()).is_err());
+    }
+    assert_eq!(
+        curve_client(*server_keys().public()).mechanism.validate(),
+        Ok(())
+    );
+}
+
+/// A HELLO whose C' is a low-order point is refused like any box that does not open (no
+/// panic on that network input); `nacl`'s unit tests check that libsodium refuses the key.
+#[test]
+fn curve_hello_with_a_low_order_short_key_is_refused() {
+    let now = Instant::now();
+    let mut client = Connection::new(curve_client(*server_keys().public()), now);
+    let (mut greeting, mut hello) = (BytesMut::new(), BytesMut::new());
+    client.poll_transmit(&mut greeting);
+    let mut server_greeting = BytesMut::new();
+    let mut probe = Connection::new(curve_server(Authenticator::allow_all()), now);
+    probe.poll_transmit(&mut server_greeting);
+    client.handle_input(&mut server_greeting, now).unwrap();
+    client.poll_transmit(&mut hello);
+    for key in LOW_ORDER {
+        let mut server = Connection::new(curve_server(Authenticator::allow_all()), now);
+        let mut s_in = greeting.clone();
+        let mut forged = hello.clone();
+        // C' sits after the 2-byte header, 06 "HELLO", the version and 72 bytes of padding.
+        forged[82..114].copy_from_slice(&key);
+        s_in.extend_from_slice(&forged);
+        assert_eq!(
+            server.handle_input(&mut s_in, now),
+            Err(Error::Peer(PeerError::CurveBox { what: "HELLO" }))
+        );
+    }
 }
 
 #[test]
