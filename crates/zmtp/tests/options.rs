@@ -104,15 +104,17 @@ async fn connect_timeout_abandons_a_hanging_connect_and_retries() {
         most_at_once, 1,
         "an abandoned attempt lingers: {attempts:?}"
     );
-    for w in attempts.windows(2) {
-        let gap = w[1].1 - w[0].1;
-        // Not given up before connect_timeout (+ reconnect_ivl); 50 ms slack
-        // for the sampling.
-        assert!(
-            gap >= connect_timeout - Duration::from_millis(50),
-            "attempt abandoned early: {attempts:?}"
-        );
-    }
+    // Not given up before connect_timeout: each cycle is at least 300 ms of
+    // waiting plus 50 ms of reconnect_ivl, so at most 5 attempts start in
+    // 1.6 s (0, 0.35, 0.70, 1.05, 1.40 s); one slack for an attempt begun
+    // just before `start`. Counting, rather than timing the gaps between
+    // first sightings, stays right when a loaded machine starves this
+    // sampling loop (a late sighting shortens the next gap, seen at load 10),
+    // while a connect abandoned early would start 8 or more.
+    assert!(
+        attempts.len() <= 6,
+        "attempts abandoned before connect_timeout: {attempts:?}"
+    );
     // Room in the accept queue: the next attempt connects.
     for _ in 0..fillers.len() {
         accept(&listener, Duration::from_secs(1)).await;
