@@ -282,6 +282,51 @@ pub(crate) struct CurveClient {
     local: Metadata,
 }
 
+/// What an INITIATE carries. An honest client fills it from its handshake; tests fill it
+/// with hostile values (a vouch sealed with another key, naming another `C'` or `S`, a cookie
+/// from another connection).
+struct Initiate<'a> {
+    /// The cookie from WELCOME, echoed (96 bytes).
+    cookie: &'a [u8],
+    nonce: u64,
+    /// `Box(S', c')`: seals the INITIATE box.
+    session: &'a BoxKey,
+    /// `C`, the long-term key the client presents.
+    client_key: &'a [u8; 32],
+    /// `Box(S', c)`: seals the vouch.
+    vouch_key: &'a BoxKey,
+    /// The vouch's plaintext, `C' + S`.
+    vouch: &'a [u8; 64],
+    metadata: &'a Metadata,
+}
+
+impl Initiate<'_> {
+    /// Appends the INITIATE command frame: cookie, nonce8, `Box[C + vouch + metadata](C'->S')`
+    /// with vouch = nonce16 + `Box[C' + S](C->S')`.
+    fn put(&self, out: &mut BytesMut) {
+        let vouch_nonce: [u8; 16] = random();
+        let mut plain = BytesMut::with_capacity(32 + 96 + self.metadata.encoded_len());
+        plain.extend_from_slice(self.client_key);
+        plain.extend_from_slice(&vouch_nonce);
+        seal(
+            self.vouch_key,
+            &nonce24(VOUCH_NONCE, &vouch_nonce),
+            self.vouch,
+            &mut plain,
+        );
+        self.metadata.encode(&mut plain);
+        let nonce = self.nonce.to_be_bytes();
+        let mut boxed = BytesMut::with_capacity(TAG + plain.len());
+        seal(
+            self.session,
+            &nonce24(INITIATE_NONCE, &nonce),
+            &plain,
+            &mut boxed,
+        );
+        put_command(out, INITIATE, &[self.cookie, &nonce, &boxed]);
+    }
+}
+
 impl CurveClient {
     /// Call only with a `server_key` that [`crate::MechanismConfig::validate`] accepted.
     pub(crate) fn new(keypair: CurveKeyPair, server_key: [u8; 32]) -> Self {
@@ -309,7 +354,9 @@ impl CurveClient {
         n
     }
 
-    fn on_welcome(&mut self, mut r: dafka_wire::Reader, out: &mut BytesMut) -> Result<(), Error> {
+    /// Opens WELCOME `Box[S' + cookie](S->C')`: the server's short-term key `S'` and the
+    /// cookie (96 bytes) to echo in INITIATE.
+    fn open_welcome(&self, mut r: dafka_wire::Reader) -> Result<([u8; 32], Vec<u8>), Error> {
         check_size(
             "WELCOME",
             r.remaining(),
@@ -319,46 +366,35 @@ impl CurveClient {
         )?;
         let nonce16: [u8; 16] = r.array("WELCOME nonce").map_err(MalformedError::from)?;
         let boxed = r.rest();
-        // Box[S' + cookie](S->C'): opens only if the server holds the secret key of the public
-        // key we were given.
-        let plain = open(
+        // Opens only if the server holds the secret key of the public key we were given.
+        let mut plain = open(
             &self.hello,
             &nonce24(WELCOME_NONCE, &nonce16),
             &boxed,
             "WELCOME",
         )?;
-        let (server_short, cookie) = plain.split_at(32);
-        let mut s_short = [0u8; 32];
-        s_short.copy_from_slice(server_short);
-        let session = salsa_box(&s_short, self.short.secret(), "WELCOME")?;
+        let cookie = plain.split_off(32);
+        let mut server_short = [0u8; 32];
+        server_short.copy_from_slice(&plain);
+        Ok((server_short, cookie))
+    }
 
-        // vouch = nonce16 + Box[C' + S](C->S')
-        let vouch_nonce: [u8; 16] = random();
-        let mut vouch_plain = [0u8; 64];
-        vouch_plain[..32].copy_from_slice(self.short.public());
-        vouch_plain[32..].copy_from_slice(&self.server_key);
-        let mut vouch = BytesMut::with_capacity(96);
-        vouch.extend_from_slice(&vouch_nonce);
-        seal(
-            &salsa_box(&s_short, self.keypair.secret(), "WELCOME")?,
-            &nonce24(VOUCH_NONCE, &vouch_nonce),
-            &vouch_plain,
-            &mut vouch,
-        );
-
-        let mut plain = BytesMut::with_capacity(32 + 96 + self.local.encoded_len());
-        plain.extend_from_slice(self.keypair.public());
-        plain.extend_from_slice(&vouch);
-        self.local.encode(&mut plain);
-        let nonce = self.take_nonce().to_be_bytes();
-        let mut boxed = BytesMut::with_capacity(TAG + plain.len());
-        seal(
-            &session,
-            &nonce24(INITIATE_NONCE, &nonce),
-            &plain,
-            &mut boxed,
-        );
-        put_command(out, INITIATE, &[cookie, &nonce, &boxed]);
+    fn on_welcome(&mut self, r: dafka_wire::Reader, out: &mut BytesMut) -> Result<(), Error> {
+        let (server_short, cookie) = self.open_welcome(r)?;
+        let session = salsa_box(&server_short, self.short.secret(), "WELCOME")?;
+        let mut vouch = [0u8; 64];
+        vouch[..32].copy_from_slice(self.short.public());
+        vouch[32..].copy_from_slice(&self.server_key);
+        let initiate = Initiate {
+            cookie: &cookie,
+            nonce: self.take_nonce(),
+            session: &session,
+            client_key: self.keypair.public(),
+            vouch_key: &salsa_box(&server_short, self.keypair.secret(), "WELCOME")?,
+            vouch: &vouch,
+            metadata: &self.local,
+        };
+        initiate.put(out);
         self.session = Some(session);
         self.state = ClientStep::Ready;
         Ok(())
@@ -667,5 +703,197 @@ impl Mechanism for CurveServer {
             next_nonce: self.next_nonce,
             peer_nonce: self.peer_nonce,
         })
+    }
+}
+
+/// Hostile INITIATEs against the server's cookie and vouch checks: a client that does not
+/// hold `c` for the `C` it presents, or replays what another connection sent, must get no
+/// READY, no metadata and no cipher.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{FrameDecoder, Limits};
+
+    /// The body of the single command frame in `out`.
+    fn body(out: &mut BytesMut) -> Bytes {
+        let frame = FrameDecoder::new(Limits::default())
+            .decode(out)
+            .unwrap()
+            .expect("a whole frame");
+        assert!(out.is_empty(), "one frame only");
+        frame.body().clone()
+    }
+
+    /// One connection up to WELCOME: the client (for its keys and the WELCOME it opened) and
+    /// the server waiting for INITIATE.
+    struct Half {
+        client: CurveClient,
+        server: CurveServer,
+        server_short: [u8; 32],
+        cookie: Vec<u8>,
+    }
+
+    impl Half {
+        fn new(client: &CurveKeyPair, server: &CurveKeyPair, auth: Authenticator) -> Half {
+            let mut c = CurveClient::new(client.clone(), *server.public());
+            let mut s = CurveServer::new(server.clone(), auth, "127.0.0.1:40000".to_owned());
+            let mut out = BytesMut::new();
+            c.start(&Metadata::new(), &mut out);
+            s.start(&Metadata::new(), &mut BytesMut::new());
+            assert_eq!(s.on_command(body(&mut out), &mut out).unwrap(), None);
+            let (_, r) = parse_command(body(&mut out)).unwrap();
+            let (server_short, cookie) = c.open_welcome(r).unwrap();
+            Half {
+                client: c,
+                server: s,
+                server_short,
+                cookie,
+            }
+        }
+
+        /// The vouch an honest client sends: `C' + S`.
+        fn honest_vouch(&self) -> [u8; 64] {
+            let mut v = [0u8; 64];
+            v[..32].copy_from_slice(self.client.short.public());
+            v[32..].copy_from_slice(&self.client.server_key);
+            v
+        }
+
+        /// Sends an INITIATE with this cookie and vouch (sealed with `vouch_secret`) and
+        /// returns the server's answer and what it queued.
+        fn initiate(
+            &mut self,
+            cookie: &[u8],
+            vouch_secret: &[u8; 32],
+            vouch: &[u8; 64],
+        ) -> (Result<Option<Metadata>, Error>, BytesMut) {
+            let mut out = BytesMut::new();
+            Initiate {
+                cookie,
+                nonce: self.client.take_nonce(),
+                session: &BoxKey::precompute(&self.server_short, self.client.short.secret())
+                    .unwrap(),
+                client_key: self.client.keypair.public(),
+                vouch_key: &BoxKey::precompute(&self.server_short, vouch_secret).unwrap(),
+                vouch,
+                metadata: &Metadata::new(),
+            }
+            .put(&mut out);
+            let answer = self.server.on_command(body(&mut out), &mut out);
+            (answer, out)
+        }
+
+        /// The server refused with `expected`: nothing queued (no READY), no cipher, and the
+        /// handshake cannot be resumed.
+        fn assert_refused(
+            &mut self,
+            (answer, out): (Result<Option<Metadata>, Error>, BytesMut),
+            expected: PeerError,
+        ) {
+            assert_eq!(answer, Err(expected.into()));
+            assert!(out.is_empty(), "nothing sent: {out:?}");
+            assert!(self.server.take_cipher().is_none());
+            assert!(self.server.session.is_none());
+        }
+    }
+
+    fn allow(client: &CurveKeyPair) -> Authenticator {
+        Authenticator::curve_keys([*client.public()])
+    }
+
+    #[test]
+    fn honest_initiate_gets_ready() {
+        // The harness itself: the same INITIATE, honestly made, is accepted.
+        let (client, server) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        let mut h = Half::new(&client, &server, allow(&client));
+        let (cookie, vouch) = (h.cookie.clone(), h.honest_vouch());
+        let (answer, mut out) = h.initiate(&cookie, client.secret(), &vouch);
+        assert_eq!(answer, Ok(Some(Metadata::new())));
+        let (name, _) = parse_command(body(&mut out)).unwrap();
+        assert_eq!(&name[..], READY);
+        assert!(h.server.take_cipher().is_some());
+    }
+
+    #[test]
+    fn vouch_forged_without_the_presented_keys_secret_is_refused() {
+        // The attacker presents the allowed C but holds only its own secret: the vouch is
+        // Box[C' + S](attacker->S'), which does not open with C.
+        let (victim, server) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        let mut h = Half::new(&victim, &server, allow(&victim));
+        let (cookie, vouch) = (h.cookie.clone(), h.honest_vouch());
+        let attacker = CurveKeyPair::generate();
+        let answer = h.initiate(&cookie, attacker.secret(), &vouch);
+        h.assert_refused(answer, PeerError::CurveBox { what: "vouch" });
+    }
+
+    #[test]
+    fn vouch_naming_another_short_term_key_is_refused() {
+        // A genuine vouch of C, but for another connection's C' (replayed from it).
+        let (client, server) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        let mut h = Half::new(&client, &server, allow(&client));
+        let cookie = h.cookie.clone();
+        let mut vouch = h.honest_vouch();
+        vouch[..32].copy_from_slice(CurveKeyPair::generate().public());
+        let answer = h.initiate(&cookie, client.secret(), &vouch);
+        h.assert_refused(answer, PeerError::CurveMismatch("vouch"));
+    }
+
+    #[test]
+    fn vouch_naming_another_server_is_refused() {
+        // A genuine vouch of C and this C', but made for another server S.
+        let (client, server) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        let mut h = Half::new(&client, &server, allow(&client));
+        let cookie = h.cookie.clone();
+        let mut vouch = h.honest_vouch();
+        vouch[32..].copy_from_slice(CurveKeyPair::generate().public());
+        let answer = h.initiate(&cookie, client.secret(), &vouch);
+        h.assert_refused(answer, PeerError::CurveMismatch("vouch"));
+    }
+
+    #[test]
+    fn cookie_from_another_connection_is_refused() {
+        // Same client, same server, two connections: the second echoes the first's cookie.
+        let (client, server) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        let first = Half::new(&client, &server, allow(&client));
+        let mut h = Half::new(&client, &server, allow(&client));
+        let vouch = h.honest_vouch();
+        let answer = h.initiate(&first.cookie, client.secret(), &vouch);
+        h.assert_refused(answer, PeerError::CurveBox { what: "cookie" });
+    }
+
+    #[test]
+    fn tampered_cookie_is_refused() {
+        // One bit flipped anywhere in the cookie (its nonce, tag or ciphertext).
+        let (client, server) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        for at in 0..96 {
+            let mut h = Half::new(&client, &server, allow(&client));
+            let (mut cookie, vouch) = (h.cookie.clone(), h.honest_vouch());
+            cookie[at] ^= 0x01;
+            let answer = h.initiate(&cookie, client.secret(), &vouch);
+            h.assert_refused(answer, PeerError::CurveBox { what: "cookie" });
+        }
+    }
+
+    #[test]
+    fn cookie_naming_another_connection_is_refused() {
+        // A cookie sealed with this connection's K but naming another C' (only the server
+        // can make one; the content check stands behind the box).
+        let (client, server) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+        let mut h = Half::new(&client, &server, allow(&client));
+        let session = h.server.session.as_ref().unwrap();
+        let mut plain = [0u8; 64];
+        plain[..32].copy_from_slice(CurveKeyPair::generate().public());
+        plain[32..].copy_from_slice(session.short.secret());
+        let nonce: [u8; 16] = random();
+        let mut cookie = BytesMut::from(&nonce[..]);
+        seal(
+            &BoxKey::secret(session.cookie_key),
+            &nonce24(COOKIE_NONCE, &nonce),
+            &plain,
+            &mut cookie,
+        );
+        let vouch = h.honest_vouch();
+        let answer = h.initiate(&cookie, client.secret(), &vouch);
+        h.assert_refused(answer, PeerError::CurveMismatch("cookie"));
     }
 }
