@@ -6,6 +6,9 @@ while the server keeps serving the others."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -273,3 +276,53 @@ def test_setsockopt_in_libzmq_order_and_getsockopt() -> None:
     assert dafka.zmtp.curve_public(SERVER_SECRET) == SERVER_PUBLIC
     assert dafka.zmtp.curve_public(zmq.utils.z85.decode(SERVER_SECRET)) == SERVER_PUBLIC
     assert zmq.curve_public(SERVER_SECRET.encode()).decode() == SERVER_PUBLIC
+
+
+# One I/O worker (DAFKA_IO_THREADS is read once per process, hence the child): a callable
+# authenticator sleeping 4 s must not stall another connection's traffic meanwhile.
+SLOW_AUTHENTICATOR = """
+import threading, time
+import dafka.zmtp
+
+server_public, server_secret = dafka.zmtp.curve_keypair()
+client_public, client_secret = dafka.zmtp.curve_keypair()
+entered = threading.Event()
+
+def slow(address, mechanism, credentials):
+    entered.set()
+    time.sleep(4.0)
+    return True
+
+with (
+    dafka.zmtp.Socket("PULL", curve_server=True, curve_secretkey=server_secret,
+                      authenticator=slow, linger=0) as guarded,
+    dafka.zmtp.Socket("PUSH", curve_serverkey=server_public, curve_publickey=client_public,
+                      curve_secretkey=client_secret, linger=0) as knocking,
+    dafka.zmtp.Socket("PULL", linger=0) as pull,
+    dafka.zmtp.Socket("PUSH", linger=0) as push,
+):
+    push.connect(pull.bind("tcp://127.0.0.1:0"))
+    push.send(b"before")
+    assert pull.recv(timeout=5) == b"before"
+    knocking.connect(guarded.bind("tcp://127.0.0.1:0"))
+    assert entered.wait(5), "the authenticator was not called"
+    start = time.monotonic()
+    push.send(b"during")
+    assert pull.recv(timeout=10) == b"during"
+    print(time.monotonic() - start)
+"""
+
+
+def test_slow_callable_authenticator_does_not_stall_other_connections() -> None:
+    env = {**os.environ, "DAFKA_IO_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", SLOW_AUTHENTICATOR],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    elapsed = float(out.stdout.split()[-1])
+    # Stalled, the message would wait for the rest of the 4 s sleep.
+    assert elapsed < 2.0, f"traffic waited {elapsed:.2f} s for the authenticator"

@@ -37,6 +37,8 @@ _Authenticator: TypeAlias = (
     | frozenset[str | bytes]
     | dict[str, str]
     | dict[bytes, bytes]
+    # (address, mechanism, credentials) -> True | False | reason. Must be fast: it runs
+    # in the handshake on a dafka I/O thread holding the GIL (see docs/security.md).
     | Callable[[str, str, Any], bool | str]
 )
 

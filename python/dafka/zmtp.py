@@ -40,7 +40,10 @@ keys, a dict of PLAIN ``username: password``, or a callable
 ``False`` or a reason ``str`` to refuse it (``credentials`` is the Z85 public key for
 CURVE, ``(username, password)`` bytes for PLAIN). A refused client gets ERROR
 ``400`` and is closed; the decision is logged. A CURVE server without
-authenticator lets in every client that knows its public key.
+authenticator lets in every client that knows its public key. The callable must be
+fast: it runs during the handshake on a dafka I/O thread holding the GIL, so while
+it runs that handshake, other authentications and every Python thread wait (other
+connections' traffic goes on); refresh a slow source elsewhere and look it up here.
 
 >>> public, secret = dafka.zmtp.curve_keypair()
 >>> len(public), dafka.zmtp.curve_public(secret) == public

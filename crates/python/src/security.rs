@@ -275,13 +275,24 @@ fn authenticator(value: &Bound<'_, PyAny>) -> PyResult<Option<Authenticator>> {
     if value.is_callable() {
         let f: Py<PyAny> = value.clone().unbind();
         return Ok(Some(Authenticator::from_fn(move |req| {
-            Python::attach(|py| call(py, &f, req))
+            off_the_io_worker(|| Python::attach(|py| call(py, &f, req)))
         })));
     }
     Err(errors::invalid(
         "authenticator must be a list/set of CURVE public keys, a dict of PLAIN \
          username: password, or a callable",
     ))
+}
+
+/// Runs `f`, which blocks (waits for the GIL, runs Python), where the handshake calls it: on a
+/// worker of the multi-threaded runtime, through `block_in_place`, so that the worker's other
+/// tasks (other connections' I/O) move to another thread meanwhile. Elsewhere (no runtime, or
+/// a current-thread one, where `block_in_place` would panic) it simply runs `f`.
+fn off_the_io_worker<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// Calls the Python authenticator; an exception or an answer of the wrong type refuses.
