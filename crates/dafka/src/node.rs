@@ -17,7 +17,6 @@
 //! [`LOG_BURST`] lines a second.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -193,24 +192,21 @@ impl NodeConfig {
     }
 }
 
-/// A new node id: 16 bytes from the process's random hash keys, the clock and a counter.
-/// Unique, not secret (ids are public on the wire).
-pub fn new_node_id() -> NodeId {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+/// A new node id: 16 bytes from the operating system's CSPRNG (`getrandom(2)` through
+/// rand's `OsRng`), read afresh for every id.
+///
+/// Partition ids must never repeat: a producer's id is its partition, and a store appends a
+/// record only if its offset continues that partition. A user-space generator seeded once
+/// would hand a forked child (Python `multiprocessing`, Spark workers) the parent's next ids;
+/// the kernel's generator does not, and its 128 bits make a collision as likely as guessing a
+/// key. Ids are public on the wire, so secrecy is not the point, uniqueness is.
+pub fn new_node_id() -> Result<NodeId, Error> {
+    use rand::TryRngCore;
     let mut bytes = [0u8; 16];
-    for (i, half) in bytes.chunks_exact_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(nanos);
-        h.write_u64(n);
-        h.write_u32(std::process::id());
-        h.write_usize(i);
-        half.copy_from_slice(&h.finish().to_be_bytes());
-    }
-    NodeId::from_bytes(bytes)
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(|e| Error::Random(std::io::Error::other(e)))?;
+    Ok(NodeId::from_bytes(bytes))
 }
 
 /// Counters of input a node dropped. Shared with the node's handle.
@@ -735,8 +731,16 @@ mod tests {
 
     #[test]
     fn node_ids_differ() {
-        let ids: std::collections::HashSet<NodeId> = (0..1000).map(|_| new_node_id()).collect();
-        assert_eq!(ids.len(), 1000);
+        let ids: std::collections::HashSet<NodeId> = (0..10_000)
+            .map(|_| new_node_id().expect("the OS random source"))
+            .collect();
+        assert_eq!(ids.len(), 10_000);
+        // Not a counter or a clock: consecutive ids share no half (a time- or counter-based
+        // id keeps its high bytes across calls).
+        let a = new_node_id().expect("the OS random source");
+        let b = new_node_id().expect("the OS random source");
+        assert_ne!(a.as_bytes()[..8], b.as_bytes()[..8]);
+        assert_ne!(a.as_bytes()[8..], b.as_bytes()[8..]);
     }
 
     #[test]

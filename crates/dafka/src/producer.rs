@@ -164,7 +164,7 @@ impl ProducerNode {
         options: ProducerOptions,
     ) -> Result<ProducerNode, Error> {
         let topic = Topic::try_from(topic)?;
-        let id = options.partition.unwrap_or_else(new_node_id);
+        let id = options.partition.map_or_else(new_node_id, Ok)?;
         let mut config = ProducerConfig::new(id, topic);
         config.first_offset = options.first_offset;
         config.min_acks = options.min_acks;
