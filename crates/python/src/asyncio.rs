@@ -117,7 +117,7 @@ async fn pump(socket: Arc<Socket>, receivers: Arc<Receivers>, stash: Stash) {
 }
 
 /// A future of the running loop, its hand-over, and its cancellation flag.
-fn new_future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Handoff, Arc<Cancel>)> {
+pub(crate) fn new_future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Handoff, Arc<Cancel>)> {
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let fut = event_loop.call_method0("create_future")?;
     let cancel = Arc::new(Cancel::default());
@@ -136,7 +136,7 @@ fn new_future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Handoff, Arc<Cancel
 
 /// Set once when the asyncio future is cancelled.
 #[derive(Default)]
-struct Cancel {
+pub(crate) struct Cancel {
     set: AtomicBool,
     notify: Notify,
 }
@@ -147,7 +147,7 @@ impl Cancel {
     }
 
     /// Resolves once the future has been cancelled.
-    async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         while !self.is_set() {
             let notified = self.notify.notified();
             if self.is_set() {
@@ -159,9 +159,9 @@ impl Cancel {
 }
 
 /// Where a task delivers its outcome.
-struct Handoff {
-    event_loop: Py<PyAny>,
-    fut: Py<PyAny>,
+pub(crate) struct Handoff {
+    pub(crate) event_loop: Py<PyAny>,
+    pub(crate) fut: Py<PyAny>,
 }
 
 impl Handoff {

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 mod arrow_batch;
 mod asyncio;
 mod dafka;
+mod dafka_async;
 mod errors;
 mod frame;
 mod monitor;
