@@ -1,0 +1,1 @@
+"""The subcommands of the ``dafka`` command (see :mod:`dafka.cli`)."""
