@@ -240,7 +240,8 @@ def warmup_for(count: int) -> int:
 
 # Sections of BENCHMARKS.md owned by other commands, by their markers: benches/store.py
 # (`make bench-store`) writes "storage", `run.py --python` (`make bench-python`) writes
-# "python". Each owner replaces only its own section; the Rust run, which rewrites the
+# "python", benches/dafka_e2e.py (`make bench-dafka`) writes "dafka". Each owner replaces
+# only its own section; the Rust run, which rewrites the
 # whole file, carries every one of them over unchanged.
 SECTIONS = {
     "storage": ("<!-- storage:begin (benches/store.py) -->", "<!-- storage:end -->"),
@@ -248,6 +249,7 @@ SECTIONS = {
         "<!-- python-bench: rewritten by benches/run.py --python -->",
         "<!-- /python-bench -->",
     ),
+    "dafka": ("<!-- dafka-e2e:begin (benches/dafka_e2e.py) -->", "<!-- dafka-e2e:end -->"),
 }
 
 

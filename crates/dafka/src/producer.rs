@@ -337,6 +337,22 @@ impl ProducerNode {
         })
     }
 
+    /// Waits until every record below `offset` is acknowledged by `min_acks` stores (what
+    /// [`flush`](Self::flush) does for all records sent so far), for one record's
+    /// acknowledgement latency without waiting for those sent after it. Cancel-safe.
+    pub async fn wait_acknowledged(&self, offset: u64) -> Result<(), Error> {
+        let shared = &self.shared;
+        let acked = || {
+            let p = shared.lock();
+            p.next_offset() - p.unacked_records() as u64 >= offset
+        };
+        wait_until(&shared.control.changed, None, || shared.closed() || acked()).await;
+        if acked() {
+            return Ok(());
+        }
+        Err(Error::Closed)
+    }
+
     /// The offset the next record gets.
     pub fn next_offset(&self) -> u64 {
         self.shared.lock().next_offset()
