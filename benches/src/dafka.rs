@@ -47,6 +47,8 @@ pub(crate) struct DafkaArgs {
     idle: Option<f64>,
     /// Store: drop the oldest segments past this many MiB (the memory run).
     retention_mib: Option<u64>,
+    /// Producer: most records unacknowledged (default: the node's).
+    max_unacked: Option<usize>,
 }
 
 pub(crate) const USAGE: &str = "\
@@ -81,6 +83,7 @@ pub(crate) fn parse(args: &[String]) -> Result<DafkaArgs, BenchError> {
         seconds: None,
         idle: None,
         retention_mib: None,
+        max_unacked: None,
     };
     let mut it = args[1..].iter();
     while let Some(flag) = it.next() {
@@ -104,6 +107,7 @@ pub(crate) fn parse(args: &[String]) -> Result<DafkaArgs, BenchError> {
             "--seconds" => out.seconds = Some(num(flag, v)?),
             "--idle" => out.idle = Some(num(flag, v)?),
             "--retention-mib" => out.retention_mib = Some(num(flag, v)?),
+            "--max-unacked" => out.max_unacked = Some(num(flag, v)?),
             _ => return Err(bad(format!("unknown flag `{flag}`"))),
         }
     }
@@ -202,7 +206,10 @@ async fn producer(args: &DafkaArgs) -> Result<Report, BenchError> {
     let producer = ProducerNode::start(
         TOPIC,
         NodeConfig::new(towers(args)?),
-        ProducerOptions::default(),
+        match args.max_unacked {
+            Some(n) => ProducerOptions::default().with_max_unacked_records(n),
+            None => ProducerOptions::default(),
+        },
     )
     .await
     .map_err(node_error)?;
@@ -290,9 +297,16 @@ async fn consumer(args: &DafkaArgs) -> Result<Report, BenchError> {
     let mut first = None;
     let mut last = Instant::now();
     let idle = args.idle.map(Duration::from_secs_f64);
+    let deadline = Instant::now() + args.timeout.saturating_sub(Duration::from_secs(1));
     while idle.is_some() || got < args.records {
         if idle.is_some_and(|i| first.is_some() && last.elapsed() >= i) {
             break;
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Peer(format!(
+                "{got} of {} records arrived before the timeout (next offset {next})",
+                args.records
+            )));
         }
         let batch = consumer
             .poll(100_000, Duration::from_millis(100))

@@ -16,12 +16,12 @@
 //! machine refuses are dropped, counted in [`NodeStats`] and logged at WARN, at most
 //! [`LOG_BURST`] lines a second.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use dafka_proto::{BeaconMessage, Limits, Message, NodeBeacon, NodeId, PeerError};
 use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType};
 use tokio::sync::Notify;
@@ -379,9 +379,21 @@ pub(crate) fn take_up_to(
 /// Publishes Dafka messages; a PUB or XPUB never waits (a slow peer loses messages, which it
 /// FETCHes again).
 pub(crate) fn publish(publisher: &Socket, messages: impl IntoIterator<Item = Message>) {
-    for m in messages {
-        if let Err(e) = publisher.try_send(m.to_frames().into()) {
+    // One batch: the PUB/XPUB takes it under one lock, one per subscriber pipe.
+    let messages: Vec<Message> = messages.into_iter().collect();
+    let mut headers = BytesMut::with_capacity(messages.iter().map(Message::header_len).sum());
+    let mut batch: VecDeque<dafka_zmtp::Message> = messages
+        .iter()
+        .map(|m| m.to_frames_in(&mut headers).into())
+        .collect();
+    while !batch.is_empty() {
+        let before = batch.len();
+        if let Err(e) = publisher.try_send_many(&mut batch) {
             tracing::debug!(error = %e, "publisher refused a message");
+            if batch.len() == before {
+                // Closed (or, not for a PUB, full): nothing more goes out.
+                return;
+            }
         }
     }
 }
