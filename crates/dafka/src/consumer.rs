@@ -198,7 +198,15 @@ impl ConsumerNode {
         let node = ConsumerNode {
             shared: shared.clone(),
             id,
-            task: NodeTask::spawn(plumbing, ConsumerRole { shared }, control),
+            task: NodeTask::spawn(
+                plumbing,
+                ConsumerRole {
+                    shared,
+                    received: None,
+                    delivered: false,
+                },
+                control,
+            ),
         };
         for topic in topics {
             node.subscribe(topic)?;
@@ -334,13 +342,17 @@ impl ConsumerNode {
 
 struct ConsumerRole {
     shared: Arc<Shared>,
+    /// The receive time of the current input batch (one clock read per batch).
+    received: Option<SystemTime>,
+    /// Records were queued during the current input batch: wake `poll` after it.
+    delivered: bool,
 }
 
 impl Role for ConsumerRole {
     fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
         let mut state = self.shared.lock();
         let result = state.consumer.handle_message(message, now);
-        let received = SystemTime::now();
+        let received = *self.received.get_or_insert_with(SystemTime::now);
         let before = state.records.len();
         while let Some(d) = state.consumer.poll_record() {
             state.records.push_back(ConsumerRecord {
@@ -351,10 +363,15 @@ impl Role for ConsumerRole {
                 timestamp: received,
             });
         }
-        if state.records.len() > before {
+        self.delivered |= state.records.len() > before;
+        result
+    }
+
+    fn after_input(&mut self) {
+        self.received = None;
+        if std::mem::take(&mut self.delivered) {
             self.shared.control.changed.notify_waiters();
         }
-        result
     }
 
     fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {

@@ -294,6 +294,9 @@ pub(crate) trait Role: Send + 'static {
     fn wants_input(&self) -> bool {
         true
     }
+    /// A batch of messages from the subscriber was handed to `on_message`: wake whoever waits
+    /// for their effect once per batch rather than once per message.
+    fn after_input(&mut self) {}
 }
 
 /// Wakes a node's task from its handle, and tells it to stop.
@@ -641,6 +644,7 @@ impl Plumbing {
                     for m in inbox.drain(..) {
                         self.on_input(&mut role, m.frames(), t);
                     }
+                    role.after_input();
                 }
                 r = self.publisher.recv_many(BATCH, &mut subscriptions), if xpub => {
                     if r.is_err() { break; }
