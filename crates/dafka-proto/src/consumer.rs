@@ -382,12 +382,18 @@ impl Consumer {
     }
 
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
-        let Some(key) = self.partition(&record.topic, record.producer, record.sequence)? else {
+        if !self.topics.contains(&record.topic) {
+            self.dropped += 1;
             return Ok(());
+        }
+        let key = (record.topic.clone(), record.producer);
+        let max = self.config.max_partitions;
+        let start = match self.config.offset_reset {
+            OffsetReset::Earliest => 0,
+            OffsetReset::Latest => record.sequence,
         };
-        let Some(p) = self.partitions.get_mut(&key) else {
-            return Ok(());
-        };
+        let p = retry::partition_entry(&mut self.partitions, key, max, || Partition::new(start))
+            .ok_or(PeerError::PartitionLimit { max })?;
         let seq = record.sequence;
         p.head = Some(p.head.map_or(seq, |h| h.max(seq)));
         if seq < p.next || p.reorder.contains_key(&seq) {
@@ -422,7 +428,16 @@ impl Consumer {
                 }
             }
         }
-        self.refetch(&key, now);
+        let (first, id) = (self.config.fetch_retry, self.config.id);
+        retry::refetch_in(
+            p,
+            &record.topic,
+            record.producer,
+            now,
+            first,
+            id,
+            &mut self.transmit,
+        );
         Ok(())
     }
 

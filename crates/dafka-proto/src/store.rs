@@ -248,7 +248,9 @@ impl StoreWriter {
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
         let key = (record.topic.clone(), record.producer);
         let full = self.appends.len() >= self.config.max_pending_appends;
-        let p = self.partition(&key)?;
+        let max = self.config.max_partitions;
+        let p = retry::partition_entry(&mut self.partitions, key, max, || WriterPartition::new(0))
+            .ok_or(PeerError::PartitionLimit { max })?;
         p.head = Some(p.head.map_or(record.sequence, |h| h.max(record.sequence)));
         if record.sequence == p.accepted && !full {
             p.accepted += 1;
@@ -257,7 +259,16 @@ impl StoreWriter {
             // Behind: a duplicate. Ahead (or no room): dropped, FETCHed again below.
             self.dropped += 1;
         }
-        self.refetch(&key, now);
+        let (first, id) = (self.config.fetch_retry, self.config.id);
+        retry::refetch_in(
+            p,
+            &record.topic,
+            record.producer,
+            now,
+            first,
+            id,
+            &mut self.transmit,
+        );
         Ok(())
     }
 
