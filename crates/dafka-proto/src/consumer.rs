@@ -428,16 +428,9 @@ impl Consumer {
                 }
             }
         }
-        let (first, id) = (self.config.fetch_retry, self.config.id);
-        retry::refetch_in(
-            p,
-            &record.topic,
-            record.producer,
-            now,
-            first,
-            id,
-            &mut self.transmit,
-        );
+        let part = (&record.topic, record.producer);
+        let fetch = (self.config.fetch_retry, self.config.id);
+        retry::refetch_in(p, part, now, fetch, &mut self.transmit);
         Ok(())
     }
 

@@ -111,17 +111,15 @@ pub(crate) fn refetch<P: Gapped>(
     let Some(p) = partitions.get_mut(key) else {
         return;
     };
-    refetch_in(p, &key.0, key.1, now, first, sender, transmit);
+    refetch_in(p, (&key.0, key.1), now, (first, sender), transmit);
 }
 
 /// [`refetch`] for a partition the caller already holds (no second map lookup per record).
 pub(crate) fn refetch_in<P: Gapped>(
     p: &mut P,
-    topic: &Topic,
-    producer: NodeId,
+    (topic, producer): (&Topic, NodeId),
     now: Instant,
-    first: Duration,
-    sender: NodeId,
+    (first, sender): (Duration, NodeId),
     transmit: &mut VecDeque<Message>,
 ) {
     let gap = p.gap();

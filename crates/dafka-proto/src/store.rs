@@ -259,16 +259,9 @@ impl StoreWriter {
             // Behind: a duplicate. Ahead (or no room): dropped, FETCHed again below.
             self.dropped += 1;
         }
-        let (first, id) = (self.config.fetch_retry, self.config.id);
-        retry::refetch_in(
-            p,
-            &record.topic,
-            record.producer,
-            now,
-            first,
-            id,
-            &mut self.transmit,
-        );
+        let part = (&record.topic, record.producer);
+        let fetch = (self.config.fetch_retry, self.config.id);
+        retry::refetch_in(p, part, now, fetch, &mut self.transmit);
         Ok(())
     }
 
