@@ -454,12 +454,7 @@ def main() -> int:
             plot_memory(mem, REPO / "docs/bench/dafka-memory.png")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    raw.parent.mkdir(parents=True, exist_ok=True)
-    raw.write_text(json.dumps(data, indent=1))
-    out = Path(args.out)
-    text = out.read_text() if out.exists() else "# Benchmarks\n"
-    out.write_text(run.splice_section(text, "dafka", render(data)))
-    print(f"wrote {out}")
+    run.rewrite_section(Path(args.out), "dafka", render(data), raw, data)
     return 0
 
 

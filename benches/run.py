@@ -271,6 +271,16 @@ def splice_section(text: str, name: str, block: str) -> str:
     return text.rstrip("\n") + "\n\n" + block.rstrip("\n") + "\n"
 
 
+def rewrite_section(out: Path, name: str, block: str, raw: Path, data: dict) -> None:
+    """Saves `data` as JSON to `raw`, and replaces section `name` of the markdown file `out`
+    with `block` (what every section owner does at the end of its run)."""
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(data, indent=1))
+    text = out.read_text() if out.exists() else "# Benchmarks\n"
+    out.write_text(splice_section(text, name, block))
+    print(f"wrote {out}")
+
+
 def carry_sections(previous: str, text: str) -> str:
     """`text` with every owned section of `previous` carried over."""
     for name in SECTIONS:
