@@ -324,7 +324,14 @@ def render(data: dict) -> str:
             f"Rust producer sending continuously for {mem['seconds']} s "
             f"({mem['producer'].get('records', 0):,} records, "
             f"{fmt_rate(mem['producer'].get('records_per_s'))}/s), the store with 1 GiB "
-            "retention, a live consumer; RSS of each process sampled every second.",
+            'retention, a live "earliest" consumer (it received '
+            f"{mem['consumer'].get('records', 0):,} records"
+            + (
+                f"; {mem['consumer']['error']}"
+                if mem["consumer"].get("error")
+                else ", stopping 10 s after the last"
+            )
+            + "); RSS of each process sampled every second.",
             "",
             "![RSS over time](docs/bench/dafka-memory.png)",
         ]

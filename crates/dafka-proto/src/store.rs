@@ -510,6 +510,22 @@ impl StoreReader {
         let Some((low, head)) = log.bounds(&fetch.topic, &fetch.producer) else {
             return;
         };
+        if fetch.sequence < low && low < head {
+            // Extension: retention dropped the first record asked for. A consumer that fell
+            // that far behind is told where the partition now starts (as GET-HEADS answers
+            // tell a new one), skips there and FETCHes the rest, instead of retrying for
+            // records nobody holds; a FETCH from anyone else (a store's writer) does not
+            // subscribe to DIRECT-LOW-WATER and never sees it.
+            self.queue(Message::DirectLowWater(DirectLowWater {
+                to: fetch.sender,
+                low: Head {
+                    producer: fetch.producer,
+                    topic: fetch.topic.clone(),
+                    sequence: low,
+                },
+            }));
+            return;
+        }
         // "A store answers FETCH only if the first requested record exists" (NOTES.md).
         if fetch.sequence < low || fetch.sequence >= head {
             return;
