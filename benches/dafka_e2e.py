@@ -325,7 +325,8 @@ def render(data: dict) -> str:
             f"({mem['producer'].get('records', 0):,} records, "
             f"{fmt_rate(mem['producer'].get('records_per_s'))}/s), the store with 1 GiB "
             'retention, a live "earliest" consumer (it received '
-            f"{mem['consumer'].get('records', 0):,} records"
+            f"{mem['consumer'].get('records', 0):,} records, skipped "
+            f"{mem['consumer'].get('skipped', 0):,} dropped by retention before it read them"
             + (
                 f"; {mem['consumer']['error']}"
                 if mem["consumer"].get("error")
