@@ -22,7 +22,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre bench-dafka fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
 	@echo "make bench-spark - rows/s into Spark: format(\"dafka\") vs createDataFrame (BENCHMARKS.md, Spark)"
 	@echo "make bench-zre - ZRE: start to ENTER, 100 nodes in one process, WHISPER/SHOUT vs pyre"
+	@echo "make bench-dafka - Dafka end to end: producer -> store (fdatasync) -> consumer, Rust and Python"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
 
 # --- bootstrap -------------------------------------------------------------
@@ -104,7 +105,7 @@ fuzz:
 	    -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 # Every layer's benchmark, each rewriting its own part of BENCHMARKS.md.
-bench: bench-zmtp bench-python bench-store bench-security bench-spark bench-zre
+bench: bench-zmtp bench-python bench-store bench-dafka bench-security bench-spark bench-zre
 
 # ZMTP from Rust: dafka against libzmq, zmq.rs and raw TCP (rewrites BENCHMARKS.md,
 # keeping the sections the other targets own).
@@ -140,6 +141,14 @@ bench-store: venv
 	$(CARGO) build --release --locked -p dafka-benches
 	$(PY) benches/store.py --bin $(TARGET_DIR)/release/dafka-bench \
 	  --memory-seconds $(STORE_MEMORY_SECONDS)
+
+# Dafka end to end (three processes: producer -> store with sync="always" -> consumer), from
+# Rust and through the Python API, then a memory run of DAFKA_MEMORY_SECONDS (10 min).
+DAFKA_MEMORY_SECONDS ?= 600
+bench-dafka: venv wheel
+	$(CARGO) build --release --locked -p dafka-benches
+	$(PY) benches/dafka_e2e.py --bin $(TARGET_DIR)/release/dafka-bench \
+	  --memory-seconds $(DAFKA_MEMORY_SECONDS)
 
 clean:
 	$(CARGO) clean

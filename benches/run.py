@@ -241,7 +241,8 @@ def warmup_for(count: int) -> int:
 # Sections of BENCHMARKS.md owned by other commands, by their markers: benches/store.py
 # (`make bench-store`) writes "storage", `run.py --python` (`make bench-python`) writes
 # "python", benches/spark.py (`make bench-spark`) writes "spark", benches/security.py
-# (`make bench-security`) writes "security", benches/zre.py (`make bench-zre`) writes "zre".
+# (`make bench-security`) writes "security", benches/zre.py (`make bench-zre`) writes "zre",
+# benches/dafka_e2e.py (`make bench-dafka`) writes "dafka".
 # Each owner replaces only its own section; the Rust run, which rewrites the whole file,
 # carries every one of them over unchanged.
 SECTIONS = {
@@ -256,6 +257,7 @@ SECTIONS = {
     ),
     "spark": ("<!-- spark:begin (benches/spark.py) -->", "<!-- spark:end -->"),
     "zre": ("<!-- zre-bench:begin (benches/zre.py) -->", "<!-- zre-bench:end -->"),
+    "dafka": ("<!-- dafka-e2e:begin (benches/dafka_e2e.py) -->", "<!-- dafka-e2e:end -->"),
 }
 
 
@@ -275,6 +277,16 @@ def splice_section(text: str, name: str, block: str) -> str:
     if old:
         return text.replace(old, block.rstrip("\n"))
     return text.rstrip("\n") + "\n\n" + block.rstrip("\n") + "\n"
+
+
+def rewrite_section(out: Path, name: str, block: str, raw: Path, data: dict) -> None:
+    """Saves `data` as JSON to `raw`, and replaces section `name` of the markdown file `out`
+    with `block` (what every section owner does at the end of its run)."""
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(data, indent=1))
+    text = out.read_text() if out.exists() else "# Benchmarks\n"
+    out.write_text(splice_section(text, name, block))
+    print(f"wrote {out}")
 
 
 def carry_sections(previous: str, text: str) -> str:

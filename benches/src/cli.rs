@@ -145,6 +145,8 @@ pub(crate) enum Command {
     Info,
     /// Measure the storage engine against the disk (`dafka-bench store`).
     Store(StoreArgs),
+    /// One process of the end-to-end Dafka benchmark (`dafka-bench dafka`).
+    Dafka(crate::dafka::DafkaArgs),
     /// Print usage.
     Help,
 }
@@ -218,6 +220,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, BenchError> {
     match first.as_str() {
         "info" => return Ok(Command::Info),
         "store" => return parse_store(&args[1..]),
+        "dafka" => return crate::dafka::parse(&args[1..]).map(Command::Dafka),
         "help" | "-h" | "--help" => return Ok(Command::Help),
         _ => {}
     }

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 mod backend;
 mod cli;
+mod dafka;
 mod error;
 mod report;
 mod runner;
@@ -24,7 +25,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match cli::parse(&args) {
         Ok(Command::Help) => {
-            println!("{}", cli::USAGE);
+            println!("{}\n{}", cli::USAGE, dafka::USAGE);
             0
         }
         Ok(Command::Info) => {
@@ -43,6 +44,19 @@ fn main() -> ExitCode {
                 e.exit_code()
             }
         },
+        Ok(Command::Dafka(args)) => {
+            let (code, mut line) = match dafka::run(&args) {
+                Ok(line) => (0, line),
+                Err(e) => {
+                    let mut line = Report::default();
+                    line.bool("ok", false).str("error", e.to_string());
+                    (e.exit_code(), line)
+                }
+            };
+            line.str("mode", "dafka");
+            println!("{}", line.to_json());
+            code
+        }
         Err(e) => {
             eprintln!("{e}\n{}", cli::USAGE);
             e.exit_code()

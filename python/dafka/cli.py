@@ -1,8 +1,7 @@
-"""The ``dafka`` command line (console script ``dafka = dafka.cli:main``).
+"""The ``dafka`` command: one subcommand per module of :mod:`dafka._cli`.
 
-Each subcommand lives in its own module of :mod:`dafka._cli`, which exposes
-``register(subparsers)``: it adds its parser and sets ``func`` to the function that runs it
-(taking the parsed arguments, returning the exit status). This file only lists those modules.
+Each module exposes ``register(subparsers)``, which adds its parser and sets
+``run`` (``args -> exit status``) as its default. This file only lists them.
 """
 
 from __future__ import annotations
@@ -11,18 +10,30 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from dafka._cli import zre
+from dafka import __version__
+from dafka._cli import consume, produce, store, tower, zre
+from dafka.errors import DafkaError
 
-COMMANDS = [zre]
+COMMANDS = [tower, store, produce, consume, zre]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dafka", description="dafka: ZMTP, ZRE and Dafka.")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = argparse.ArgumentParser(
+        prog="dafka",
+        description="Dafka nodes and console tools (towers, stores, producers, consumers) and ZRE.",
+    )
+    parser.add_argument("--version", action="version", version=f"dafka {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(subparsers)
     args = parser.parse_args(argv)
-    status: int = args.func(args)
+    try:
+        status: int = args.run(args)
+    except DafkaError as e:
+        print(f"dafka {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
     return status
 
 

@@ -526,12 +526,26 @@ impl Consumer {
     }
 
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
-        let Some(key) = self.partition(&record.topic, record.producer, record.sequence)? else {
+        if !self.topics.contains(&record.topic) {
+            self.dropped += 1;
             return Ok(());
+        }
+        let key = (record.topic.clone(), record.producer);
+        let max = self.config.max_partitions;
+        let start = match self.config.offset_reset {
+            OffsetReset::Earliest => 0,
+            OffsetReset::Latest => record.sequence,
+            // Only the assigned partitions are read: a record of any other is dropped.
+            OffsetReset::Assigned => {
+                if !self.partitions.contains_key(&key) {
+                    self.dropped += 1;
+                    return Ok(());
+                }
+                0
+            }
         };
-        let Some(p) = self.partitions.get_mut(&key) else {
-            return Ok(());
-        };
+        let p = retry::partition_entry(&mut self.partitions, key, max, || Partition::new(start))
+            .ok_or(PeerError::PartitionLimit { max })?;
         let seq = record.sequence;
         p.head = Some(p.head.map_or(seq, |h| h.max(seq)));
         if seq < p.next || p.reorder.contains_key(&seq) {
@@ -566,7 +580,9 @@ impl Consumer {
                 }
             }
         }
-        self.refetch(&key, now);
+        let part = (&record.topic, record.producer);
+        let fetch = (self.config.fetch_retry, self.config.id);
+        retry::refetch_in(p, part, now, fetch, &mut self.transmit);
         Ok(())
     }
 

@@ -424,10 +424,20 @@ impl Message {
     /// The frames of the ZeroMQ multipart message: frame 1, then the content for RECORD and
     /// DIRECT-RECORD (shared, not copied).
     pub fn to_frames(&self) -> Vec<Bytes> {
-        let mut header = BytesMut::with_capacity(self.header_len());
-        self.encode_header(&mut header);
+        self.to_frames_in(&mut BytesMut::with_capacity(self.header_len()))
+    }
+
+    /// [`to_frames`](Self::to_frames) with frame 1 encoded at the end of `buf` and split off
+    /// it: encoding many messages into one buffer reserved for all their headers
+    /// ([`header_len`](Self::header_len) each) makes one allocation for all of them, and
+    /// their frames share it (a clone per subscriber is a reference count, not a copy).
+    pub fn to_frames_in(&self, buf: &mut BytesMut) -> Vec<Bytes> {
+        let start = buf.len();
+        self.encode_header(buf);
+        // `split` leaves `buf` empty with the rest of its capacity for the next message.
+        let header = buf.split().split_off(start).freeze();
         let mut frames = Vec::with_capacity(self.kind().frames());
-        frames.push(header.freeze());
+        frames.push(header);
         if let Some(content) = self.content() {
             frames.push(content.clone());
         }

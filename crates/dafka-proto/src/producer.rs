@@ -387,6 +387,16 @@ impl Producer {
         }
     }
 
+    /// Makes a HEAD due now, if a record was sent: a consumer that lost the partition's last
+    /// records learns where it ends without waiting for the next interval. The node sends one
+    /// when `flush` returns and when it closes, so the tail of a producer that stops right
+    /// after its last records is FETCHed (from the stores) rather than never noticed.
+    pub fn announce_head(&mut self) {
+        if self.next_head.is_some() && self.next_offset > 0 {
+            self.head_due = true;
+        }
+    }
+
     /// When [`handle_timeout`](Self::handle_timeout) is next due: the next HEAD or GET-HEADS.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (self.next_head, self.resume_at) {

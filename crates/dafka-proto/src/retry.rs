@@ -111,9 +111,36 @@ pub(crate) fn refetch<P: Gapped>(
     let Some(p) = partitions.get_mut(key) else {
         return;
     };
+    refetch_in(p, (&key.0, key.1), now, (first, sender), transmit);
+}
+
+/// [`refetch`] for a partition the caller already holds (no second map lookup per record).
+pub(crate) fn refetch_in<P: Gapped>(
+    p: &mut P,
+    (topic, producer): (&Topic, NodeId),
+    now: Instant,
+    (first, sender): (Duration, NodeId),
+    transmit: &mut VecDeque<Message>,
+) {
     let gap = p.gap();
     if let Some((from, end)) = Retry::on_change(p.retry(), gap, now, first) {
-        transmit.push_back(fetch_for(sender, &key.0, key.1, from, end));
+        transmit.push_back(fetch_for(sender, topic, producer, from, end));
+    }
+}
+
+/// The partition of `key`, created by `new` if absent and fewer than `max` exist: one hash
+/// of the key per record in the common case.
+pub(crate) fn partition_entry<P>(
+    partitions: &mut HashMap<(Topic, NodeId), P>,
+    key: (Topic, NodeId),
+    max: usize,
+    new: impl FnOnce() -> P,
+) -> Option<&mut P> {
+    let n = partitions.len();
+    match partitions.entry(key) {
+        std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+        std::collections::hash_map::Entry::Vacant(e) if n < max => Some(e.insert(new())),
+        std::collections::hash_map::Entry::Vacant(_) => None,
     }
 }
 

@@ -248,7 +248,9 @@ impl StoreWriter {
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
         let key = (record.topic.clone(), record.producer);
         let full = self.appends.len() >= self.config.max_pending_appends;
-        let p = self.partition(&key)?;
+        let max = self.config.max_partitions;
+        let p = retry::partition_entry(&mut self.partitions, key, max, || WriterPartition::new(0))
+            .ok_or(PeerError::PartitionLimit { max })?;
         p.head = Some(p.head.map_or(record.sequence, |h| h.max(record.sequence)));
         if record.sequence == p.accepted && !full {
             p.accepted += 1;
@@ -257,7 +259,9 @@ impl StoreWriter {
             // Behind: a duplicate. Ahead (or no room): dropped, FETCHed again below.
             self.dropped += 1;
         }
-        self.refetch(&key, now);
+        let part = (&record.topic, record.producer);
+        let fetch = (self.config.fetch_retry, self.config.id);
+        retry::refetch_in(p, part, now, fetch, &mut self.transmit);
         Ok(())
     }
 
@@ -506,6 +510,22 @@ impl StoreReader {
         let Some((low, head)) = log.bounds(&fetch.topic, &fetch.producer) else {
             return;
         };
+        if fetch.sequence < low && low < head {
+            // Extension: retention dropped the first record asked for. A consumer that fell
+            // that far behind is told where the partition now starts (as GET-HEADS answers
+            // tell a new one), skips there and FETCHes the rest, instead of retrying for
+            // records nobody holds; a FETCH from anyone else (a store's writer) does not
+            // subscribe to DIRECT-LOW-WATER and never sees it.
+            self.queue(Message::DirectLowWater(DirectLowWater {
+                to: fetch.sender,
+                low: Head {
+                    producer: fetch.producer,
+                    topic: fetch.topic.clone(),
+                    sequence: low,
+                },
+            }));
+            return;
+        }
         // "A store answers FETCH only if the first requested record exists" (NOTES.md).
         if fetch.sequence < low || fetch.sequence >= head {
             return;

@@ -148,6 +148,27 @@ fn head_every_interval_after_the_first_record_even_when_idle() {
 }
 
 #[test]
+fn announce_head_sends_one_head_at_once_only_after_a_record() {
+    let t0 = Instant::now();
+    let mut p = Producer::new(config()).unwrap();
+    p.announce_head();
+    assert_eq!(p.poll_transmit(), None, "nothing sent: nothing to announce");
+    for i in 0..3 {
+        p.send(value(i), t0).unwrap();
+    }
+    drain(&mut p);
+    p.announce_head();
+    let heads = drain(&mut p);
+    assert_eq!(heads.len(), 1);
+    let Message::Head(h) = &heads[0] else {
+        panic!("{heads:?}")
+    };
+    assert_eq!(h.sequence, 2);
+    // The interval is unchanged.
+    assert_eq!(p.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+}
+
+#[test]
 fn fetch_is_answered_with_the_right_contents_past_256_unacked_records() {
     // The reference producer serves offset 256 with the content of offset 0 (captured in
     // producer-fetch-bug.json). Ours serves every offset its own content.

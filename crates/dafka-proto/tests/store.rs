@@ -366,7 +366,7 @@ fn fetch_is_answered_in_order_from_the_log_in_chunks() {
 }
 
 #[test]
-fn fetch_below_the_low_water_mark_is_not_answered() {
+fn fetch_below_the_low_water_mark_gets_the_low_water_mark_not_records() {
     let mut log = log_with(0);
     log.parts.insert(
         key(),
@@ -374,7 +374,13 @@ fn fetch_below_the_low_water_mark_is_not_answered() {
     );
     let mut r = reader();
     r.handle_message(&fetch(C1, 0, 10), &log).unwrap();
-    assert!(sent_r(&mut r, &log).is_empty());
+    match sent_r(&mut r, &log).as_slice() {
+        [Message::DirectLowWater(l)] => {
+            assert_eq!((l.to, l.low.sequence), (id(C1), 5));
+            assert_eq!((l.low.topic.clone(), l.low.producer), key());
+        }
+        other => panic!("{other:?}"),
+    }
     r.handle_message(&fetch(C1, 5, 10), &log).unwrap();
     assert_eq!(sent_r(&mut r, &log).len(), 3);
 }

@@ -177,7 +177,7 @@ impl ConsumerNode {
         node: NodeConfig,
         options: ConsumerOptions,
     ) -> Result<ConsumerNode, Error> {
-        let id = options.id.unwrap_or_else(new_node_id);
+        let id = options.id.map_or_else(new_node_id, Ok)?;
         let mut config = ConsumerConfig::new(id);
         config.offset_reset = options.offset_reset;
         config.max_reorder = options.max_reorder;
@@ -205,7 +205,15 @@ impl ConsumerNode {
         let node = ConsumerNode {
             shared: shared.clone(),
             id,
-            task: NodeTask::spawn(plumbing, ConsumerRole { shared }, control),
+            task: NodeTask::spawn(
+                plumbing,
+                ConsumerRole {
+                    shared,
+                    received: None,
+                    delivered: false,
+                },
+                control,
+            ),
         };
         for topic in topics {
             node.subscribe(topic)?;
@@ -261,14 +269,30 @@ impl ConsumerNode {
 
     /// Waits until `max_records` records are here or `timeout` passes, whichever comes first,
     /// and returns them (possibly none), in offset order per partition.
+    ///
+    /// Cancel-safe: records leave the queue only in the synchronous step that returns them,
+    /// never across an `.await`, so a poll dropped while waiting (a `select!` branch losing,
+    /// an asyncio task cancelled, Ctrl-C in Python) loses nothing and the next poll returns
+    /// what arrived. While waiting, a batch counts as complete once the queue holds
+    /// `max_records` or is full ([`ConsumerOptions::max_buffered`]: the node has stopped
+    /// reading and no more can come until a poll takes some).
     pub async fn poll(
         &self,
         max_records: usize,
         timeout: Duration,
     ) -> Result<Vec<ConsumerRecord>, Error> {
+        self.ready(max_records, timeout).await?;
+        Ok(self.take(max_records))
+    }
+
+    /// Waits, taking nothing, until a batch of `max_records` is complete (as
+    /// [`poll`](Self::poll) defines it) or `timeout` passes; then [`take`](Self::take) gets the
+    /// records. For callers that must take records only where they can hand them on at once
+    /// (an asyncio future that may have been cancelled meanwhile).
+    pub async fn ready(&self, max_records: usize, timeout: Duration) -> Result<(), Error> {
         let shared = &self.shared;
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut out = Vec::new();
+        let enough = max_records.min(shared.max_buffered);
         loop {
             let arrived = shared.control.changed.notified();
             tokio::pin!(arrived);
@@ -276,21 +300,26 @@ impl ConsumerNode {
             if shared.control.stopping() {
                 return Err(Error::Closed);
             }
+            if shared.lock().records.len() >= enough
+                || tokio::time::timeout_at(deadline, arrived).await.is_err()
             {
-                let mut state = shared.lock();
-                let was_full = state.records.len() >= shared.max_buffered;
-                let n = (max_records - out.len()).min(state.records.len());
-                out.extend(state.records.drain(..n));
-                if was_full && n > 0 {
-                    // The task stopped reading: there is room again.
-                    shared.control.wake.notify_one();
-                }
-            }
-            if out.len() >= max_records || tokio::time::timeout_at(deadline, arrived).await.is_err()
-            {
-                return Ok(out);
+                return Ok(());
             }
         }
+    }
+
+    /// Takes up to `max` received records now, without waiting (possibly none).
+    pub fn take(&self, max: usize) -> Vec<ConsumerRecord> {
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        let was_full = state.records.len() >= shared.max_buffered;
+        let n = max.min(state.records.len());
+        let out: Vec<ConsumerRecord> = state.records.drain(..n).collect();
+        if was_full && n > 0 {
+            // The task stopped reading: there is room again.
+            shared.control.wake.notify_one();
+        }
+        out
     }
 
     /// The next offset to deliver in every partition known.
@@ -414,13 +443,17 @@ impl ConsumerNode {
 
 struct ConsumerRole {
     shared: Arc<Shared>,
+    /// The receive time of the current input batch (one clock read per batch).
+    received: Option<SystemTime>,
+    /// Records were queued during the current input batch: wake `poll` after it.
+    delivered: bool,
 }
 
 impl Role for ConsumerRole {
     fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
         let mut state = self.shared.lock();
         let result = state.consumer.handle_message(message, now);
-        let received = SystemTime::now();
+        let received = *self.received.get_or_insert_with(SystemTime::now);
         let before = state.records.len();
         while let Some(d) = state.consumer.poll_record() {
             state.records.push_back(ConsumerRecord {
@@ -431,10 +464,15 @@ impl Role for ConsumerRole {
                 timestamp: received,
             });
         }
-        if state.records.len() > before {
+        self.delivered |= state.records.len() > before;
+        result
+    }
+
+    fn after_input(&mut self) {
+        self.received = None;
+        if std::mem::take(&mut self.delivered) {
             self.shared.control.changed.notify_waiters();
         }
-        result
     }
 
     fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {

@@ -67,6 +67,9 @@ pub enum Error {
     /// The store directory could not be opened or recovered.
     #[error(transparent)]
     Storage(#[from] dafka_store::OpenError),
+    /// The operating system's random source (for a new node id) failed.
+    #[error("the operating system's random source failed: {0}")]
+    Random(#[source] std::io::Error),
     /// A socket failed (binding a port in use, a runtime missing, ...).
     #[error(transparent)]
     Socket(#[from] dafka_zmtp::Error),

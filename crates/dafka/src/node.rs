@@ -16,13 +16,12 @@
 //! machine refuses are dropped, counted in [`NodeStats`] and logged at WARN, at most
 //! [`LOG_BURST`] lines a second.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use dafka_proto::{BeaconMessage, Limits, Message, NodeBeacon, NodeId, PeerError};
 use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType};
 use tokio::sync::Notify;
@@ -227,24 +226,21 @@ impl NodeConfig {
     }
 }
 
-/// A new node id: 16 bytes from the process's random hash keys, the clock and a counter.
-/// Unique, not secret (ids are public on the wire).
-pub fn new_node_id() -> NodeId {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+/// A new node id: 16 bytes from the operating system's CSPRNG (`getrandom(2)` through
+/// rand's `OsRng`), read afresh for every id.
+///
+/// Partition ids must never repeat: a producer's id is its partition, and a store appends a
+/// record only if its offset continues that partition. A user-space generator seeded once
+/// would hand a forked child (Python `multiprocessing`, Spark workers) the parent's next ids;
+/// the kernel's generator does not, and its 128 bits make a collision as likely as guessing a
+/// key. Ids are public on the wire, so secrecy is not the point, uniqueness is.
+pub fn new_node_id() -> Result<NodeId, Error> {
+    use rand::TryRngCore;
     let mut bytes = [0u8; 16];
-    for (i, half) in bytes.chunks_exact_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(nanos);
-        h.write_u64(n);
-        h.write_u32(std::process::id());
-        h.write_usize(i);
-        half.copy_from_slice(&h.finish().to_be_bytes());
-    }
-    NodeId::from_bytes(bytes)
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(|e| Error::Random(std::io::Error::other(e)))?;
+    Ok(NodeId::from_bytes(bytes))
 }
 
 /// Counters of input a node dropped. Shared with the node's handle.
@@ -332,6 +328,9 @@ pub(crate) trait Role: Send + 'static {
     fn wants_input(&self) -> bool {
         true
     }
+    /// A batch of messages from the subscriber was handed to `on_message`: wake whoever waits
+    /// for their effect once per batch rather than once per message.
+    fn after_input(&mut self) {}
 }
 
 /// Wakes a node's task from its handle, and tells it to stop.
@@ -417,9 +416,21 @@ pub(crate) fn take_up_to(
 /// Publishes Dafka messages; a PUB or XPUB never waits (a slow peer loses messages, which it
 /// FETCHes again).
 pub(crate) fn publish(publisher: &Socket, messages: impl IntoIterator<Item = Message>) {
-    for m in messages {
-        if let Err(e) = publisher.try_send(m.to_frames().into()) {
+    // One batch: the PUB/XPUB takes it under one lock, one per subscriber pipe.
+    let messages: Vec<Message> = messages.into_iter().collect();
+    let mut headers = BytesMut::with_capacity(messages.iter().map(Message::header_len).sum());
+    let mut batch: VecDeque<dafka_zmtp::Message> = messages
+        .iter()
+        .map(|m| m.to_frames_in(&mut headers).into())
+        .collect();
+    while !batch.is_empty() {
+        let before = batch.len();
+        if let Err(e) = publisher.try_send_many(&mut batch) {
             tracing::debug!(error = %e, "publisher refused a message");
+            if batch.len() == before {
+                // Closed (or, not for a PUB, full): nothing more goes out.
+                return;
+            }
         }
     }
 }
@@ -717,6 +728,7 @@ impl Plumbing {
                     for m in inbox.drain(..) {
                         self.on_input(&mut role, m.frames(), t);
                     }
+                    role.after_input();
                 }
                 r = self.publisher.recv_many(BATCH, &mut subscriptions), if xpub => {
                     if r.is_err() { break; }
@@ -832,8 +844,16 @@ mod tests {
 
     #[test]
     fn node_ids_differ() {
-        let ids: std::collections::HashSet<NodeId> = (0..1000).map(|_| new_node_id()).collect();
-        assert_eq!(ids.len(), 1000);
+        let ids: std::collections::HashSet<NodeId> = (0..10_000)
+            .map(|_| new_node_id().expect("the OS random source"))
+            .collect();
+        assert_eq!(ids.len(), 10_000);
+        // Not a counter or a clock: consecutive ids share no half (a time- or counter-based
+        // id keeps its high bytes across calls).
+        let a = new_node_id().expect("the OS random source");
+        let b = new_node_id().expect("the OS random source");
+        assert_ne!(a.as_bytes()[..8], b.as_bytes()[..8]);
+        assert_ne!(a.as_bytes()[8..], b.as_bytes()[8..]);
     }
 
     #[test]

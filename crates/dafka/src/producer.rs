@@ -31,7 +31,11 @@ pub struct ProducerOptions {
     pub min_acks: usize,
     /// Interval between HEADs.
     pub head_interval: Duration,
-    /// Most records held unacknowledged.
+    /// Most records held unacknowledged. The default is the publisher's send HWM
+    /// ([`NodeConfig::sndhwm`], 100 000): records in flight to a store are unacknowledged,
+    /// so with at most that many a store that keeps up never loses a RECORD at the HWM (which
+    /// it would FETCH again), and the acknowledgement latency stays near the time a store
+    /// takes for that many records rather than ten times more (see BENCHMARKS.md).
     pub max_unacked_records: usize,
     /// Most content bytes held unacknowledged.
     pub max_unacked_bytes: usize,
@@ -47,8 +51,8 @@ pub struct ProducerOptions {
 }
 
 impl Default for ProducerOptions {
-    /// The state machine's defaults (see [`ProducerConfig::new`]), a new partition, and a send
-    /// timeout of 30 s.
+    /// The state machine's defaults (see [`ProducerConfig::new`]) except 100 000 unacknowledged
+    /// records at most, a new partition, and a send timeout of 30 s.
     fn default() -> Self {
         let c = ProducerConfig::new(
             NodeId::from_bytes([0; 16]),
@@ -59,7 +63,7 @@ impl Default for ProducerOptions {
             first_offset: c.first_offset,
             min_acks: c.min_acks,
             head_interval: c.head_interval,
-            max_unacked_records: c.max_unacked_records,
+            max_unacked_records: c.max_unacked_records.min(DEFAULT_MAX_UNACKED_RECORDS),
             max_unacked_bytes: c.max_unacked_bytes,
             max_record: c.max_record,
             send_timeout: Duration::from_secs(30),
@@ -95,6 +99,9 @@ setters! {
     resume_timeout / with_resume_timeout: Option<Duration>,
 }
 
+/// The default [`ProducerOptions::max_unacked_records`]: the default send HWM.
+const DEFAULT_MAX_UNACKED_RECORDS: usize = 100_000;
+
 /// How long a resuming producer keeps listening after the first store reported its head.
 pub const RESUME_GRACE: Duration = Duration::from_millis(300);
 
@@ -113,7 +120,7 @@ impl Shared {
     /// Publishes the RECORDs `send` queued (they come first out of `poll_transmit`), and wakes
     /// the task when the HEAD timer just started or answers wait.
     fn publish_records(&self, producer: &mut Producer, had_timer: bool) {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(TRANSMIT_CHUNK);
         while let Some(m) = producer.poll_transmit() {
             let record = matches!(m, Message::Record(_));
             out.push(m);
@@ -164,7 +171,7 @@ impl ProducerNode {
         options: ProducerOptions,
     ) -> Result<ProducerNode, Error> {
         let topic = Topic::try_from(topic)?;
-        let id = options.partition.unwrap_or_else(new_node_id);
+        let id = options.partition.map_or_else(new_node_id, Ok)?;
         let mut config = ProducerConfig::new(id, topic);
         config.first_offset = options.first_offset;
         config.min_acks = options.min_acks;
@@ -324,8 +331,10 @@ impl ProducerNode {
             shared.closed() || shared.lock().is_flushed()
         })
         .await;
-        let producer = shared.lock();
+        let mut producer = shared.lock();
         if producer.is_flushed() {
+            producer.announce_head();
+            shared.publish_records(&mut producer, true);
             return Ok(());
         }
         if shared.closed() {
@@ -335,6 +344,22 @@ impl ProducerNode {
             unacked: producer.unacked_records(),
             waited: timeout.unwrap_or_default(),
         })
+    }
+
+    /// Waits until every record below `offset` is acknowledged by `min_acks` stores (what
+    /// [`flush`](Self::flush) does for all records sent so far), for one record's
+    /// acknowledgement latency without waiting for those sent after it. Cancel-safe.
+    pub async fn wait_acknowledged(&self, offset: u64) -> Result<(), Error> {
+        let shared = &self.shared;
+        let acked = || {
+            let p = shared.lock();
+            p.next_offset() - p.unacked_records() as u64 >= offset
+        };
+        wait_until(&shared.control.changed, None, || shared.closed() || acked()).await;
+        if acked() {
+            return Ok(());
+        }
+        Err(Error::Closed)
     }
 
     /// The offset the next record gets.
@@ -355,6 +380,11 @@ impl ProducerNode {
     /// Stops the node: pending calls fail with [`Error::Closed`]; the publisher keeps
     /// flushing for [`NodeConfig::linger`] in the background.
     pub async fn close(mut self) {
+        {
+            let mut producer = self.shared.lock();
+            producer.announce_head();
+            self.shared.publish_records(&mut producer, true);
+        }
         self.task.close().await;
     }
 }

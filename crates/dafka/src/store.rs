@@ -135,8 +135,8 @@ impl StoreNode {
         options: StoreOptions,
     ) -> Result<StoreNode, Error> {
         let engine = dafka_store::Store::open_path(path, options.engine.clone())?;
-        let writer_id = new_node_id();
-        let reader_id = new_node_id();
+        let writer_id = new_node_id()?;
+        let reader_id = new_node_id()?;
         let mut wc = StoreWriterConfig::new(writer_id);
         wc.fetch_retry = options.fetch_retry;
         wc.fetch_retry_max = options.fetch_retry_max;

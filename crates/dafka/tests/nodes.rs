@@ -407,6 +407,55 @@ async fn send_times_out_on_a_full_buffer_and_flush_waits_for_stores() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_dropped_mid_wait_loses_no_record() {
+    let (tower, towers) = tower().await;
+    let producer = ProducerNode::start("c", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let consumer = ConsumerNode::start(
+        &["c"],
+        fast(&towers),
+        ConsumerOptions::default()
+            .with_start_offset("c", producer.partition(), 0)
+            .with_fetch_retry(Duration::from_millis(50), Duration::from_millis(400)),
+    )
+    .await
+    .unwrap();
+    let values: Vec<Bytes> = (0..10u8).map(|i| Bytes::from(vec![i])).collect();
+    producer.send_many(values.iter().cloned()).await.unwrap();
+    // Wait for the ten to reach the consumer's queue without taking them.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while consumer.positions().first().map(|p| p.next) != Some(10) {
+        assert!(tokio::time::Instant::now() < deadline, "records never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A poll wanting more than there is waits; it is dropped (as a losing `select!` branch,
+    // a cancelled asyncio task or Ctrl-C drop it) while the ten are queued.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        consumer.poll(1000, Duration::from_secs(3600)),
+    )
+    .await;
+    assert!(dropped.is_err(), "the poll returned: {dropped:?}");
+    // Cancelled repeatedly, mid-wait each time, still nothing is lost.
+    for _ in 0..5 {
+        tokio::select! {
+            r = consumer.poll(1000, Duration::from_secs(3600)) => panic!("{r:?}"),
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+    }
+    let got = consumer
+        .poll(1000, Duration::from_millis(300))
+        .await
+        .unwrap();
+    let got: Vec<Bytes> = got.into_iter().map(|r| r.value).collect();
+    assert_eq!(got, values);
+    consumer.close().await;
+    producer.close().await;
+    tower.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_peers_are_dropped() {
     let (tower, towers) = tower().await;
     let consumer = ConsumerNode::start(

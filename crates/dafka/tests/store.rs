@@ -73,7 +73,15 @@ async fn flush_returns_when_a_store_acknowledged_and_the_records_are_on_disk() {
         producer.flush(Some(Duration::from_millis(300))).await,
         Err(Error::FlushTimeout { unacked: 500, .. })
     ));
+    // Nothing to wait for below offset 0; offset 1 waits for a store.
+    producer.wait_acknowledged(0).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_millis(200), producer.wait_acknowledged(1));
+    assert!(first.await.is_err());
     let store = store(dir.path(), &towers).await;
+    tokio::time::timeout(PATIENCE, producer.wait_acknowledged(250))
+        .await
+        .unwrap()
+        .unwrap();
     producer.flush(Some(PATIENCE)).await.unwrap();
     assert_eq!(producer.unacked_records(), 0);
     let partition = producer.partition();

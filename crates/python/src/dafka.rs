@@ -25,7 +25,7 @@ use dafka_node::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-use crate::{errors, runtime};
+use crate::{dafka_async, errors, runtime};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -385,6 +385,43 @@ impl PyProducer {
         runtime::wait_for(py, async move { node.send_many(values).await })?.map_err(errors::node)
     }
 
+    /// Awaitable `send`: resolves to the offset.
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = one_value(value)?;
+        let node = self.node.get("producer")?;
+        let send = async move { node.send(value).await };
+        dafka_async::awaitable(py, send, dafka_async::offset)
+    }
+
+    /// Awaitable `send_many`: resolves to the offset of the first.
+    fn send_many_async<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let values = values_of(values)?;
+        let node = self.node.get("producer")?;
+        let send = async move { node.send_many(values).await };
+        dafka_async::awaitable(py, send, dafka_async::offset)
+    }
+
+    /// Awaitable `flush`.
+    #[pyo3(signature = (timeout = None))]
+    fn flush_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = seconds("timeout", timeout)?;
+        let node = self.node.get("producer")?;
+        let flush = async move { node.flush(timeout).await };
+        dafka_async::awaitable(py, flush, dafka_async::done)
+    }
+
     /// Waits until every record sent is acknowledged by `min_acks` stores.
     #[pyo3(signature = (timeout = None))]
     fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
@@ -485,6 +522,13 @@ fn topics_of(topics: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         .map_err(|_| errors::invalid("topics must be a str or a list of str"))
 }
 
+fn check_max_records(max_records: usize) -> PyResult<()> {
+    if max_records == 0 {
+        return Err(errors::invalid("max_records must be at least 1"));
+    }
+    Ok(())
+}
+
 impl PyConsumer {
     fn batch(
         &self,
@@ -492,9 +536,7 @@ impl PyConsumer {
         max_records: usize,
         timeout: Duration,
     ) -> PyResult<RecordBatch> {
-        if max_records == 0 {
-            return Err(errors::invalid("max_records must be at least 1"));
-        }
+        check_max_records(max_records)?;
         let node = self.node.get("consumer")?;
         let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
             .map_err(errors::node)?;
@@ -551,6 +593,21 @@ impl PyConsumer {
         self.batch(py, max_records, timeout)?
             .to_pyarrow(py)
             .map(Bound::unbind)
+    }
+
+    /// Awaitable `poll`. Cancelling the await loses no record: records are
+    /// taken only for a future still pending.
+    #[pyo3(signature = (max_records = 10000, timeout = 1.0))]
+    fn poll_async<'py>(
+        &self,
+        py: Python<'py>,
+        max_records: usize,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        check_max_records(max_records)?;
+        let node = self.node.get("consumer")?;
+        dafka_async::poll(py, node, max_records, timeout)
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {

@@ -11,6 +11,7 @@ mod arrow_batch;
 mod asyncio;
 mod dafka;
 mod dafka_admin;
+mod dafka_async;
 mod errors;
 mod frame;
 mod monitor;

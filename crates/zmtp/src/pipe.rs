@@ -78,6 +78,32 @@ impl Pipe {
         Ok(())
     }
 
+    /// Queue, in order and under one lock, each message of `batch` that `wanted` accepts,
+    /// dropping those that find the pipe at its HWM (PUB semantics); wakes the connection
+    /// task once. Returns how many were dropped.
+    pub(crate) fn try_push_each(
+        &self,
+        batch: &[Message],
+        mut wanted: impl FnMut(&Message) -> bool,
+    ) -> usize {
+        let mut q = lock(&self.queue);
+        let was_empty = q.is_empty();
+        let mut dropped = 0;
+        for msg in batch.iter().filter(|m| wanted(m)) {
+            if q.len() >= self.hwm {
+                dropped += 1;
+            } else {
+                q.push_back(Out::Msg(msg.clone()));
+            }
+        }
+        let wake = was_empty && !q.is_empty();
+        drop(q);
+        if wake {
+            self.wake.notify_one();
+        }
+        dropped
+    }
+
     /// Queue an item regardless of the HWM (subscriptions are never dropped).
     pub(crate) fn push_force(&self, item: Out) {
         self.push_locked(lock(&self.queue), item);

@@ -912,6 +912,40 @@ impl Inner {
                     }
                 }
             }
+        } else if matches!(self.socket_type, SocketType::Pub | SocketType::Xpub) {
+            // A PUB never waits: the batch goes to every matching subscriber under one lock
+            // of the socket state and one lock (and at most one wake-up) per pipe.
+            let mut batch = Vec::with_capacity(msgs.len());
+            let mut refused = None;
+            while let Some(msg) = msgs.pop_front() {
+                if msg.is_empty() {
+                    refused = Some(Error::EmptyMessage);
+                    break;
+                }
+                if let Err(e) = self.check_message(&msg) {
+                    refused = Some(e);
+                    break;
+                }
+                batch.push(msg);
+            }
+            let st = lock(&self.state);
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
+            for e in st.pipes.iter().filter(|e| e.ready) {
+                let matches = |m: &Message| {
+                    e.peer_subs
+                        .matches(m.frames().first().map_or(&[][..], |f| &f[..]))
+                };
+                // A slow subscriber loses messages (29/PUBSUB).
+                if e.pipe.try_push_each(&batch, matches) > 0 {
+                    self.queue_full(&e.pipe);
+                }
+            }
+            n = batch.len();
+            if let Some(e) = refused {
+                return if n == 0 { Err(e) } else { Ok(n) };
+            }
         } else {
             while let Some(msg) = msgs.pop_front() {
                 match self.try_send(msg) {

@@ -332,3 +332,58 @@ async fn xsub_resubscribes_after_publisher_restart() {
     send(&publisher, msg(&[b"t1"])).await;
     assert_eq!(first(&recv(&xsub).await), b"t1".to_vec());
 }
+
+/// `try_send_many` on a PUB hands each subscriber, in order, exactly the messages its
+/// subscriptions match, and drops (never waits) at a subscriber's HWM.
+#[tokio::test]
+async fn pub_send_many_filters_per_subscriber_in_order_and_drops_at_the_hwm() {
+    let publisher = Socket::new(SocketType::Pub, linger0()).unwrap();
+    let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap();
+    let a = Socket::new(SocketType::Sub, linger0()).unwrap();
+    let b = Socket::new(SocketType::Sub, linger0()).unwrap();
+    for (s, topic) in [(&a, &b"a"[..]), (&b, &b"b"[..])] {
+        s.subscribe(topic).unwrap();
+        s.connect(&endpoint).await.unwrap();
+        sync_socket(&publisher, s, topic).await;
+    }
+    let mut batch: std::collections::VecDeque<Message> = (0..100u32)
+        .map(|i| {
+            let topic = if i % 3 == 0 { "b" } else { "a" };
+            msg(&[format!("{topic}{i:03}").as_bytes()])
+        })
+        .collect();
+    assert_eq!(publisher.try_send_many(&mut batch).unwrap(), 100);
+    assert!(batch.is_empty());
+    for (s, topic) in [(&a, 'a'), (&b, 'b')] {
+        let expected: Vec<Vec<u8>> = (0..100u32)
+            .filter(|i| (i % 3 == 0) == (topic == 'b'))
+            .map(|i| format!("{topic}{i:03}").into_bytes())
+            .collect();
+        let mut got = Vec::new();
+        while got.len() < expected.len() {
+            got.push(first(&within("batch", s.recv()).await.unwrap()));
+        }
+        assert_eq!(got, expected);
+    }
+    // A subscriber that does not read: the batch past its HWM is dropped, the call does not
+    // wait, and what went through is the batch's first messages.
+    let slow_pub = Socket::new(SocketType::Pub, hwm(10, 10)).unwrap();
+    let slow_ep = slow_pub.bind("tcp://127.0.0.1:0").await.unwrap();
+    let slow = Socket::new(SocketType::Sub, hwm(10, 10)).unwrap();
+    slow.subscribe(b"s").unwrap();
+    slow.connect(&slow_ep).await.unwrap();
+    sync_socket(&slow_pub, &slow, b"s").await;
+    let mut big: std::collections::VecDeque<Message> = (0..5000u32)
+        .map(|i| msg(&[format!("s{i:05}").as_bytes(), &[0u8; 1024]]))
+        .collect();
+    assert_eq!(slow_pub.try_send_many(&mut big).unwrap(), 5000);
+    let mut got = Vec::new();
+    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(300), slow.recv()).await {
+        got.push(first(&m));
+    }
+    assert!(!got.is_empty() && got.len() < 5000, "got {}", got.len());
+    let expected: Vec<Vec<u8>> = (0..got.len() as u32)
+        .map(|i| format!("s{i:05}").into_bytes())
+        .collect();
+    assert_eq!(got, expected, "an in-order prefix");
+}

@@ -1,1 +1,1 @@
-"""Subcommands of the ``dafka`` command line, one module each (see :mod:`dafka.cli`)."""
+"""The subcommands of the ``dafka`` command (see :mod:`dafka.cli`)."""

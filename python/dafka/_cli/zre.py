@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--greet", metavar="TEXT", help="whisper Hello to peers, shout TEXT")
     p.add_argument("--count", type=int, help="stop after this many events")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
-    p.set_defaults(func=run)
+    p.set_defaults(run=run, command="zre")
 
 
 def frame_text(frame: bytes) -> str:

@@ -1,0 +1,62 @@
+"""Unit tests of benches/dafka_e2e.py's pure parts: the report section and the target
+verdicts (no benchmark is started)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location(
+    "dafka_e2e", Path(__file__).with_name("dafka_e2e.py")
+)
+e2e = importlib.util.module_from_spec(_spec)
+sys.modules["dafka_e2e"] = e2e
+_spec.loader.exec_module(e2e)
+
+
+def case(kind: str, size: int, rate: float, ok: bool = True) -> dict:
+    producer = {"ok": ok, "records": 1000, "records_per_s": rate, "mb_per_s": rate * size / 1e6}
+    if kind == "rust":
+        producer.update(ack_p50_us=1500.0, ack_p99_us=9000.0)
+    if not ok:
+        producer = {"ok": False, "error": "boom"}
+    return {
+        "producer_kind": kind,
+        "size": size,
+        "producer": producer | {"peak_rss_kib": 2048},
+        "consumer": {"ok": True, "records_per_s": rate},
+        "catchup": {"ok": True, "records_per_s": 2 * rate},
+        "store": {"ok": True, "peak_rss_kib": 4096},
+    }
+
+
+def test_targets_judge_rust_and_python_against_the_issue():
+    cases = [
+        case("rust", 100, 1_200_000),
+        case("py-send_many", 100, 600_000),
+        case("py-send", 100, 400_000),
+    ]
+    rows = e2e.targets(cases)
+    assert "| Rust, 100 B, durable: >= 1,000,000 records/s | met | 1,200,000 |" in rows
+    assert "| Python `send_many`: >= 70% of Rust | not met | 50% |" in rows
+    assert "| Python `send` loop: >= 500,000 records/s | not met | 400,000 |" in rows
+    assert e2e.targets([])[2].split("|")[2].strip() == "—"
+
+
+def test_render_is_one_section_with_its_markers_and_every_case():
+    data = {
+        "date": "d",
+        "command": "c",
+        "note": "n",
+        "machine": {"cpu": "x", "cores": 2},
+        "cases": [case("rust", 100, 1000.0), case("py-send", 1024, 10.0, ok=False)],
+    }
+    data["targets"] = e2e.targets(data["cases"])
+    text = e2e.render(data)
+    begin, end = e2e.run.SECTIONS["dafka"]
+    assert text.startswith(begin) and text.endswith(end)
+    row = "| Rust `send_many` (10 000 a call) | 100 B | 1,000 | 1,000 | 0.1 | 1.5 ms | 9.0 ms"
+    assert row in text
+    assert "failed: boom" in text
+    spliced = e2e.run.splice_section("# B\n\nother\n", "dafka", text)
+    assert spliced.count(begin) == 1 and "other" in spliced
+    assert e2e.run.splice_section(spliced, "dafka", text) == spliced
