@@ -88,6 +88,7 @@ impl PyMonitor {
 
 fn to_dict(py: Python<'_>, event: SocketEvent) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
+    let accepted = matches!(event, SocketEvent::Accepted { .. });
     let name = match event {
         SocketEvent::Listening { endpoint } => {
             d.set_item("endpoint", endpoint)?;
@@ -97,13 +98,8 @@ fn to_dict(py: Python<'_>, event: SocketEvent) -> PyResult<Bound<'_, PyDict>> {
             endpoint,
             address,
             peer,
-        } => {
-            d.set_item("endpoint", endpoint)?;
-            d.set_item("address", address)?;
-            d.set_item("peer", peer.get())?;
-            "accepted"
         }
-        SocketEvent::Connected {
+        | SocketEvent::Connected {
             endpoint,
             address,
             peer,
@@ -111,7 +107,7 @@ fn to_dict(py: Python<'_>, event: SocketEvent) -> PyResult<Bound<'_, PyDict>> {
             d.set_item("endpoint", endpoint)?;
             d.set_item("address", address)?;
             d.set_item("peer", peer.get())?;
-            "connected"
+            if accepted { "accepted" } else { "connected" }
         }
         SocketEvent::ConnectRetried {
             endpoint,
