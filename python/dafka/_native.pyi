@@ -313,6 +313,9 @@ class ZreNode:
         evasive: float = 5.0,
         silent: float = 10.0,
         expired: float = 30.0,
+        curve_secretkey: str | bytes | None = None,
+        curve_publickey: str | bytes | None = None,
+        allowed_keys: Sequence[str | bytes] | None = None,
     ) -> ZreNode: ...
     @property
     def uuid(self) -> str: ...
