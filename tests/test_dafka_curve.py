@@ -8,12 +8,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from test_dafka import collect
+from zre_util import free_udp_port
 
 import dafka
 from dafka.zmtp import curve_keypair
+from dafka.zre import Node
 
 
 def secret() -> str:
@@ -83,3 +86,49 @@ def test_encrypted_cluster_round_trip_and_outsiders_get_nothing(
     # mechanism check; both logged.
     assert any("authentication refused" in m for m in logged), logged
     assert any("security mechanism" in m for m in logged), logged
+
+
+def test_encrypted_cluster_over_zre_discovery(tmp_path: Path) -> None:
+    """`towers="zre://..."` with keys: the ZRE discovery runs in CURVE mode with the member
+    keys and the cluster's allow-list, so the store, producer and consumer meet; a plaintext
+    producer on the same beacon port finds no store (its beacons are 22-byte ones), nor does
+    one with the cluster's keys and a member key nobody allowed."""
+    cluster_secret = secret()
+    pairs = [curve_keypair() for _ in range(3)]
+    allowed = [p for p, _ in pairs]
+    store_key, producer_key, consumer_key = (
+        dafka.ClusterKeys(cluster_secret, s, allowed) for _, s in pairs
+    )
+    port = free_udp_port()
+    towers = f"zre://c-{uuid.uuid4().hex[:8]}?interface=lo&port={port}&interval=0.1"
+    with (
+        dafka.Store(tmp_path / "store", towers=towers, sync="never", curve=store_key),
+        dafka.Producer("zt", towers=towers, curve=producer_key) as producer,
+    ):
+        values = [f"z-{i}".encode() for i in range(50)]
+        producer.send_many(values)
+        producer.flush(timeout=20)
+        with dafka.Consumer(
+            "zt", towers=towers, offset_reset="earliest", curve=consumer_key
+        ) as consumer:
+            assert collect(consumer, len(values)).column("value").to_pylist() == values
+        # The discovery itself is out of reach: a ZRE node without an allowed key (plaintext,
+        # or CURVE with another key) hears no ENTER, so no publisher endpoint.
+        for curve in ({}, {"curve_secretkey": secret()}):
+            with Node("spy", interface="lo", port=port, interval=0.1, **curve) as spy:
+                heard = []
+                deadline = time.monotonic() + 1.5
+                while (left := deadline - time.monotonic()) > 0:
+                    try:
+                        heard.append(spy.recv(timeout=left))
+                    except TimeoutError:
+                        break
+                assert [e for e in heard if e.type == "ENTER"] == [], heard
+        unallowed = dafka.ClusterKeys(cluster_secret, secret(), allowed)
+        for keys in (None, unallowed):
+            with dafka.Producer("zt", towers=towers, curve=keys) as outsider:
+                outsider.send(b"let me in")
+                with pytest.raises(TimeoutError):
+                    outsider.flush(timeout=1.5)
+    with pytest.raises(ValueError, match="CURVE"):
+        dafka.Producer("zt", towers=towers + "&known=tcp://127.0.0.1:1", curve=producer_key)

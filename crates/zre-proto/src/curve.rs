@@ -14,7 +14,8 @@
 //! What the node (this crate's [`crate::Node`]) does in CURVE mode, where plain mode differs:
 //!
 //! * Beacons without a key (22-byte, version 1) are ignored: no downgrade to plaintext.
-//! * A beacon whose key is not on the allow-list (when there is one) is ignored, and so is a
+//! * A beacon whose key is not on the allow-list (when there is one), or that the
+//!   authenticator (when there is one) refuses, is ignored, and so is a
 //!   beacon from a known peer carrying another key than the one it was first seen with
 //!   (including a port-0 "leaving" beacon: a forged one cannot make a peer leave).
 //! * A HELLO from an unknown peer must carry `X-PUBLICKEY` (valid Z85 of 32 bytes, on the
@@ -32,6 +33,8 @@
 
 use std::collections::BTreeSet;
 
+use dafka_zmtp_proto::{AuthDecision, AuthRequest, Authenticator, Credentials};
+
 /// The HELLO header carrying the sender's CURVE public key in Z85 (zyre's name).
 pub const X_PUBLICKEY: &str = "X-PUBLICKEY";
 
@@ -45,6 +48,10 @@ pub struct Curve {
     /// Peer public keys allowed; `None` lets every key in (any node that knows this node's
     /// public key, which its beacons announce, can then connect).
     pub allowed: Option<BTreeSet<[u8; 32]>>,
+    /// An authenticator deciding on peer keys too (a Dafka cluster's allow-list): a key it
+    /// refuses is ignored as one off [`Curve::allowed`] is. The driver makes it the mailbox's
+    /// authenticator. It is asked with the peer's address and `Credentials::Curve`.
+    pub authenticator: Option<Authenticator>,
 }
 
 impl Curve {
@@ -53,7 +60,14 @@ impl Curve {
         Curve {
             public_key,
             allowed: None,
+            authenticator: None,
         }
+    }
+
+    /// With an authenticator that also decides which peer keys are talked to.
+    pub fn with_authenticator(mut self, authenticator: Authenticator) -> Self {
+        self.authenticator = Some(authenticator);
+        self
     }
 
     /// With an allow-list of peer public keys: peers with other keys are ignored.
@@ -62,9 +76,16 @@ impl Curve {
         self
     }
 
-    /// Whether a peer with this key may be talked to.
-    pub fn allows(&self, key: &[u8; 32]) -> bool {
+    /// Whether a peer with this key, at `address`, may be talked to.
+    pub fn allows(&self, key: &[u8; 32], address: &str) -> bool {
         self.allowed.as_ref().is_none_or(|a| a.contains(key))
+            && self.authenticator.as_ref().is_none_or(|auth| {
+                let req = AuthRequest {
+                    address,
+                    credentials: Credentials::Curve { public_key: key },
+                };
+                auth.decide(&req) == AuthDecision::Allow
+            })
     }
 
     /// The `X-PUBLICKEY` header value: the public key in Z85.

@@ -6,7 +6,7 @@
 //! * [`Beacon`]: the 22-byte UDP beacon (`Z R E 0x01`, UUID, port) and the 54-byte CURVE form
 //!   of 43/ZRE (sent and required in CURVE mode, ignored otherwise).
 //! * [`Curve`]: CURVE mode (43/ZRE version 3): key in beacons and `X-PUBLICKEY`, no downgrade,
-//!   optional allow-list ([`curve`]).
+//!   optional allow-list or authenticator ([`curve`]).
 //! * [`Message`] with its [`Body`]: HELLO, WHISPER, SHOUT, JOIN, LEAVE, PING, PING-OK, and
 //!   zyre's ELECT, LEADER, GOODBYE; version 2 sent, 3 accepted (byte tables in [`message`]
 //!   and `docs/zre.md`).

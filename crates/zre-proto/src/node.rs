@@ -578,7 +578,7 @@ impl Node {
             // No downgrade: a CURVE node never talks plaintext.
             return Err(refused("a beacon without a CURVE key (version 1)"));
         };
-        if !curve.allows(&key) {
+        if !curve.allows(&key, &from.to_string()) {
             return Err(refused("a beacon with a key not on the allow-list"));
         }
         if let Some(p) = self.peers.get(&beacon.uuid)
@@ -744,7 +744,7 @@ impl Node {
             .find(|(k, _)| k.as_str() == X_PUBLICKEY)
             .and_then(|(_, v)| crate::curve::parse_header(v))
             .ok_or(refused("a HELLO without a valid X-PUBLICKEY header"))?;
-        if !curve.allows(&key) {
+        if !curve.allows(&key, hello.endpoint.as_str()) {
             return Err(refused("a HELLO with a key not on the allow-list"));
         }
         if let Some(p) = self.peers.get(&id)

@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dafka_zmtp_proto::Authenticator;
 use dafka_zre_proto::{
     Beacon, Body, CallerError, Config, Curve, Event, Message, Node, Output, PeerError, ShortStr,
     Uuid, X_PUBLICKEY,
@@ -190,7 +191,7 @@ impl Net {
         let key = self.server_keys.get(&(i, self.nodes[j].uuid()));
         match (client, server) {
             (None, None) => key.is_none(),
-            (Some(c), Some(s)) => key == Some(&s.public_key) && s.allows(&c.public_key),
+            (Some(c), Some(s)) => key == Some(&s.public_key) && s.allows(&c.public_key, ""),
             _ => false,
         }
     }
@@ -821,6 +822,28 @@ fn curve_allow_list_ignores_other_keys() {
         "{:?}",
         net.errors
     );
+}
+
+#[test]
+fn curve_authenticator_decides_on_peer_keys_too() {
+    // As `curve_allow_list_ignores_other_keys`, the list given as an authenticator (a Dafka
+    // cluster's): nodes 1 and 2 meet, node 3 is ignored by both.
+    let mut net = Net::with(3, |c| {
+        let i = c.uuid.as_bytes()[0];
+        let mode = Curve::new(key(i));
+        c.with_curve(Some(match i {
+            3 => mode,
+            _ => mode.with_authenticator(Authenticator::curve_keys([key(1), key(2)])),
+        }))
+    });
+    for i in 0..3 {
+        net.start(i);
+    }
+    net.run_until(Duration::from_secs(3));
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert_eq!(net.kinds(1), ["ENTER 1"]);
+    assert!(net.kinds(2).is_empty());
+    assert!(curve_refusals(&net, 1).contains(&"a beacon with a key not on the allow-list"));
 }
 
 #[test]

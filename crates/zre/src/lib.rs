@@ -127,6 +127,10 @@ pub struct Options {
     /// In CURVE mode, the peer public keys allowed (`None`: any peer that knows this node's
     /// public key). Peers with other keys are refused by the mailbox and their beacons ignored.
     pub curve_allowed: Option<Vec<[u8; 32]>>,
+    /// In CURVE mode, an authenticator for the mailbox (instead of the one made from
+    /// [`Options::curve_allowed`]); peers whose key it refuses are ignored too (a Dafka
+    /// cluster's allow-list).
+    pub curve_authenticator: Option<Authenticator>,
 }
 
 /// The IPv4 broadcast address of loopback (`lo` has no broadcast flag, yet the kernel delivers
@@ -171,6 +175,7 @@ impl Options {
             local_inproc: true,
             curve: None,
             curve_allowed: None,
+            curve_authenticator: None,
         }
     }
 
@@ -345,6 +350,13 @@ impl Options {
         self
     }
 
+    /// In CURVE mode, with this authenticator on the mailbox, deciding on peers' beacons and
+    /// HELLOs too.
+    pub fn with_curve_authenticator(mut self, authenticator: Authenticator) -> Self {
+        self.curve_authenticator = Some(authenticator);
+        self
+    }
+
     /// With another per-peer send queue size.
     pub fn with_sndhwm(mut self, n: usize) -> Self {
         self.sndhwm = n;
@@ -361,11 +373,14 @@ impl Options {
             .with_beacons(self.beacons)
             .with_gossip_hub(self.gossip_hub)
             .with_curve(self.curve.as_ref().map(|k| {
-                let mode = Curve::new(*k.public());
-                match &self.curve_allowed {
-                    Some(keys) => mode.with_allowed(keys.iter().copied()),
-                    None => mode,
+                let mut mode = Curve::new(*k.public());
+                if let Some(keys) = &self.curve_allowed {
+                    mode = mode.with_allowed(keys.iter().copied());
                 }
+                if let Some(auth) = &self.curve_authenticator {
+                    mode = mode.with_authenticator(auth.clone());
+                }
+                mode
             }));
         if let Some(name) = &self.name {
             cfg = cfg.with_name(text("name", name)?);
@@ -436,9 +451,10 @@ impl ZreNode {
         let mailbox = match &options.curve {
             Some(keypair) => MechanismConfig::CurveServer {
                 keypair: keypair.clone(),
-                authenticator: match &options.curve_allowed {
-                    Some(keys) => Authenticator::curve_keys(keys.iter().copied()),
-                    None => Authenticator::allow_all(),
+                authenticator: match (&options.curve_authenticator, &options.curve_allowed) {
+                    (Some(auth), _) => auth.clone(),
+                    (None, Some(keys)) => Authenticator::curve_keys(keys.iter().copied()),
+                    (None, None) => Authenticator::allow_all(),
                 },
             },
             None => MechanismConfig::Null,
