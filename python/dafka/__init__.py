@@ -7,7 +7,7 @@ package adds the Python-facing names, type stubs and the Spark data source.
 from __future__ import annotations
 
 from dafka import _native
-from dafka._native import Consumer, PartitionReader, Producer, Store, Tower
+from dafka._native import ClusterKeys, Consumer, PartitionReader, Producer, Store, Tower
 from dafka.cluster import LocalCluster
 from dafka.errors import (
     ClosedError,
@@ -26,6 +26,7 @@ __version__: str = _native.__version__
 
 __all__ = [
     "ClosedError",
+    "ClusterKeys",
     "Consumer",
     "DafkaError",
     "HostUnreachableError",

@@ -12,6 +12,7 @@ import pyarrow
 from typing_extensions import Buffer, disjoint_base
 
 __all__ = [
+    "ClusterKeys",
     "Consumer",
     "Frame",
     "Monitor",
@@ -175,11 +176,29 @@ def curve_keypair() -> tuple[str, str]: ...
 def curve_public(secret: str | bytes) -> str: ...
 
 _Towers: TypeAlias = str
+
+@final
+class ClusterKeys:
+    def __new__(
+        cls,
+        cluster_secretkey: str | bytes,
+        member_secretkey: str | bytes,
+        allowed_keys: Sequence[str | bytes],
+    ) -> ClusterKeys: ...
+    @property
+    def cluster_publickey(self) -> str: ...
+    @property
+    def member_publickey(self) -> str: ...
+    @property
+    def allowed_keys(self) -> list[str]: ...
+
 _Values: TypeAlias = Sequence[builtins.bytes | bytearray | str] | pyarrow.Array[Any]
 
 @final
 class Tower:
-    def __new__(cls, sub: str = "tcp://*:5556", pub: str | None = None) -> Tower: ...
+    def __new__(
+        cls, sub: str = "tcp://*:5556", pub: str | None = None, *, curve: ClusterKeys | None = None
+    ) -> Tower: ...
     @property
     def towers(self) -> str: ...
     @property
@@ -196,7 +215,12 @@ class Tower:
 @final
 class Store:
     def __new__(
-        cls, path: str | os.PathLike[str], towers: _Towers, sync: str | float | None = None
+        cls,
+        path: str | os.PathLike[str],
+        towers: _Towers,
+        sync: str | float | None = None,
+        *,
+        curve: ClusterKeys | None = None,
     ) -> Store: ...
     @property
     def path(self) -> str: ...
@@ -214,7 +238,13 @@ class Store:
 @final
 class Producer:
     def __new__(
-        cls, topic: str, towers: _Towers, min_acks: int = 1, partition: str | None = None
+        cls,
+        topic: str,
+        towers: _Towers,
+        min_acks: int = 1,
+        partition: str | None = None,
+        *,
+        curve: ClusterKeys | None = None,
     ) -> Producer: ...
     @property
     def partition(self) -> str: ...
@@ -245,6 +275,8 @@ class Consumer:
         towers: _Towers,
         offset_reset: Literal["earliest", "latest"] = "latest",
         start_offsets: dict[tuple[str, str], int] | None = None,
+        *,
+        curve: ClusterKeys | None = None,
     ) -> Consumer: ...
     def poll(self, max_records: int = 10000, timeout: float = 1.0) -> pyarrow.RecordBatch: ...
     def poll_async(
@@ -268,7 +300,7 @@ class Consumer:
 
 @final
 class PartitionReader:
-    def __new__(cls, towers: _Towers) -> PartitionReader: ...
+    def __new__(cls, towers: _Towers, *, curve: ClusterKeys | None = None) -> PartitionReader: ...
     def offsets(self, topic: str, timeout: float = 10.0) -> dict[str, tuple[int, int]]: ...
     def assign(self, topic: str, partition: str, offset: int, end: int | None = None) -> None: ...
     def unassign(self, topic: str, partition: str) -> None: ...
@@ -313,6 +345,9 @@ class ZreNode:
         evasive: float = 5.0,
         silent: float = 10.0,
         expired: float = 30.0,
+        curve_secretkey: str | bytes | None = None,
+        curve_publickey: str | bytes | None = None,
+        allowed_keys: Sequence[str | bytes] | None = None,
     ) -> ZreNode: ...
     @property
     def uuid(self) -> str: ...

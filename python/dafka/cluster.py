@@ -8,7 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from dafka._native import Store, Tower
+from dafka._native import ClusterKeys, Store, Tower
 
 __all__ = ["LocalCluster"]
 
@@ -18,9 +18,19 @@ class LocalCluster:
 
     ``path`` is the store's directory; ``None`` uses a temporary directory,
     removed on :meth:`close`. Hand :attr:`towers` to producers and consumers.
+
+    ``curve`` (a :class:`dafka.ClusterKeys`) runs the tower and the store over CURVE with
+    those keys (their member key must be in its ``allowed_keys``); producers and consumers
+    then need ``curve=`` keys of the same cluster, with their member keys allowed.
     """
 
-    def __init__(self, path: str | Path | None = None, *, sync: str | float = "always") -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        sync: str | float = "always",
+        curve: ClusterKeys | None = None,
+    ) -> None:
         self._tmp: str | None = None
         if path is None:
             self._tmp = tempfile.mkdtemp(prefix="dafka-cluster-")
@@ -28,9 +38,9 @@ class LocalCluster:
         self.path = Path(path)
         self._store: Store | None = None
         try:
-            self._tower: Tower | None = Tower(sub="tcp://127.0.0.1:0")
+            self._tower: Tower | None = Tower(sub="tcp://127.0.0.1:0", curve=curve)
             self.towers: str = self._tower.towers
-            self._store = Store(str(self.path), towers=self.towers, sync=sync)
+            self._store = Store(str(self.path), towers=self.towers, sync=sync, curve=curve)
         except BaseException:
             self.close()
             raise

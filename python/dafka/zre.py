@@ -62,6 +62,17 @@ class Node:
     reach each other through ``inproc://`` (no TCP connection, no descriptor per pair) unless
     ``local_inproc=False``. ``evasive``,
     ``silent`` and ``expired`` are the peer timeouts in seconds (zyre's 5, 10 and 30).
+
+    CURVE mode (43/ZRE version 3, as zyre with a certificate): ``curve_secretkey`` (40 Z85
+    characters or 32 raw bytes, from :func:`dafka.zmtp.curve_keypair`; ``curve_publickey``,
+    if given, must match it) makes the node beacon its public key in 54-byte beacons, say it
+    in HELLO as header ``X-PUBLICKEY``, run its mailbox as a CURVE server and reach each peer
+    over CURVE with the key from that peer's beacon. It ignores 22-byte (plaintext) beacons
+    and plaintext connections fail their handshake, so plaintext nodes and CURVE nodes never
+    see each other. ``allowed_keys`` (public keys, Z85 or raw) limits the peers to those keys:
+    other beacons are ignored and the mailbox refuses their connections. CURVE mode refuses
+    ``known_endpoints``, ``beacons=False`` and ``gossip_hub`` (they carry no keys): start()
+    raises ``ValueError``. See ``docs/security.md``.
     """
 
     def __init__(
@@ -81,6 +92,9 @@ class Node:
         evasive: float = 5.0,
         silent: float = 10.0,
         expired: float = 30.0,
+        curve_secretkey: str | bytes | None = None,
+        curve_publickey: str | bytes | None = None,
+        allowed_keys: Sequence[str | bytes] | None = None,
     ) -> None:
         raw = secrets.token_bytes(16)
         self._raw_uuid = raw
@@ -100,6 +114,9 @@ class Node:
             "evasive": evasive,
             "silent": silent,
             "expired": expired,
+            "curve_secretkey": curve_secretkey,
+            "curve_publickey": curve_publickey,
+            "allowed_keys": None if allowed_keys is None else list(allowed_keys),
         }
         self._node: _native.ZreNode | None = None
 

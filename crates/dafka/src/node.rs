@@ -516,7 +516,8 @@ impl Plumbing {
         let zre = match &config.zre {
             Some(cluster) => {
                 let endpoint = format!("tcp://{}:{port}", bracket(&host));
-                Some(ZreDiscovery::start(cluster, id, &endpoint).await?)
+                let keys = config.security.as_ref();
+                Some(ZreDiscovery::start(cluster, id, &endpoint, keys).await?)
             }
             None => None,
         };

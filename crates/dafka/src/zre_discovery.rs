@@ -11,6 +11,13 @@
 //! The publisher binds to the ZRE interface's address, so what the header announces is what
 //! peers on that interface reach.
 //!
+//! With the cluster's keys ([`ClusterKeys`]), the ZRE node runs in CURVE mode (43/ZRE
+//! version 3) with the member's key pair, and the cluster's authenticator both guards its
+//! mailbox and decides which beacons and HELLOs it heeds: nodes whose member key is not
+//! allowed are neither connected to nor heard, and nothing of the discovery (names, groups,
+//! publisher endpoints) travels in clear. ZRE's CURVE mode takes no known endpoints, so
+//! `known=` is refused with keys.
+//!
 //! | `towers` form | meaning |
 //! |---|---|
 //! | `zre://CLUSTER` | beacons on the first up, non-loopback IPv4 interface with a broadcast address (zyre's choice), UDP port 5670 |
@@ -26,6 +33,7 @@ use dafka_proto::NodeId;
 use dafka_zre::{Event, Options, ZreNode};
 
 use crate::error::Error;
+use crate::security::ClusterKeys;
 
 /// The HELLO header a Dafka node announces its publisher in.
 pub const PUBLISHER_HEADER: &str = "X-DAFKA";
@@ -157,15 +165,22 @@ struct Table {
 }
 
 impl ZreDiscovery {
-    /// Starts beaconing `publisher` (`tcp://ip:port`) to `cluster`.
+    /// Starts beaconing `publisher` (`tcp://ip:port`) to `cluster`, in ZRE's CURVE mode with
+    /// `keys`.
     pub(crate) async fn start(
         cluster: &ZreCluster,
         id: NodeId,
         publisher: &str,
+        keys: Option<&ClusterKeys>,
     ) -> Result<Self, Error> {
-        let options = cluster
+        let mut options = cluster
             .options(id)?
             .with_header(PUBLISHER_HEADER, publisher);
+        if let Some(keys) = keys {
+            options = options
+                .with_curve(keys.member.clone())
+                .with_curve_authenticator(keys.authenticator.clone());
+        }
         let node = ZreNode::start(options).await?;
         node.join(&cluster.cluster).await?;
         Ok(ZreDiscovery {

@@ -25,6 +25,7 @@ use dafka_node::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
+use crate::cluster_keys::{PyClusterKeys, security};
 use crate::{dafka_async, errors, runtime};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -109,9 +110,14 @@ pub(crate) struct PyTower {
 #[pymethods]
 impl PyTower {
     #[new]
-    #[pyo3(signature = (sub = "tcp://*:5556", r#pub = None))]
-    fn new(py: Python<'_>, sub: &str, r#pub: Option<String>) -> PyResult<Self> {
-        let mut config = TowerConfig::new(sub);
+    #[pyo3(signature = (sub = "tcp://*:5556", r#pub = None, *, curve = None))]
+    fn new(
+        py: Python<'_>,
+        sub: &str,
+        r#pub: Option<String>,
+        curve: Option<&Bound<'_, PyClusterKeys>>,
+    ) -> PyResult<Self> {
+        let mut config = TowerConfig::new(sub).with_security(security(curve));
         if let Some(p) = r#pub {
             config = config.with_publ(p);
         }
@@ -186,18 +192,19 @@ pub(crate) struct PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (path, towers, sync = None))]
+    #[pyo3(signature = (path, towers, sync = None, *, curve = None))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
         towers: &str,
         sync: Option<&Bound<'_, PyAny>>,
+        curve: Option<&Bound<'_, PyClusterKeys>>,
     ) -> PyResult<Self> {
         let sync = sync
             .map(sync_policy)
             .transpose()?
             .unwrap_or(SyncPolicy::Always);
-        let node = node_config(towers)?;
+        let node = node_config(towers)?.with_security(security(curve));
         let open = StoreNode::open(path.clone(), node, StoreOptions::with_sync(sync));
         let store = runtime::wait_for(py, open)?.map_err(errors::node)?;
         Ok(PyStore {
@@ -333,16 +340,17 @@ fn arrow_values(array: &dyn Array) -> PyResult<Vec<Bytes>> {
 #[pymethods]
 impl PyProducer {
     #[new]
-    #[pyo3(signature = (topic, towers, min_acks = 1, partition = None))]
+    #[pyo3(signature = (topic, towers, min_acks = 1, partition = None, *, curve = None))]
     fn new(
         py: Python<'_>,
         topic: &str,
         towers: &str,
         min_acks: usize,
         partition: Option<&str>,
+        curve: Option<&Bound<'_, PyClusterKeys>>,
     ) -> PyResult<Self> {
         let partition = partition.map(partition_id).transpose()?;
-        let node = node_config(towers)?;
+        let node = node_config(towers)?.with_security(security(curve));
         let options = ProducerOptions::default()
             .with_min_acks(min_acks)
             .with_partition(partition);
@@ -548,13 +556,16 @@ impl PyConsumer {
 #[pymethods]
 impl PyConsumer {
     #[new]
-    #[pyo3(signature = (topics, towers, offset_reset = "latest", start_offsets = None))]
+    #[pyo3(signature = (
+        topics, towers, offset_reset = "latest", start_offsets = None, *, curve = None,
+    ))]
     fn new(
         py: Python<'_>,
         topics: &Bound<'_, PyAny>,
         towers: &str,
         offset_reset: &str,
         start_offsets: Option<&Bound<'_, PyDict>>,
+        curve: Option<&Bound<'_, PyClusterKeys>>,
     ) -> PyResult<Self> {
         let topics = topics_of(topics)?;
         let reset = match offset_reset {
@@ -576,7 +587,7 @@ impl PyConsumer {
                 .map_err(|_| errors::invalid("start_offsets values must be offsets (int >= 0)"))?;
             options = options.with_start_offset(&topic, partition_id(&partition)?, next);
         }
-        let node = node_config(towers)?;
+        let node = node_config(towers)?.with_security(security(curve));
         let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
         let consumer = runtime::wait_for(py, ConsumerNode::start(&refs, node, options))?
             .map_err(errors::node)?;

@@ -23,8 +23,13 @@ pub(crate) struct PyPartitionReader {
 #[pymethods]
 impl PyPartitionReader {
     #[new]
-    fn new(py: Python<'_>, towers: &str) -> PyResult<Self> {
-        let node = node_config(towers)?;
+    #[pyo3(signature = (towers, *, curve = None))]
+    fn new(
+        py: Python<'_>,
+        towers: &str,
+        curve: Option<&Bound<'_, crate::cluster_keys::PyClusterKeys>>,
+    ) -> PyResult<Self> {
+        let node = node_config(towers)?.with_security(crate::cluster_keys::security(curve));
         let options = ConsumerOptions::default().with_offset_reset(OffsetReset::Assigned);
         let consumer = runtime::wait_for(py, ConsumerNode::start(&[], node, options))?
             .map_err(errors::node)?;

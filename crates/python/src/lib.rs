@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 mod arrow_batch;
 mod asyncio;
+mod cluster_keys;
 mod dafka;
 mod dafka_admin;
 mod dafka_async;
@@ -41,6 +42,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dafka::PyConsumer>()?;
     m.add_class::<dafka_admin::PyPartitionReader>()?;
     m.add_class::<zre::PyZreNode>()?;
+    m.add_class::<cluster_keys::PyClusterKeys>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_keypair, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_public, m)?)?;

@@ -194,7 +194,7 @@ fn truth(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 /// A 32-byte key: 40 characters of Z85 (`str` or `bytes`) or 32 raw bytes; `None` unsets.
-fn key(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 32]>> {
+pub(crate) fn key(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 32]>> {
     if value.is_none() {
         return Ok(None);
     }

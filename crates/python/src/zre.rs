@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use dafka_zmtp::CurveKeyPair;
 use dafka_zre::{Event, Options, PeerId, ZreNode};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -165,6 +166,7 @@ impl PyZreNode {
         uuid, name = None, headers = None, interface = None, port = 5670, interval = 1.0,
         *, ipv6 = false, multicast = None, beacons = true, known_endpoints = None,
         gossip_hub = false, local_inproc = true, evasive = 5.0, silent = 10.0, expired = 30.0,
+        curve_secretkey = None, curve_publickey = None, allowed_keys = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -184,7 +186,15 @@ impl PyZreNode {
         evasive: f64,
         silent: f64,
         expired: f64,
+        curve_secretkey: Option<Bound<'_, PyAny>>,
+        curve_publickey: Option<Bound<'_, PyAny>>,
+        allowed_keys: Option<Vec<Bound<'_, PyAny>>>,
     ) -> PyResult<Self> {
+        let curve = curve_options(
+            curve_secretkey.as_ref(),
+            curve_publickey.as_ref(),
+            allowed_keys.as_deref(),
+        )?;
         let uuid: [u8; 16] = uuid
             .try_into()
             .map_err(|_| errors::invalid("uuid must be 16 bytes"))?;
@@ -225,6 +235,12 @@ impl PyZreNode {
         }
         for e in known_endpoints.into_iter().flatten() {
             options = options.with_known_endpoint(e);
+        }
+        if let Some((keypair, allowed)) = curve {
+            options = options.with_curve(keypair);
+            if let Some(allowed) = allowed {
+                options = options.with_curve_allowed(allowed);
+            }
         }
         let node = runtime::wait_for(py, ZreNode::start(options))?.map_err(errors::zre)?;
         Ok(PyZreNode {
@@ -459,4 +475,47 @@ impl Drop for RanOnDrop<'_> {
     fn drop(&mut self) {
         self.0.ran();
     }
+}
+
+/// CURVE mode from `curve_secretkey` (Z85 or 32 raw bytes), the optional `curve_publickey`
+/// (checked against it) and `allowed_keys`.
+#[allow(clippy::type_complexity)]
+fn curve_options(
+    secret: Option<&Bound<'_, PyAny>>,
+    public: Option<&Bound<'_, PyAny>>,
+    allowed: Option<&[Bound<'_, PyAny>]>,
+) -> PyResult<Option<(CurveKeyPair, Option<Vec<[u8; 32]>>)>> {
+    let secret = match secret {
+        Some(s) => crate::security::key("curve_secretkey", s)?,
+        None => None,
+    };
+    let public = match public {
+        Some(p) => crate::security::key("curve_publickey", p)?,
+        None => None,
+    };
+    let Some(secret) = secret else {
+        if public.is_some() || allowed.is_some() {
+            return Err(errors::invalid(
+                "curve_publickey and allowed_keys need curve_secretkey (CURVE mode)",
+            ));
+        }
+        return Ok(None);
+    };
+    let keypair = CurveKeyPair::from_secret(secret);
+    if public.is_some_and(|p| &p != keypair.public()) {
+        return Err(errors::invalid(
+            "curve_publickey is not the public key of curve_secretkey",
+        ));
+    }
+    let allowed = allowed
+        .map(|keys| {
+            keys.iter()
+                .map(|k| {
+                    crate::security::key("allowed_keys", k)?
+                        .ok_or_else(|| errors::invalid("allowed_keys holds None"))
+                })
+                .collect::<PyResult<Vec<_>>>()
+        })
+        .transpose()?;
+    Ok(Some((keypair, allowed)))
 }

@@ -129,12 +129,15 @@ impl std::hash::Hash for Authenticator {
     }
 }
 
-/// Runs the authenticator and logs the decision (`info` when allowed, `warn` when refused).
+/// Runs the authenticator and logs the decision (`info` when allowed, `debug` when refused:
+/// the driver logs refusals at `warn`, rate-limited per listener, from the
+/// [`PeerError::AuthenticationRefused`](crate::PeerError) the handshake fails with). A
+/// refusal returns the client (Z85 public key or PLAIN username) and the reason.
 pub(crate) fn authenticate(
     auth: &Authenticator,
     mechanism: &'static str,
     req: &AuthRequest<'_>,
-) -> Result<(), String> {
+) -> Result<(), (String, String)> {
     let who = match req.credentials {
         Credentials::Plain { username, .. } => String::from_utf8_lossy(username).into_owned(),
         Credentials::Curve { public_key } => crate::z85::encode(public_key),
@@ -145,8 +148,8 @@ pub(crate) fn authenticate(
             Ok(())
         }
         AuthDecision::Deny(reason) => {
-            tracing::warn!(mechanism, peer = req.address, client = ?who, %reason, "authentication refused");
-            Err(reason)
+            tracing::debug!(mechanism, peer = req.address, client = ?who, %reason, "authentication refused");
+            Err((who, reason))
         }
     }
 }

@@ -643,8 +643,8 @@ impl CurveServer {
                 public_key: &client_key,
             },
         };
-        if let Err(reason) = authenticate(&self.authenticator, "CURVE", &req) {
-            return Err(refuse("CURVE", reason, out));
+        if let Err(refusal) = authenticate(&self.authenticator, "CURVE", &req) {
+            return Err(refuse("CURVE", refusal, out));
         }
         let mut meta = BytesMut::with_capacity(self.local.encoded_len());
         self.local.encode(&mut meta);

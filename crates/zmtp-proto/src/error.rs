@@ -197,10 +197,12 @@ pub enum PeerError {
     #[error("peer sent a command frame inside a multipart message")]
     CommandInsideMessage,
     /// Our authenticator refused the client (we sent ERROR "400").
-    #[error("{mechanism} client refused: {reason}")]
+    #[error("{mechanism} client {client:?} refused: {reason}")]
     AuthenticationRefused {
         /// `"PLAIN"` or `"CURVE"`.
         mechanism: &'static str,
+        /// The client: its CURVE public key in Z85, or its PLAIN username (lossy UTF-8).
+        client: String,
         /// The authenticator's reason.
         reason: String,
     },

@@ -214,13 +214,22 @@ pub(crate) fn unexpected(expected: &'static str, got: &[u8]) -> Error {
 
 /// Refuses a client: queues `ERROR "400"` (the ZAP status code libzmq sends) and returns the
 /// error that fails the connection.
-pub(crate) fn refuse(mechanism: &'static str, reason: String, out: &mut BytesMut) -> Error {
+pub(crate) fn refuse(
+    mechanism: &'static str,
+    (client, reason): (String, String),
+    out: &mut BytesMut,
+) -> Error {
     // Cannot fail: three bytes of reason.
     let _ = Command::Error {
         reason: Bytes::from_static(b"400"),
     }
     .encode(out);
-    PeerError::AuthenticationRefused { mechanism, reason }.into()
+    PeerError::AuthenticationRefused {
+        mechanism,
+        client,
+        reason,
+    }
+    .into()
 }
 
 /// NULL: both sides send READY with their metadata at once; the handshake is complete when the

@@ -150,8 +150,8 @@ impl Mechanism for PlainServer {
                         password: &password,
                     },
                 };
-                if let Err(reason) = authenticate(&self.authenticator, "PLAIN", &req) {
-                    return Err(refuse("PLAIN", reason, out));
+                if let Err(refusal) = authenticate(&self.authenticator, "PLAIN", &req) {
+                    return Err(refuse("PLAIN", refusal, out));
                 }
                 put_command(out, WELCOME, &[]);
                 self.state = ServerStep::Initiate;

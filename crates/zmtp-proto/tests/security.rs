@@ -246,7 +246,7 @@ fn plain_wrong_password_is_refused_with_error_400() {
     link.run();
     assert!(matches!(
         link.server_err,
-        Some(Error::Peer(PeerError::AuthenticationRefused { mechanism: "PLAIN", ref reason })) if reason == "wrong password"
+        Some(Error::Peer(PeerError::AuthenticationRefused { mechanism: "PLAIN", ref client, ref reason })) if reason == "wrong password" && client == "admin"
     ));
     assert_eq!(
         link.client_err,

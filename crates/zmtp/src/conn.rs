@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, SocketType};
+use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, PeerError, SocketType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -17,6 +17,7 @@ use crate::Message;
 use crate::inproc::announced_identity;
 use crate::monitor::{ConnectionEnd, PeerId, Rejection, SocketEvent};
 use crate::pipe::{Out, Pipe};
+use crate::refusals::RefusalLog;
 use crate::socket::{Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
@@ -117,7 +118,9 @@ pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config 
 }
 
 /// Drive one connection until it ends. `connect_pipe` is the persistent pipe
-/// of a connecting socket; a bound socket gets a fresh pipe at handshake.
+/// of a connecting socket; a bound socket gets a fresh pipe at handshake. Authentication
+/// refusals are logged through `refusals`, the listener's (or the connector's) rate limit.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run<R, W>(
     inner: Arc<Inner>,
     mut rd: R,
@@ -126,6 +129,7 @@ pub(crate) async fn run<R, W>(
     id: PeerId,
     stop: &Stop,
     peer: &str,
+    refusals: &RefusalLog,
 ) -> Outcome
 where
     R: StreamRead,
@@ -449,6 +453,9 @@ where
         });
     }
     match &end {
+        ConnectionEnd::Protocol(dafka_zmtp_proto::Error::Peer(
+            e @ PeerError::AuthenticationRefused { .. },
+        )) => refusals.log(peer, e),
         ConnectionEnd::Protocol(e) => {
             tracing::warn!(peer, error = %e, "closing connection: protocol error")
         }
@@ -809,7 +816,17 @@ mod tests {
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
         let inner = inner(SocketType::Pull, options);
-        let outcome = run(inner, rd, wr, None, PeerId(1), &Stop::default(), "test").await;
+        let outcome = run(
+            inner,
+            rd,
+            wr,
+            None,
+            PeerId(1),
+            &Stop::default(),
+            "test",
+            &RefusalLog::default(),
+        )
+        .await;
         (outcome, start.elapsed())
     }
 
@@ -840,7 +857,17 @@ mod tests {
         let inner = inner.clone();
         tokio::spawn(async move {
             let id = PeerId(pipe.id);
-            run(inner, rd, wr, Some(pipe), id, &Stop::default(), "test").await
+            run(
+                inner,
+                rd,
+                wr,
+                Some(pipe),
+                id,
+                &Stop::default(),
+                "test",
+                &RefusalLog::default(),
+            )
+            .await
         })
     }
 

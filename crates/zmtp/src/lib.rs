@@ -56,6 +56,7 @@ mod inproc;
 mod monitor;
 mod options;
 mod pipe;
+mod refusals;
 mod socket;
 mod subs;
 mod sys;
@@ -77,6 +78,7 @@ pub use crate::monitor::{
     ConnectionEnd, Monitor, PeerId, Rejection, SocketEvent, SubscriptionLimit,
 };
 pub use crate::options::Options;
+pub use crate::refusals::REFUSALS_LOGGED_PER_SECOND;
 
 use crate::endpoint::Endpoint;
 use crate::socket::Inner;

@@ -15,6 +15,7 @@ use crate::endpoint::tcp_string;
 use crate::error::Error;
 use crate::monitor::{ConnectionEnd, PeerId, SocketEvent};
 use crate::pipe::Pipe;
+use crate::refusals::RefusalLog;
 use crate::socket::{Inner, Phase, Stop};
 
 async fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
@@ -179,6 +180,7 @@ impl Drop for IpcListener {
 async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>, endpoint: String) {
     let mut phase = inner.phase();
     let limit = connection_limit(&inner);
+    let refusals = Arc::new(RefusalLog::default());
     loop {
         let Some(permit) = admit(&inner, limit.as_ref(), &mut phase, &stop).await else {
             break;
@@ -194,9 +196,10 @@ async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>,
                     });
                     let conn_inner = inner.clone();
                     let conn_stop = stop.clone();
+                    let refusals = refusals.clone();
                     inner.spawn_connection(async move {
                         let _permit = permit;
-                        conn::run(conn_inner, rd, wr, None, id, &conn_stop, &peer).await;
+                        conn::run(conn_inner, rd, wr, None, id, &conn_stop, &peer, &refusals).await;
                     });
                 }
                 Err(e) => {
@@ -363,6 +366,7 @@ async fn connector(
     let mut phase = inner.phase();
     let base = inner.options.reconnect_ivl;
     let mut ivl = base;
+    let refusals = RefusalLog::default();
     loop {
         let ph = *phase.borrow_and_update();
         if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) || stop.is_stopped()
@@ -381,8 +385,17 @@ async fn connector(
                     address: peer.clone(),
                     peer: id,
                 });
-                let outcome =
-                    conn::run(inner.clone(), rd, wr, Some(pipe.clone()), id, &stop, &peer).await;
+                let outcome = conn::run(
+                    inner.clone(),
+                    rd,
+                    wr,
+                    Some(pipe.clone()),
+                    id,
+                    &stop,
+                    &peer,
+                    &refusals,
+                )
+                .await;
                 if outcome.was_ready {
                     ivl = base;
                 }

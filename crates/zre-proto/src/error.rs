@@ -206,6 +206,15 @@ pub enum PeerError {
         /// The sender.
         peer: Uuid,
     },
+    /// CURVE mode: a beacon or HELLO without an acceptable public key (none, not on the
+    /// allow-list, or another than the peer's known one): ignored, no downgrade.
+    #[error("{reason} from {peer}: ignored (CURVE mode)")]
+    CurveRefused {
+        /// The sender.
+        peer: Uuid,
+        /// What was wrong.
+        reason: &'static str,
+    },
 }
 
 /// The local program used the API wrongly.

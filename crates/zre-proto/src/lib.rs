@@ -4,7 +4,9 @@
 //! connections, frames, events and the next deadline out.
 //!
 //! * [`Beacon`]: the 22-byte UDP beacon (`Z R E 0x01`, UUID, port) and the 54-byte CURVE form
-//!   of 43/ZRE (decoded, ignored by the node).
+//!   of 43/ZRE (sent and required in CURVE mode, ignored otherwise).
+//! * [`Curve`]: CURVE mode (43/ZRE version 3): key in beacons and `X-PUBLICKEY`, no downgrade,
+//!   optional allow-list or authenticator ([`curve`]).
 //! * [`Message`] with its [`Body`]: HELLO, WHISPER, SHOUT, JOIN, LEAVE, PING, PING-OK, and
 //!   zyre's ELECT, LEADER, GOODBYE; version 2 sent, 3 accepted (byte tables in [`message`]
 //!   and `docs/zre.md`).
@@ -26,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod beacon;
+pub mod curve;
 mod error;
 pub mod gossip;
 pub mod message;
@@ -33,6 +36,7 @@ pub mod node;
 mod types;
 
 pub use beacon::{BEACON_V1_LEN, BEACON_V3_LEN, Beacon};
+pub use curve::{Curve, X_PUBLICKEY};
 pub use error::{
     BeaconError, CallerError, DecodeError, LimitError, MalformedError, PeerError, StringError,
 };

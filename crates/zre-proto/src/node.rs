@@ -31,6 +31,9 @@
 //!   [`Config::send_stall`] drop the peer (EXIT). zyre never notices a full send queue.
 //! * Group status counts this node's joins and leaves (wrapping); a peer's status is taken as
 //!   it comes (pyre overflows it).
+//! * In CURVE mode ([`Config::curve`], [`crate::curve`]) beacons are the 54-byte version-3
+//!   form, HELLO carries `X-PUBLICKEY`, [`Output::Connect`] names the peer's key, and beacons
+//!   or HELLOs without an acceptable key are ignored.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
@@ -39,6 +42,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::beacon::Beacon;
+use crate::curve::{Curve, X_PUBLICKEY};
 use crate::error::{CallerError, PeerError};
 use crate::message::{Body, Hello, Limits, Message};
 use crate::{ShortStr, Uuid};
@@ -75,6 +79,8 @@ pub struct Config {
     pub max_peers: usize,
     /// Decode limits.
     pub limits: Limits,
+    /// CURVE mode (43/ZRE version 3): `None` is plain mode, which ignores version-3 beacons.
+    pub curve: Option<Curve>,
 }
 
 impl Config {
@@ -95,7 +101,14 @@ impl Config {
             gossip_hub: false,
             max_peers: 4096,
             limits: Limits::DEFAULT,
+            curve: None,
         }
+    }
+
+    /// In CURVE mode ([`crate::curve`]), or not.
+    pub fn with_curve(mut self, curve: Option<Curve>) -> Self {
+        self.curve = curve;
+        self
     }
 
     /// As a gossip hub, or not ([`crate::gossip`]).
@@ -167,6 +180,16 @@ impl Config {
         if self.evasive.is_zero() || self.silent < self.evasive || self.expired < self.silent {
             return Err(CallerError::Config(
                 "timeouts must satisfy 0 < evasive <= silent <= expired",
+            ));
+        }
+        if self.curve.is_some() && !self.beacons {
+            return Err(CallerError::Config(
+                "CURVE mode needs beacons: they carry the peers' public keys",
+            ));
+        }
+        if self.curve.is_some() && self.gossip_hub {
+            return Err(CallerError::Config(
+                "CURVE mode cannot gossip: gossip carries no public keys",
             ));
         }
         Ok(())
@@ -264,6 +287,9 @@ pub enum Output {
         peer: Uuid,
         /// Its mailbox.
         endpoint: String,
+        /// In CURVE mode, the peer's public key: the DEALER is a CURVE client with this node's
+        /// key pair and this server key. `None` in plain mode.
+        server_key: Option<[u8; 32]>,
     },
     /// Send these frames on `peer`'s DEALER (without waiting: if its queue is full, drop them
     /// and call [`Node::handle_send_blocked`]).
@@ -312,6 +338,8 @@ struct Peer {
     evasive_reported: bool,
     silent_reported: bool,
     blocked_since: Option<Instant>,
+    /// Its CURVE public key (CURVE mode).
+    curve_key: Option<[u8; 32]>,
 }
 
 impl Peer {
@@ -425,8 +453,7 @@ impl Node {
         self.phase = Phase::Stopped;
         self.next_beacon = None;
         if self.cfg.beacons {
-            self.out
-                .push_back(Output::Beacon(Beacon::new(self.cfg.uuid, 0)));
+            self.out.push_back(Output::Beacon(self.beacon(0)));
         }
         self.probes.clear();
         if !self.cfg.beacons {
@@ -469,8 +496,7 @@ impl Node {
         if let Some(due) = self.next_beacon
             && now >= due
         {
-            self.out
-                .push_back(Output::Beacon(Beacon::new(self.cfg.uuid, self.port)));
+            self.out.push_back(Output::Beacon(self.beacon(self.port)));
             // Skipped beats are dropped rather than sent in a burst.
             let mut next = due + self.cfg.beacon_interval;
             if next <= now {
@@ -523,8 +549,10 @@ impl Node {
         }
     }
 
-    /// A beacon from `from` (its UDP source address). Own beacons, version-3 (CURVE) beacons
-    /// and beacons before `start` are ignored.
+    /// A beacon from `from` (its UDP source address). Own beacons and beacons before `start`
+    /// are ignored; so are version-3 (CURVE) beacons in plain mode. In CURVE mode, beacons
+    /// without a key, with a key not allowed, or with another key than the peer's known one
+    /// are ignored with [`PeerError::CurveRefused`].
     pub fn handle_beacon(
         &mut self,
         beacon: &Beacon,
@@ -533,12 +561,41 @@ impl Node {
     ) -> Result<(), PeerError> {
         // 43/ZRE: "a node SHALL discard beacons that it receives from itself"; a node without
         // CURVE cannot talk to one with it.
-        if self.phase != Phase::Running
-            || beacon.uuid == self.cfg.uuid
-            || beacon.curve_key.is_some()
-        {
+        if self.phase != Phase::Running || beacon.uuid == self.cfg.uuid {
             return Ok(());
         }
+        let Some(curve) = &self.cfg.curve else {
+            if beacon.curve_key.is_some() {
+                return Ok(());
+            }
+            return self.on_beacon(beacon, None, from, now);
+        };
+        let refused = |reason| PeerError::CurveRefused {
+            peer: beacon.uuid,
+            reason,
+        };
+        let Some(key) = beacon.curve_key else {
+            // No downgrade: a CURVE node never talks plaintext.
+            return Err(refused("a beacon without a CURVE key (version 1)"));
+        };
+        if !curve.allows(&key, &from.to_string()) {
+            return Err(refused("a beacon with a key not on the allow-list"));
+        }
+        if let Some(p) = self.peers.get(&beacon.uuid)
+            && p.curve_key != Some(key)
+        {
+            return Err(refused("a beacon with another key than the peer's"));
+        }
+        self.on_beacon(beacon, Some(key), from, now)
+    }
+
+    fn on_beacon(
+        &mut self,
+        beacon: &Beacon,
+        key: Option<[u8; 32]>,
+        from: IpAddr,
+        now: Instant,
+    ) -> Result<(), PeerError> {
         if beacon.port == 0 {
             // 43/ZRE: "if the port is zero, this indicates the peer is disconnecting".
             if self.peers.contains_key(&beacon.uuid) {
@@ -550,7 +607,7 @@ impl Node {
             IpAddr::V4(ip) => format!("tcp://{ip}:{}", beacon.port),
             IpAddr::V6(ip) => format!("tcp://[{ip}]:{}", beacon.port),
         };
-        self.require_peer(beacon.uuid, endpoint, now)?;
+        self.require_peer(beacon.uuid, endpoint, key, now)?;
         if self.cfg.beacons_refresh
             && let Some(p) = self.peers.get_mut(&beacon.uuid)
         {
@@ -580,11 +637,12 @@ impl Node {
             if hello.endpoint.as_str() == self.endpoint {
                 return Err(PeerError::OwnEndpoint { peer: id });
             }
+            let key = self.hello_key(id, hello)?;
             if self.peers.get(&id).is_some_and(|p| p.ready) {
                 // A second HELLO: the peer restarted with the same UUID.
                 self.remove_peer(id);
             }
-            self.require_peer(id, hello.endpoint.to_string(), now)?;
+            self.require_peer(id, hello.endpoint.to_string(), key, now)?;
         }
         let Some(p) = self
             .peers
@@ -617,7 +675,9 @@ impl Node {
         match msg.body {
             Body::Hello(hello) => self.on_hello(id, hello),
             Body::Whisper { content } => match crate::gossip::decode(&content) {
-                // Gossip: nodes to find, as known endpoints (any peer may gossip).
+                // Gossip: nodes to find, as known endpoints (any peer may gossip). In CURVE
+                // mode it names no keys: ignored.
+                Some(_) if self.cfg.curve.is_some() => {}
                 Some(nodes) => {
                     for (uuid, endpoint) in nodes {
                         if uuid != self.cfg.uuid && !self.peers.contains_key(&uuid) {
@@ -669,6 +729,30 @@ impl Node {
             Body::PingOk | Body::Elect { .. } | Body::Leader { .. } => {}
         }
         Ok(())
+    }
+
+    /// In CURVE mode, the key a HELLO announces in `X-PUBLICKEY`: required, allowed, and the
+    /// peer's known key if it is known. `None` in plain mode.
+    fn hello_key(&self, id: Uuid, hello: &Hello) -> Result<Option<[u8; 32]>, PeerError> {
+        let Some(curve) = &self.cfg.curve else {
+            return Ok(None);
+        };
+        let refused = |reason| PeerError::CurveRefused { peer: id, reason };
+        let key = hello
+            .headers
+            .iter()
+            .find(|(k, _)| k.as_str() == X_PUBLICKEY)
+            .and_then(|(_, v)| crate::curve::parse_header(v))
+            .ok_or(refused("a HELLO without a valid X-PUBLICKEY header"))?;
+        if !curve.allows(&key, hello.endpoint.as_str()) {
+            return Err(refused("a HELLO with a key not on the allow-list"));
+        }
+        if let Some(p) = self.peers.get(&id)
+            && p.curve_key != Some(key)
+        {
+            return Err(refused("a HELLO with another key than the peer's"));
+        }
+        Ok(Some(key))
     }
 
     fn on_hello(&mut self, id: Uuid, hello: Hello) {
@@ -817,8 +901,12 @@ impl Node {
     /// and sent HELLO ([`Output::Probe`]); the node answers by connecting back and saying HELLO,
     /// which makes it a peer on that DEALER ([`Output::Adopt`]). Whenever that peer leaves, the
     /// endpoint is probed again (the DEALER reconnects until a node listens there). Before
-    /// `start`, the endpoint is kept and probed at `start`.
+    /// `start`, the endpoint is kept and probed at `start`. In CURVE mode it does nothing (an
+    /// endpoint names no key; the driver refuses known endpoints with CURVE).
     pub fn connect_endpoint(&mut self, endpoint: ShortStr) {
+        if self.cfg.curve.is_some() {
+            return;
+        }
         let endpoint = String::from(endpoint);
         if !self.known.insert(endpoint.clone()) || self.phase != Phase::Running {
             return;
@@ -845,12 +933,29 @@ impl Node {
     }
 
     fn hello(&self) -> Hello {
+        let mut headers = self.cfg.headers.clone();
+        if let Some(curve) = &self.cfg.curve {
+            // zyre's header; the application's own X-PUBLICKEY, if any, gives way.
+            headers.retain(|(k, _)| k.as_str() != X_PUBLICKEY);
+            headers.push((
+                ShortStr::new(X_PUBLICKEY).unwrap_or_default(),
+                curve.header_value(),
+            ));
+        }
         Hello {
             endpoint: ShortStr::new(self.endpoint.clone()).unwrap_or_default(),
             groups: self.own_groups.iter().map(ToString::to_string).collect(),
             status: self.status,
             name: self.cfg.name.clone(),
-            headers: self.cfg.headers.clone(),
+            headers,
+        }
+    }
+
+    /// This node's beacon with `port`: version 3 with the public key in CURVE mode.
+    fn beacon(&self, port: u16) -> Beacon {
+        Beacon {
+            curve_key: self.cfg.curve.as_ref().map(|c| c.public_key),
+            ..Beacon::new(self.cfg.uuid, port)
         }
     }
 
@@ -915,7 +1020,13 @@ impl Node {
             .map(|p| p.name.as_str())
     }
 
-    fn require_peer(&mut self, id: Uuid, endpoint: String, now: Instant) -> Result<(), PeerError> {
+    fn require_peer(
+        &mut self,
+        id: Uuid,
+        endpoint: String,
+        curve_key: Option<[u8; 32]>,
+        now: Instant,
+    ) -> Result<(), PeerError> {
         if let Some(p) = self.peers.get(&id) {
             if p.endpoint == endpoint {
                 return Ok(());
@@ -944,6 +1055,7 @@ impl Node {
                 evasive_reported: false,
                 silent_reported: false,
                 blocked_since: None,
+                curve_key,
             },
         );
         if let Some(groups_then) = self.probes.remove(&endpoint) {
@@ -970,7 +1082,11 @@ impl Node {
             }
             return Ok(());
         }
-        self.out.push_back(Output::Connect { peer: id, endpoint });
+        self.out.push_back(Output::Connect {
+            peer: id,
+            endpoint,
+            server_key: curve_key,
+        });
         let hello = self.hello();
         self.send(id, Body::Hello(hello));
         Ok(())

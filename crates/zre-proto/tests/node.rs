@@ -8,8 +8,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dafka_zmtp_proto::Authenticator;
 use dafka_zre_proto::{
-    Beacon, Body, CallerError, Config, Event, Message, Node, Output, PeerError, ShortStr, Uuid,
+    Beacon, Body, CallerError, Config, Curve, Event, Message, Node, Output, PeerError, ShortStr,
+    Uuid, X_PUBLICKEY,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -32,6 +34,8 @@ struct Net {
     ips: Vec<IpAddr>,
     /// (from node, peer uuid) -> endpoint of the DEALER.
     dealers: HashMap<(usize, Uuid), String>,
+    /// (from node, peer uuid) -> the CURVE server key of the DEALER (CURVE mode).
+    server_keys: HashMap<(usize, Uuid), [u8; 32]>,
     events: Vec<Vec<Event>>,
     cut: BTreeSet<(usize, usize)>,
     /// What each node sent, decoded: (from, to uuid, message).
@@ -56,6 +60,7 @@ impl Net {
             nodes: Vec::new(),
             ips: Vec::new(),
             dealers: HashMap::new(),
+            server_keys: HashMap::new(),
             events: Vec::new(),
             cut: BTreeSet::new(),
             sent: Vec::new(),
@@ -136,8 +141,16 @@ impl Net {
                     }
                 }
             }
-            Output::Connect { peer, endpoint } => {
+            Output::Connect {
+                peer,
+                endpoint,
+                server_key,
+            } => {
                 self.dealers.insert((i, peer), endpoint);
+                match server_key {
+                    Some(k) => self.server_keys.insert((i, peer), k),
+                    None => self.server_keys.remove(&(i, peer)),
+                };
             }
             Output::Disconnect { peer } => {
                 self.dealers.remove(&(i, peer));
@@ -149,7 +162,7 @@ impl Net {
                 let Some(j) = self.index_of_endpoint(ep) else {
                     return;
                 };
-                if !self.linked(i, j) || self.nodes[j].uuid() != peer {
+                if !self.linked(i, j) || self.nodes[j].uuid() != peer || !self.handshake(i, j) {
                     return;
                 }
                 let from = self.nodes[i].uuid().dealer_identity();
@@ -166,6 +179,20 @@ impl Net {
                 self.dealers.insert((i, peer), endpoint);
             }
             _ => unreachable!(),
+        }
+    }
+
+    /// Whether node `i`'s DEALER to node `j` completes its ZMTP handshake, as the driver's
+    /// sockets would: NULL meets NULL; a CURVE client meets a CURVE server whose public key it
+    /// has as server key, if the server lets the client's key in.
+    fn handshake(&self, i: usize, j: usize) -> bool {
+        let client = self.nodes[i].config().curve.as_ref();
+        let server = self.nodes[j].config().curve.as_ref();
+        let key = self.server_keys.get(&(i, self.nodes[j].uuid()));
+        match (client, server) {
+            (None, None) => key.is_none(),
+            (Some(c), Some(s)) => key == Some(&s.public_key) && s.allows(&c.public_key, ""),
+            _ => false,
         }
     }
 
@@ -430,7 +457,7 @@ fn restart_with_a_new_port_is_exit_then_enter() {
     assert!(matches!(&outs[0], Output::Disconnect { peer } if *peer == id(2)));
     assert!(matches!(&outs[1], Output::Event(Event::Exit { .. })));
     assert!(
-        matches!(&outs[2], Output::Connect { peer, endpoint } if *peer == id(2) && endpoint == "tcp://127.0.0.2:50000")
+        matches!(&outs[2], Output::Connect { peer, endpoint, .. } if *peer == id(2) && endpoint == "tcp://127.0.0.2:50000")
     );
     let Output::Send { frames, .. } = &outs[3] else {
         panic!("{outs:?}")
@@ -657,4 +684,210 @@ fn known_endpoints_without_beacons() {
     assert_eq!(net.kinds(0), ["EXIT 2"]);
     assert_eq!(net.probed.len(), 2);
     assert_eq!(net.probed[1], (0, "tcp://127.0.0.2:49152".to_owned()));
+}
+
+/// Node `n`'s CURVE public key in these tests.
+fn key(n: u8) -> [u8; 32] {
+    [n ^ 0xA0; 32]
+}
+
+/// CURVE mode for the nodes whose first UUID byte is in `curve`, with an allow-list of the
+/// keys of the nodes in `allowed` when given.
+fn curve_net(n: u8, curve: &'static [u8], allowed: Option<&'static [u8]>) -> Net {
+    Net::with(n, move |c| {
+        let i = c.uuid.as_bytes()[0];
+        if !curve.contains(&i) {
+            return c;
+        }
+        let mode = Curve::new(key(i));
+        let mode = match allowed {
+            Some(a) => mode.with_allowed(a.iter().map(|&n| key(n))),
+            None => mode,
+        };
+        c.with_curve(Some(mode))
+    })
+}
+
+fn curve_refusals(net: &Net, at: usize) -> Vec<&'static str> {
+    net.errors
+        .iter()
+        .filter(|(i, _)| *i == at)
+        .filter_map(|(_, e)| match e {
+            PeerError::CurveRefused { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn curve_nodes_meet_with_v3_beacons_x_publickey_and_server_keys() {
+    let mut net = curve_net(2, &[1, 2], None);
+    let mut n = Node::new(net.nodes[0].config().clone()).unwrap();
+    n.start(s("tcp://127.0.0.9:1"), 7, net.now).unwrap();
+    n.handle_timeout(net.now);
+    let Some(Output::Beacon(b)) = n.poll_output() else {
+        panic!("no beacon")
+    };
+    let bytes = b.encode();
+    assert_eq!(bytes.len(), 54);
+    assert_eq!(&bytes[..4], b"ZRE\x03");
+    assert_eq!(&bytes[20..22], &7u16.to_be_bytes());
+    assert_eq!(&bytes[22..], &key(1));
+
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert_eq!(net.kinds(1), ["ENTER 1"]);
+    assert_eq!(net.server_keys.get(&(0, id(2))), Some(&key(2)));
+    assert_eq!(net.server_keys.get(&(1, id(1))), Some(&key(1)));
+    // HELLO says X-PUBLICKEY: the Z85 of the key, the peer's header as the application sees it.
+    let z85 = dafka_zmtp_proto::z85_encode(&key(1));
+    assert_eq!(z85.len(), 40);
+    assert_eq!(
+        net.nodes[1].peer_header(id(1), X_PUBLICKEY),
+        Some(z85.as_str())
+    );
+    net.nodes[0].join(s("G"));
+    net.pump();
+    net.nodes[1].shout(s("G"), vec![Bytes::from_static(b"hi")]);
+    net.pump();
+    assert_eq!(net.kinds(0).len(), 1, "the SHOUT");
+    assert!(net.errors.is_empty(), "{:?}", net.errors);
+    // Leaving: a port-0 beacon with the key.
+    net.nodes[1].stop();
+    net.pump();
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+}
+
+#[test]
+fn curve_and_plain_nodes_ignore_each_other() {
+    // Nodes 1 and 2 in CURVE mode, node 3 plain.
+    let mut net = curve_net(3, &[1, 2], None);
+    for i in 0..3 {
+        net.start(i);
+    }
+    net.run_until(Duration::from_secs(3));
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert_eq!(net.kinds(1), ["ENTER 1"]);
+    assert!(net.kinds(2).is_empty(), "plain node 3 saw a CURVE node");
+    assert_eq!(net.nodes[2].peer_count(), 0);
+    assert!(!net.dealers.contains_key(&(0, id(3))), "no downgrade");
+    assert!(
+        curve_refusals(&net, 0).contains(&"a beacon without a CURVE key (version 1)"),
+        "{:?}",
+        net.errors
+    );
+    // A plain HELLO (no X-PUBLICKEY) reaching a CURVE node is refused too.
+    let hello = Message {
+        sequence: 1,
+        body: Body::Hello(dafka_zre_proto::Hello {
+            endpoint: s("tcp://127.0.0.3:49152"),
+            groups: vec![],
+            status: 0,
+            name: s("n3"),
+            headers: vec![],
+        }),
+    };
+    let now = net.now;
+    let err = net.nodes[0]
+        .handle_message(&id(3).dealer_identity(), &hello.to_frames(), now)
+        .unwrap_err();
+    assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
+    assert_eq!(net.nodes[0].poll_output(), None);
+}
+
+/// All three nodes in CURVE mode; nodes 1 and 2 let in only each other's keys (through
+/// `limit`), node 3 lets in everyone.
+fn allow_only_one_and_two(limit: fn(Curve) -> Curve) {
+    let mut net = Net::with(3, move |c| {
+        let i = c.uuid.as_bytes()[0];
+        let mode = Curve::new(key(i));
+        c.with_curve(Some(match i {
+            3 => mode,
+            _ => limit(mode),
+        }))
+    });
+    for i in 0..3 {
+        net.start(i);
+    }
+    net.run_until(Duration::from_secs(3));
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert_eq!(net.kinds(1), ["ENTER 1"]);
+    // Node 3 connects to 1 and 2 (it allows them), but their mailboxes refuse its key and
+    // they never connect back: no ENTER anywhere.
+    assert!(net.kinds(2).is_empty());
+    for i in 0..2 {
+        assert!(
+            curve_refusals(&net, i).contains(&"a beacon with a key not on the allow-list"),
+            "{:?}",
+            net.errors
+        );
+    }
+}
+
+#[test]
+fn curve_allow_list_ignores_other_keys() {
+    allow_only_one_and_two(|m| m.with_allowed([key(1), key(2)]));
+}
+
+/// The list given as an authenticator (a Dafka cluster's) decides alike.
+#[test]
+fn curve_authenticator_decides_on_peer_keys_too() {
+    allow_only_one_and_two(|m| m.with_authenticator(Authenticator::curve_keys([key(1), key(2)])));
+}
+
+#[test]
+fn curve_beacon_with_another_key_is_ignored() {
+    let mut net = curve_net(2, &[1, 2], None);
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    net.take(0);
+    let now = net.now;
+    // A forged port-0 beacon for node 2 with another key does not make it leave.
+    let forged = Beacon {
+        uuid: id(2),
+        port: 0,
+        curve_key: Some([0x55; 32]),
+    };
+    let err = net.nodes[0]
+        .handle_beacon(&forged, net.ips[1], now)
+        .unwrap_err();
+    assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
+    // Nor does a downgraded (version-1) one.
+    assert!(
+        net.nodes[0]
+            .handle_beacon(&Beacon::new(id(2), 0), net.ips[1], now)
+            .is_err()
+    );
+    net.pump();
+    assert!(net.kinds(0).is_empty());
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+    // The real one does.
+    let real = Beacon {
+        curve_key: Some(key(2)),
+        ..Beacon::new(id(2), 0)
+    };
+    net.nodes[0].handle_beacon(&real, net.ips[1], now).unwrap();
+    net.pump();
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+}
+
+#[test]
+fn curve_mode_refuses_known_endpoints_and_gossip() {
+    let curve = Some(Curve::new(key(1)));
+    let no_beacons = Config::new(id(1))
+        .with_curve(curve.clone())
+        .with_beacons(false);
+    assert!(matches!(Node::new(no_beacons), Err(CallerError::Config(_))));
+    let hub = Config::new(id(1))
+        .with_curve(curve.clone())
+        .with_gossip_hub(true);
+    assert!(matches!(Node::new(hub), Err(CallerError::Config(_))));
+    let mut n = Node::new(Config::new(id(1)).with_curve(curve)).unwrap();
+    n.start(s("tcp://127.0.0.1:1"), 1, Instant::now()).unwrap();
+    while n.poll_output().is_some() {}
+    n.connect_endpoint(s("tcp://127.0.0.2:2"));
+    assert_eq!(n.poll_output(), None, "an endpoint names no key");
 }

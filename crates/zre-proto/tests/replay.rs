@@ -70,7 +70,11 @@ fn node_a_of_the_zyre_capture() {
         while let Some(out) = node.poll_output() {
             match out {
                 Output::Beacon(bc) => beacons_out.push(bc.encode()),
-                Output::Connect { peer, endpoint } => {
+                Output::Connect {
+                    peer,
+                    endpoint,
+                    server_key: None,
+                } => {
                     assert_eq!(peer, b);
                     connected = Some(endpoint);
                 }

@@ -17,6 +17,13 @@
 //!   queue draining (the ZMTP `SendQueueDrained` event) clears that.
 //! * Events reach the application through [`ZreNode::recv`], a bounded queue: while it is
 //!   full the node stops reading its sockets.
+//! * In CURVE mode ([`Options::with_curve`], 43/ZRE version 3, as zyre with a certificate) the
+//!   node beacons its public key (54-byte beacons), its mailbox is a CURVE server with its key
+//!   pair (and [`Options::curve_allowed`] as authenticator), each DEALER a CURVE client with
+//!   the peer's key from its beacon (or its HELLO's `X-PUBLICKEY`) as server key. 22-byte
+//!   beacons are ignored, plaintext clients fail the handshake, and the `inproc://` shortcut
+//!   between nodes of one process is off (it would skip the handshake). Known endpoints and
+//!   gossip carry no keys: [`ZreNode::start`] refuses them with CURVE.
 //!
 //! ```no_run
 //! use dafka_zre::{Options, ZreNode};
@@ -40,8 +47,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dafka_zmtp::{Message, Socket, SocketEvent, SocketType};
-use dafka_zre_proto::{Beacon, Config, Output, ShortStr, Uuid};
+use dafka_zmtp::{
+    Authenticator, CurveKeyPair, MechanismConfig, Message, Socket, SocketEvent, SocketType,
+};
+use dafka_zre_proto::{Beacon, Config, Curve, Output, ShortStr, Uuid};
 use thiserror::Error;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
@@ -113,6 +122,15 @@ pub struct Options {
     /// connection and no descriptor per pair. Off, every peer is reached over TCP (to measure
     /// or test the TCP path between nodes of one process).
     pub local_inproc: bool,
+    /// CURVE mode: this node's key pair (`None`: plaintext, the default).
+    pub curve: Option<CurveKeyPair>,
+    /// In CURVE mode, the peer public keys allowed (`None`: any peer that knows this node's
+    /// public key). Peers with other keys are refused by the mailbox and their beacons ignored.
+    pub curve_allowed: Option<Vec<[u8; 32]>>,
+    /// In CURVE mode, an authenticator for the mailbox (instead of the one made from
+    /// [`Options::curve_allowed`]); peers whose key it refuses are ignored too (a Dafka
+    /// cluster's allow-list).
+    pub curve_authenticator: Option<Authenticator>,
 }
 
 /// The IPv4 broadcast address of loopback (`lo` has no broadcast flag, yet the kernel delivers
@@ -155,6 +173,9 @@ impl Options {
             known_endpoints: Vec::new(),
             gossip_hub: false,
             local_inproc: true,
+            curve: None,
+            curve_allowed: None,
+            curve_authenticator: None,
         }
     }
 
@@ -317,6 +338,25 @@ impl Options {
         self
     }
 
+    /// In CURVE mode with this key pair (43/ZRE version 3).
+    pub fn with_curve(mut self, keypair: CurveKeyPair) -> Self {
+        self.curve = Some(keypair);
+        self
+    }
+
+    /// In CURVE mode, talking only to peers with these public keys.
+    pub fn with_curve_allowed(mut self, keys: impl IntoIterator<Item = [u8; 32]>) -> Self {
+        self.curve_allowed = Some(keys.into_iter().collect());
+        self
+    }
+
+    /// In CURVE mode, with this authenticator on the mailbox, deciding on peers' beacons and
+    /// HELLOs too.
+    pub fn with_curve_authenticator(mut self, authenticator: Authenticator) -> Self {
+        self.curve_authenticator = Some(authenticator);
+        self
+    }
+
     /// With another per-peer send queue size.
     pub fn with_sndhwm(mut self, n: usize) -> Self {
         self.sndhwm = n;
@@ -331,7 +371,17 @@ impl Options {
             .with_timeouts(self.timeouts.0, self.timeouts.1, self.timeouts.2)
             .with_send_stall(self.send_stall)
             .with_beacons(self.beacons)
-            .with_gossip_hub(self.gossip_hub);
+            .with_gossip_hub(self.gossip_hub)
+            .with_curve(self.curve.as_ref().map(|k| {
+                let mut mode = Curve::new(*k.public());
+                if let Some(keys) = &self.curve_allowed {
+                    mode = mode.with_allowed(keys.iter().copied());
+                }
+                if let Some(auth) = &self.curve_authenticator {
+                    mode = mode.with_authenticator(auth.clone());
+                }
+                mode
+            }));
         if let Some(name) = &self.name {
             cfg = cfg.with_name(text("name", name)?);
         }
@@ -342,6 +392,11 @@ impl Options {
     }
 
     fn known(&self) -> Result<Vec<ShortStr>, Error> {
+        if self.curve.is_some() && !self.known_endpoints.is_empty() {
+            return Err(Error::Caller(CallerError::Config(
+                "CURVE mode takes no known endpoints: an endpoint carries no public key",
+            )));
+        }
         self.known_endpoints
             .iter()
             .map(|e| {
@@ -393,9 +448,22 @@ impl ZreNode {
             true => Some(beacon_socket(&options)?),
             false => None,
         };
+        let mailbox = match &options.curve {
+            Some(keypair) => MechanismConfig::CurveServer {
+                keypair: keypair.clone(),
+                authenticator: match (&options.curve_authenticator, &options.curve_allowed) {
+                    (Some(auth), _) => auth.clone(),
+                    (None, Some(keys)) => Authenticator::curve_keys(keys.iter().copied()),
+                    (None, None) => Authenticator::allow_all(),
+                },
+            },
+            None => MechanismConfig::Null,
+        };
         let router = Socket::new(
             SocketType::Router,
-            dafka_zmtp::Options::default().with_router_handover(true),
+            dafka_zmtp::Options::default()
+                .with_router_handover(true)
+                .with_mechanism(mailbox),
         )?;
         let endpoint = router
             .bind(&match options.ip {
@@ -412,16 +480,20 @@ impl ZreNode {
             what: "endpoint",
             error,
         })?;
-        let inproc = format!("inproc://zre-mailbox-{uuid}-{port}");
-        router.bind(&inproc).await?;
-        local_mailboxes().1.insert(endpoint.clone(), inproc);
+        // Not in CURVE mode: an inproc pipe has no handshake, so no CURVE either.
+        if options.curve.is_none() {
+            let inproc = format!("inproc://zre-mailbox-{uuid}-{port}");
+            router.bind(&inproc).await?;
+            local_mailboxes().1.insert(endpoint.clone(), inproc);
+        }
         node.start(announced, port, Instant::now())?;
         let (commands, command_rx) = mpsc::channel(256);
         let (event_tx, events) = mpsc::channel(options.event_queue.max(1));
         let (peer_tx, peer_rx) = mpsc::channel(1024);
         let ready = Arc::new(Mutex::new(HashSet::new()));
         let driver = Driver {
-            local_inproc: options.local_inproc,
+            local_inproc: options.local_inproc && options.curve.is_none(),
+            curve: options.curve.clone(),
             endpoint: endpoint.clone(),
             ready: Arc::clone(&ready),
             node,
@@ -673,6 +745,8 @@ impl Beacons {
 struct Driver {
     /// Whether to reach nodes of this process through their `inproc://` names.
     local_inproc: bool,
+    /// CURVE mode: this node's key pair, presented by every DEALER.
+    curve: Option<CurveKeyPair>,
     /// This node's TCP mailbox (the key of its [`local_mailboxes`] entry).
     endpoint: String,
     node: Node,
@@ -804,15 +878,19 @@ impl Driver {
                         tracing::warn!("ZRE beacon to {}: {e}", self.broadcast);
                     }
                 }
-                Output::Connect { peer, endpoint } => {
-                    if let Some(dealer) = self.open(&endpoint).await {
+                Output::Connect {
+                    peer,
+                    endpoint,
+                    server_key,
+                } => {
+                    if let Some(dealer) = self.open(&endpoint, server_key).await {
                         self.adopt(peer, dealer);
                     } else {
                         self.node.handle_connection_failed(peer);
                     }
                 }
                 Output::Probe { endpoint, hello } => {
-                    if let Some(dealer) = self.open(&endpoint).await {
+                    if let Some(dealer) = self.open(&endpoint, None).await {
                         // Queued until a node listens there (the DEALER keeps reconnecting).
                         let _ = dealer.try_send(Message::from(hello));
                         if let Some(old) = self.probes.insert(endpoint, dealer) {
@@ -861,9 +939,22 @@ impl Driver {
         stopped
     }
 
-    /// A DEALER with this node's identity, connecting to `endpoint`.
-    async fn open(&mut self, endpoint: &str) -> Option<Socket> {
+    /// A DEALER with this node's identity, connecting to `endpoint`; in CURVE mode a CURVE
+    /// client with `server_key` (a CURVE node never connects without one).
+    async fn open(&mut self, endpoint: &str, server_key: Option<[u8; 32]>) -> Option<Socket> {
+        let mechanism = match (&self.curve, server_key) {
+            (Some(keypair), Some(server_key)) => MechanismConfig::CurveClient {
+                keypair: keypair.clone(),
+                server_key,
+            },
+            (None, _) => MechanismConfig::Null,
+            (Some(_), None) => {
+                tracing::warn!("ZRE DEALER to {endpoint}: no CURVE key for it, not connected");
+                return None;
+            }
+        };
         let options = dafka_zmtp::Options::default()
+            .with_mechanism(mechanism)
             .with_routing_id(Some(Bytes::copy_from_slice(
                 &self.node.uuid().dealer_identity(),
             )))

@@ -8,17 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use dafka_zre::{Event, Options, PeerId, ZreNode};
 
-fn port() -> u16 {
-    // Free right now for UDP on loopback; the nodes bind it with SO_REUSEADDR/SO_REUSEPORT.
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().port()
-}
-
-fn opts(port: u16, name: &str) -> Options {
-    Options::loopback(port)
-        .with_name(name)
-        .with_interval(Duration::from_millis(100))
-}
+mod common;
+use common::{opts, port};
 
 /// Waits for the first event `pick` accepts, skipping others; panics after 10 s.
 async fn wait_for<T>(node: &mut ZreNode, mut pick: impl FnMut(&Event) -> Option<T>) -> T {

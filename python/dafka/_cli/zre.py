@@ -17,6 +17,7 @@ joined is shouted ``--greet``'s text once a peer joins it.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -61,6 +62,18 @@ def register(subparsers: Any) -> None:
         metavar=("EVASIVE", "SILENT", "EXPIRED"),
         help="peer timeouts in seconds (default: 5 10 30, as zyre)",
     )
+    p.add_argument(
+        "--curve-secret",
+        metavar="Z85",
+        help="CURVE mode (43/ZRE v3) with this secret key (40 Z85 characters; "
+        "default: $DAFKA_ZRE_CURVE_SECRET); plaintext nodes are ignored",
+    )
+    p.add_argument(
+        "--allow-key",
+        action="append",
+        metavar="Z85",
+        help="CURVE mode: talk only to peers with this public key (repeat for more)",
+    )
     p.add_argument("--greet", metavar="TEXT", help="whisper Hello to peers, shout TEXT")
     p.add_argument("--count", type=int, help="stop after this many events")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
@@ -102,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"dafka zre: --header {h!r} is not KEY=VALUE", file=sys.stderr)
             return 2
         headers[key] = value
+    # A secret on the command line shows in `ps`; the environment does not.
+    secret = args.curve_secret or os.environ.get("DAFKA_ZRE_CURVE_SECRET") or None
+    if args.allow_key and secret is None:
+        print("dafka zre: --allow-key needs CURVE mode (--curve-secret)", file=sys.stderr)
+        return 2
     node = Node(
         args.name,
         headers=headers,
@@ -116,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         evasive=args.timeouts[0],
         silent=args.timeouts[1],
         expired=args.timeouts[2],
+        curve_secretkey=secret,
+        allowed_keys=args.allow_key,
     )
     stopping = False
 

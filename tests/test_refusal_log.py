@@ -1,0 +1,76 @@
+"""The "authentication refused" warning is rate-limited per listener (issue 13): a burst of
+refused clients logs at most REFUSALS_LOGGED_PER_SECOND (10) warnings a second, and the
+next warning after the burst says how many were not logged."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+import pytest
+
+import dafka.zmtp
+
+LIMIT = 10
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "authentication refused" in r.getMessage()
+    ]
+
+
+def refuse_one(endpoint: str, public: str) -> None:
+    """One client whose key is not allowed; waits for its refusal."""
+    other_public, other_secret = dafka.zmtp.curve_keypair()
+    with dafka.zmtp.Socket(
+        "PUSH",
+        linger=0,
+        curve_serverkey=public,
+        curve_publickey=other_public,
+        curve_secretkey=other_secret,
+    ) as push:
+        monitor = push.monitor()
+        push.connect(endpoint)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if monitor.recv(timeout=5)["event"] == "handshake_failed":
+                return
+        raise AssertionError("the client was not refused")
+
+
+def test_refusal_warnings_are_rate_limited_per_listener(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    public, secret = dafka.zmtp.curve_keypair()
+    with dafka.zmtp.Socket(
+        "PULL", linger=0, curve_server=True, curve_secretkey=secret, authenticator=[]
+    ) as pull:
+        endpoint = pull.bind("tcp://127.0.0.1:0")
+        start = time.monotonic()
+        burst = 3 * LIMIT
+        for _ in range(burst):
+            refuse_one(endpoint, public)
+        took = time.monotonic() - start
+        logged = refusals(caplog)
+        # Every refusal within one window beyond the limit was held back (a slow machine may
+        # spread the burst over more windows: at most LIMIT per started second).
+        windows = int(took) + 1
+        assert len(logged) <= LIMIT * windows, (took, logged)
+        if took < 1.0:
+            assert len(logged) == LIMIT, logged
+        held_back = burst - len(logged)
+        assert held_back > 0, (took, logged)
+        # The next window: its first warning counts the ones not logged since the last one
+        # that was (over every window, the counts add up to all that were held back).
+        time.sleep(1.1)
+        refuse_one(endpoint, public)
+        final = refusals(caplog)
+        assert "earlier refusals on this listener were not logged" in final[-1], final[-1]
+        counted = [re.search(r"\((\d+) earlier refusals", m) for m in final]
+        assert sum(int(c.group(1)) for c in counted if c) == held_back, (took, final)
+        print(f"burst of {burst} refusals in {took:.2f} s: {len(logged)} warnings")
