@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import unique_topic
+from conftest import Retained, unique_topic
 
 import dafka
 from dafka.spark import DAFKA_SCHEMA
@@ -283,3 +283,56 @@ def test_arrow_schema_of_a_read_batch_is_the_consumers(cluster: dafka.LocalClust
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == list(range(5, 20))
     assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+
+
+def test_fail_on_data_loss_batch(spark: Any, retained: Retained) -> None:
+    # Offsets from 0 asked of a partition whose first records retention dropped.
+    r = retained
+    starting = json.dumps({r.topic: {r.partition: 0}})
+
+    def read(**options: str) -> Any:
+        reader = (
+            spark.read.format("dafka")
+            .option("towers", r.towers)
+            .option("subscribe", r.topic)
+            .option("startingOffsets", starting)
+        )
+        return reader.options(**options).load()
+
+    with pytest.raises(Exception, match=rf"offsets 0\.\.{r.low - 1} of .* failOnDataLoss=false"):
+        read().collect()
+    df = read(failOnDataLoss="false").selectExpr("min(offset)", "max(offset)", "count(*)")
+    assert tuple(df.first()) == (r.low, r.end - 1, r.end - r.low)
+
+
+def test_fail_on_data_loss_streaming(spark: Any, retained: Retained, tmp_path: Path) -> None:
+    r = retained
+    starting = json.dumps({r.topic: {r.partition: 0}})
+
+    def start(name: str, fail: str) -> Any:
+        return (
+            spark.readStream.format("dafka")
+            .option("towers", r.towers)
+            .option("subscribe", r.topic)
+            .option("startingOffsets", starting)
+            .option("failOnDataLoss", fail)
+            .load()
+            .select("offset")
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = start("lossfails", "true")
+    with pytest.raises(Exception, match=rf"offsets 0\.\.{r.low - 1} of .* failOnDataLoss=false"):
+        query.awaitTermination(120)
+    assert query.exception() is not None
+    query = start("lossskips", "false")
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        query.stop()
+    offsets = [row["offset"] for row in spark.table("lossskips").collect()]
+    assert sorted(offsets) == list(range(r.low, r.end))
