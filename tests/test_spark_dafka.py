@@ -347,3 +347,36 @@ def test_fail_on_data_loss_streaming(spark: Any, retained: Retained, tmp_path: P
         query.stop()
     offsets = [row["offset"] for row in spark.table("lossskips").collect()]
     assert sorted(offsets) == list(range(r.low, r.end))
+
+
+def test_latest_offset_answers_at_once_from_heads_tracked_in_the_background(
+    cluster: dafka.LocalCluster,
+) -> None:
+    # No offsets query per trigger (each waits its settle time, ~150 ms): a thread keeps the
+    # stores' heads fresh and latestOffset takes the newest answer.
+    from dafka._spark_dafka import _STREAM_READ, DafkaStreamReader, _parse
+
+    t = _topic()
+    p = _produce(cluster.towers, t, [b"a"] * 100)
+    o = _parse(
+        {"towers": cluster.towers, "subscribe": t, "startingOffsets": "earliest"},
+        _STREAM_READ,
+        "stream reader",
+    )
+    reader = DafkaStreamReader(o)
+    try:
+        assert reader.initialOffset() == {t: {p: 0}}
+        assert reader.latestOffset() == {t: {p: 100}}
+        q = _produce(cluster.towers, t, [b"b"] * 50)
+        took, deadline = [], time.monotonic() + 10
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            latest = reader.latestOffset()
+            took.append(time.monotonic() - started)
+            if latest == {t: {p: 100, q: 50}}:
+                break
+            time.sleep(0.05)
+        assert latest == {t: {p: 100, q: 50}}
+        assert sorted(took)[len(took) // 2] < 0.05, took
+    finally:
+        reader.stop()

@@ -385,6 +385,72 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
         reader.unassign(part.topic, part.partition)
 
 
+class _Heads:
+    """The stores' bounds of a stream's topics, kept fresh by a thread of the process that
+    hosts the stream reader: it asks again as soon as an answer is in (each offsets query
+    waits out its settle time, ~150 ms), so ``latestOffset`` takes the newest answer at once
+    instead of paying a query per trigger. An answer is used only if the query behind it
+    started after the call asking for it began minus `FRESH` seconds."""
+
+    FRESH = 0.5
+
+    def __init__(self, o: _Options) -> None:
+        self._o = o
+        self._cond = threading.Condition()
+        self._answer: tuple[float, dict[str, dict[str, tuple[int, int]]]] | None = None
+        self._error: tuple[float, DafkaError] | None = None
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def get(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """The newest bounds from a query started at most FRESH s before this call; raises
+        what the queries raise (no store within offsetsTimeout)."""
+        asked = time.monotonic()
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dafka-heads", daemon=True)
+                self._thread.start()
+            deadline = asked + self._o.offsets_timeout + 5.0
+            while True:
+                if self._answer is not None and self._answer[0] >= asked - self.FRESH:
+                    return self._answer[1]
+                if self._error is not None and self._error[0] >= asked - self.FRESH:
+                    raise self._error[1]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return _bounds(self._o)  # the thread is stuck: ask directly
+                self._cond.wait(left)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+            started = time.monotonic()
+            try:
+                bounds = _bounds(self._o)
+            except DafkaError as e:
+                with self._cond:
+                    self._error = (started, e)
+                    self._cond.notify_all()
+                time.sleep(0.2)
+                continue
+            with self._cond:
+                self._answer = (started, bounds)
+                self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+
+    # Spark pickles stream readers (for their `read`): only the options travel.
+    def __getstate__(self) -> _Options:
+        return self._o
+
+    def __setstate__(self, o: _Options) -> None:
+        self.__init__(o)  # type: ignore[misc]
+
+
 # --- the data source -------------------------------------------------------------------------
 
 
@@ -442,6 +508,7 @@ class DafkaStreamReader(DataSourceStreamReader):
         # trigger checks data loss against them instead of asking again (each query costs
         # the settle time of the offsets query).
         self._bounds: dict[str, dict[str, tuple[int, int]]] | None = None
+        self._heads = _Heads(options)
         # Where _cap's turn starts when maxOffsetsPerTrigger is below the partitions waiting.
         self._turn = 0
 
@@ -457,7 +524,7 @@ class DafkaStreamReader(DataSourceStreamReader):
         # latestOffset() alone: then the start is the last offset returned or committed.
         o = self.options
         base: Offsets = start if start is not None else (self._last or {})
-        bounds = self._bounds = _bounds(o)
+        bounds = self._bounds = self._heads.get()
         latest: Offsets = {}
         for t in o.topics:
             latest[t] = dict(base.get(t, {}))
@@ -495,7 +562,7 @@ class DafkaStreamReader(DataSourceStreamReader):
             o.fail_on_data_loss
             or any(p not in start.get(t, {}) for t, ps in end.items() for p in ps)
         ):
-            low = _bounds(o)
+            low = self._heads.get()
         # The planned end is where the next micro-batch starts, whatever latestOffset said
         # before a restart: Spark 4.0/4.1 pass no start to latestOffset.
         self._last = end
@@ -508,6 +575,9 @@ class DafkaStreamReader(DataSourceStreamReader):
     def commit(self, end: dict[str, Any]) -> None:
         # Offsets live in Spark's checkpoint; nothing to commit to Dafka.
         self._last = end
+
+    def stop(self) -> None:
+        self._heads.stop()
 
 
 def _cap(
