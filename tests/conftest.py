@@ -9,6 +9,7 @@ import time
 import tomllib
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,65 @@ def cluster() -> Iterator[Any]:
 
     with dafka.LocalCluster(sync="never") as c:
         yield c
+
+
+RETAINED = 80_000
+
+
+@dataclass
+class Retained:
+    """A partition of which retention dropped the first records: offsets ``low..end`` held."""
+
+    towers: str
+    topic: str
+    partition: str
+    low: int
+    end: int
+    # Another partition of the topic, written first: every one of its records is gone.
+    gone: str
+    gone_end: int
+
+
+@pytest.fixture(scope="module")
+def retained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Retained]:
+    """A tower and a store keeping about 4 MiB in 2 MiB segments, one partition of 1000
+    records of 100 B written to it, then another of RETAINED: retention dropped the whole
+    first partition and the first records of the second (the store's log is shared)."""
+    import dafka
+    from dafka._native import Store, Tower
+
+    path = tmp_path_factory.mktemp("retained")
+    with Tower(sub="tcp://127.0.0.1:0") as tower:
+        towers = tower.towers
+        with Store(
+            str(path), towers=towers, sync="never", segment_bytes=2 << 20, retention_bytes=4 << 20
+        ):
+            topic = unique_topic("ret")
+            with dafka.Producer(topic, towers=towers) as p:
+                p.send_many([b"%099d" % i for i in range(1000)])
+                p.flush(timeout=30)
+                gone = p.partition
+            with dafka.Producer(topic, towers=towers) as p:
+                for chunk in range(0, RETAINED, 10_000):
+                    p.send_many([b"%099d" % i for i in range(chunk, chunk + 10_000)])
+                    p.flush(timeout=30)
+                partition = p.partition
+            with dafka.PartitionReader(towers) as reader:
+                # The writer applies retention after acknowledging the batch that rolled a
+                # segment: wait until the low-water mark is above 0 and stays put.
+                deadline = time.monotonic() + 20
+                seen = None
+                while time.monotonic() < deadline:
+                    bounds = reader.offsets(topic)[partition]
+                    if bounds[0] > 0 and bounds == seen:
+                        break
+                    seen = bounds
+                    time.sleep(0.3)
+                bounds = reader.offsets(topic)
+            low, end = bounds[partition]
+            assert 0 < low < end == RETAINED, bounds
+            assert bounds[gone] == (1000, 1000), bounds
+            yield Retained(towers, topic, partition, low, end, gone, 1000)
 
 
 def unique_topic(prefix: str) -> str:

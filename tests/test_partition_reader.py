@@ -7,7 +7,7 @@ import time
 
 import pyarrow as pa
 import pytest
-from conftest import unique_topic
+from conftest import Retained, unique_topic
 
 import dafka
 
@@ -67,3 +67,54 @@ def test_bad_partition_id_is_refused() -> None:
     with dafka.LocalCluster() as c, dafka.PartitionReader(c.towers) as reader:
         with pytest.raises(dafka.InvalidArgumentError, match="32 hexadecimal"):
             reader.assign("t", "nope", 0)
+
+
+def test_position_moves_past_records_retention_dropped(retained: Retained) -> None:
+    r = retained
+    with dafka.PartitionReader(r.towers) as reader:
+        assert reader.position(r.topic, r.partition) is None
+        reader.assign(r.topic, r.partition, 0, end=10)
+        assert reader.position(r.topic, r.partition) is not None
+        # The store answers DIRECT-LOW-WATER: the position skips to the first offset held.
+        deadline = time.monotonic() + 10
+        while reader.position(r.topic, r.partition) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # (and on: the records from there on are fetched and delivered).
+        assert reader.position(r.topic, r.partition) >= r.low
+        assert reader.poll(max_records=5, timeout=5).column("offset").to_pylist() == list(
+            range(r.low, r.low + 5)
+        )
+        reader.unassign(r.topic, r.partition)
+        assert reader.position(r.topic, r.partition) is None
+
+
+def _range_read(r: Retained, start: int, end: int, fail: str) -> list[pa.RecordBatch]:
+    from dafka._spark_dafka import _READ, DafkaPartition, _parse, _read
+
+    o = _parse(
+        {"towers": r.towers, "subscribe": r.topic, "failOnDataLoss": fail, "pollTimeout": "60"},
+        _READ,
+        "batch reader",
+    )
+    return list(_read(DafkaPartition(r.topic, r.partition, start, end), o))
+
+
+def test_a_read_task_notices_its_range_is_gone_at_once(retained: Retained) -> None:
+    # A range planned before retention removed it: the task does not wait pollTimeout (60 s).
+    # The second case is a partition of which every record is gone: nothing comes after the
+    # range either, so only the position tells (DIRECT-LOW-WATER to the partition's end).
+    r = retained
+    g = Retained(r.towers, r.topic, r.gone, r.gone_end, r.gone_end, r.gone, r.gone_end)
+    for part, start, end in ((r, 0, 10), (g, 200, 300)):
+        started = time.monotonic()
+        gone = rf"offsets {start}\.\.{end - 1} .* failOnDataLoss=false"
+        with pytest.raises(dafka.DafkaError, match=gone):
+            _range_read(part, start, end, "true")
+        assert _range_read(part, start, end, "false") == []
+        assert time.monotonic() - started < 8
+    # Partly gone: failOnDataLoss=false goes on with what remains.
+    with pytest.raises(dafka.DafkaError, match=rf"offsets 0\.\.{r.low - 1} .* failOnDataLoss"):
+        _range_read(r, 0, r.low + 100, "true")
+    table = pa.Table.from_batches(_range_read(r, 0, r.low + 100, "false"))
+    assert table.column("offset").to_pylist() == list(range(r.low, r.low + 100))
+    assert table.column("value").to_pylist() == [b"%099d" % i for i in range(r.low, r.low + 100)]

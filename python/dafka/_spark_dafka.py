@@ -293,10 +293,7 @@ def _plan(
             s = start.get(t, {}).get(p, first)
             if s < first:
                 if o.fail_on_data_loss:
-                    raise DafkaError(
-                        f"dafka source: offsets {s}..{first - 1} of {t}/{p} are gone "
-                        "(store retention); set failOnDataLoss=false to skip them"
-                    )
+                    raise _gone(t, p, s, first)
                 s = first
             if e > s:
                 ranges.append(DafkaPartition(t, p, s, e))
@@ -315,9 +312,19 @@ def _plan(
     return out
 
 
+def _gone(topic: str, partition: str, first: int, end: int) -> DafkaError:
+    return DafkaError(
+        f"dafka source: offsets {first}..{end - 1} of {topic}/{partition} are gone "
+        "(store retention); set failOnDataLoss=false to skip them"
+    )
+
+
 def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
     """The records of one range, as the Rust consumer's Arrow batches (sliced, never
-    rebuilt in Python)."""
+    rebuilt in Python). Records the stores no longer hold (retention) are noticed at once:
+    the DIRECT-LOW-WATER a store answers moves the reader's position past them, so an empty
+    poll with the position above the next offset expected means they are gone; the task then
+    fails naming failOnDataLoss, or (failOnDataLoss=false) goes on with what remains."""
     import pyarrow.compute as pc
 
     started = time.monotonic()
@@ -330,8 +337,18 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
         last_progress = time.monotonic()
         while expected < part.end:
             want = min(o.max_records_per_batch, part.end - expected)
+            # Read before the poll: if the poll comes back empty, every record delivered
+            # below this position was polled already, so the offsets from `expected` up to
+            # it were skipped, never delivered.
+            position = reader.position(part.topic, part.partition)
             batch = reader.poll(max_records=want, timeout=0.5)
             if batch.num_rows == 0:
+                if position is not None and position > expected:
+                    if o.fail_on_data_loss:
+                        raise _gone(part.topic, part.partition, expected, min(position, part.end))
+                    expected = position
+                    last_progress = time.monotonic()
+                    continue
                 if time.monotonic() - last_progress > o.poll_timeout:
                     raise DafkaError(
                         f"dafka source: no record of {part.topic}/{part.partition} from offset "
@@ -342,14 +359,14 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
             last_progress = time.monotonic()
             offsets = batch.column("offset")
             first, last = offsets[0].as_py(), offsets[-1].as_py()
-            if first != expected or last - first + 1 != batch.num_rows:
+            if o.fail_on_data_loss and (first != expected or last - first + 1 != len(offsets)):
                 # Retention moved the partition past records this range needs.
-                if o.fail_on_data_loss:
-                    raise DafkaError(
-                        f"dafka source: offsets of {part.topic}/{part.partition} from "
-                        f"{expected} are gone (store retention); set failOnDataLoss=false "
-                        "to skip them"
-                    )
+                lo, hi = expected, first
+                if first == expected:  # the jump is inside the batch
+                    steps = offsets.to_numpy()
+                    at = int((steps[1:] - steps[:-1] != 1).argmax())
+                    lo, hi = int(steps[at]) + 1, int(steps[at + 1])
+                raise _gone(part.topic, part.partition, lo, min(hi, part.end))
             if last >= part.end:
                 batch = batch.filter(pc.less(offsets, part.end))
             expected = last + 1
@@ -366,6 +383,72 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
                 yield batch
     finally:
         reader.unassign(part.topic, part.partition)
+
+
+class _Heads:
+    """The stores' bounds of a stream's topics, kept fresh by a thread of the process that
+    hosts the stream reader: it asks again as soon as an answer is in (each offsets query
+    waits out its settle time, ~150 ms), so ``latestOffset`` takes the newest answer at once
+    instead of paying a query per trigger. An answer is used only if the query behind it
+    started after the call asking for it began minus `FRESH` seconds."""
+
+    FRESH = 0.5
+
+    def __init__(self, o: _Options) -> None:
+        self._o = o
+        self._cond = threading.Condition()
+        self._answer: tuple[float, dict[str, dict[str, tuple[int, int]]]] | None = None
+        self._error: tuple[float, DafkaError] | None = None
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def get(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """The newest bounds from a query started at most FRESH s before this call; raises
+        what the queries raise (no store within offsetsTimeout)."""
+        asked = time.monotonic()
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dafka-heads", daemon=True)
+                self._thread.start()
+            deadline = asked + self._o.offsets_timeout + 5.0
+            while True:
+                if self._answer is not None and self._answer[0] >= asked - self.FRESH:
+                    return self._answer[1]
+                if self._error is not None and self._error[0] >= asked - self.FRESH:
+                    raise self._error[1]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return _bounds(self._o)  # the thread is stuck: ask directly
+                self._cond.wait(left)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+            started = time.monotonic()
+            try:
+                bounds = _bounds(self._o)
+            except DafkaError as e:
+                with self._cond:
+                    self._error = (started, e)
+                    self._cond.notify_all()
+                time.sleep(0.2)
+                continue
+            with self._cond:
+                self._answer = (started, bounds)
+                self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+
+    # Spark pickles stream readers (for their `read`): only the options travel.
+    def __getstate__(self) -> _Options:
+        return self._o
+
+    def __setstate__(self, o: _Options) -> None:
+        self.__init__(o)  # type: ignore[misc]
 
 
 # --- the data source -------------------------------------------------------------------------
@@ -416,7 +499,7 @@ class DafkaBatchReader(DataSourceReader):
 class DafkaStreamReader(DataSourceStreamReader):
     """Offsets ``{topic: {partition: next_offset}}``. ``latestOffset`` caps each micro-batch
     at ``maxOffsetsPerTrigger`` records over all partitions, shared in proportion to what each
-    partition has waiting (as Kafka's source does)."""
+    partition has waiting (as Kafka's source does), fairly (see `_cap`)."""
 
     def __init__(self, options: _Options) -> None:
         self.options = options
@@ -425,6 +508,9 @@ class DafkaStreamReader(DataSourceStreamReader):
         # trigger checks data loss against them instead of asking again (each query costs
         # the settle time of the offsets query).
         self._bounds: dict[str, dict[str, tuple[int, int]]] | None = None
+        self._heads = _Heads(options)
+        # Where _cap's turn starts when maxOffsetsPerTrigger is below the partitions waiting.
+        self._turn = 0
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
@@ -438,7 +524,7 @@ class DafkaStreamReader(DataSourceStreamReader):
         # latestOffset() alone: then the start is the last offset returned or committed.
         o = self.options
         base: Offsets = start if start is not None else (self._last or {})
-        bounds = self._bounds = _bounds(o)
+        bounds = self._bounds = self._heads.get()
         latest: Offsets = {}
         for t in o.topics:
             latest[t] = dict(base.get(t, {}))
@@ -458,7 +544,8 @@ class DafkaStreamReader(DataSourceStreamReader):
         # micro-batch is not capped (docs/spark.md). It still ends at the stores' heads,
         # which are never below a checkpointed offset.
         if cap is not None and (start is not None or self._last is not None):
-            latest = _cap(base, latest, bounds, cap)
+            latest = _cap(base, latest, bounds, cap, self._turn)
+            self._turn += cap
         self._last = latest
         return latest
 
@@ -475,7 +562,7 @@ class DafkaStreamReader(DataSourceStreamReader):
             o.fail_on_data_loss
             or any(p not in start.get(t, {}) for t, ps in end.items() for p in ps)
         ):
-            low = _bounds(o)
+            low = self._heads.get()
         # The planned end is where the next micro-batch starts, whatever latestOffset said
         # before a restart: Spark 4.0/4.1 pass no start to latestOffset.
         self._last = end
@@ -489,12 +576,24 @@ class DafkaStreamReader(DataSourceStreamReader):
         # Offsets live in Spark's checkpoint; nothing to commit to Dafka.
         self._last = end
 
+    def stop(self) -> None:
+        self._heads.stop()
+
 
 def _cap(
-    base: Offsets, latest: Offsets, bounds: dict[str, dict[str, tuple[int, int]]], cap: int
+    base: Offsets,
+    latest: Offsets,
+    bounds: dict[str, dict[str, tuple[int, int]]],
+    cap: int,
+    turn: int = 0,
 ) -> Offsets:
-    """At most `cap` records past `base` in all, split in proportion to each partition's
-    backlog (every partition with a backlog gets at least one)."""
+    """At most `cap` records past `base` in all, and exactly `cap` when more wait. With at
+    least as many records as partitions waiting, every partition with a backlog gets one, and
+    the rest is shared in proportion to what each has left (largest remainders first, so the
+    shares add up to `cap`). With fewer (`cap` below the number of partitions waiting), `cap`
+    partitions get one each, taken in turn from the sorted list starting at `turn` (the
+    caller advances it by `cap` each trigger): every partition moves within a few triggers,
+    none is starved by others that keep a backlog."""
     backlog = {}
     for t, parts in latest.items():
         for p, e in parts.items():
@@ -505,11 +604,20 @@ def _cap(
     if total <= cap:
         return latest
     out = {t: dict(parts) for t, parts in latest.items()}
-    left = cap
-    for (t, p), (s, e) in sorted(backlog.items(), key=lambda kv: kv[1][1] - kv[1][0]):
-        take = min(e - s, max(1, (e - s) * cap // total), left)
-        out[t][p] = s + take
-        left -= take
+    keys = sorted(backlog)
+    if cap < len(keys):
+        take = {keys[(turn + i) % len(keys)]: 1 for i in range(cap)}
+    else:
+        rest = cap - len(keys)
+        left = {k: e - s - 1 for k, (s, e) in backlog.items()}
+        weight = sum(left.values())
+        exact = {k: n * rest / weight for k, n in left.items()}
+        take = {k: 1 + int(x) for k, x in exact.items()}
+        spare = cap - sum(take.values())
+        for k in sorted(keys, key=lambda k: (int(exact[k]) - exact[k], -left[k]))[:spare]:
+            take[k] += 1
+    for (t, p), (s, e) in backlog.items():
+        out[t][p] = s + min(take.get((t, p), 0), e - s)
     return out
 
 

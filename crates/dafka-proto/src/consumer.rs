@@ -342,6 +342,18 @@ impl Consumer {
         }
     }
 
+    /// A subscription was cancelled on the consumer's XPUB (the publisher hands up `0x00` +
+    /// prefix when a subscriber cancels it or its connection ends): `'W'` + a store reader's
+    /// id means that reader no longer hears this consumer (it stopped or died), so it is no
+    /// longer counted by [`stores_reachable`](Self::stores_reachable) and an offsets query
+    /// with every store gone fails instead of settling on an empty answer. Its `'W'` coming
+    /// back (a reconnect) counts it again. Every other cancellation is ignored.
+    pub fn handle_unsubscription(&mut self, subscription: &[u8]) {
+        if let Some((Kind::ConsumerHello, store)) = subscription::parse_node(subscription) {
+            self.heard_by.remove(&store);
+        }
+    }
+
     /// Starts (or restarts, forgetting what was heard) a query of `topic`'s partitions and
     /// their [`Bounds`]: sends GET-HEADS now, and again to every store reader that becomes
     /// reachable (see [`stores_reachable`](Self::stores_reachable)) while the query runs. The
@@ -378,6 +390,11 @@ impl Consumer {
     /// Notes a store reader seen through its subscription (`by`: it hears us) or its
     /// STORE-HELLO; once it is both, every running query is sent again so it answers them.
     fn heard(&mut self, store: NodeId, by: bool) {
+        if !by && self.heard_from.len() >= MAX_STORES {
+            // Full of readers that said hello: forget those that no longer hear us (gone).
+            let live = &self.heard_by;
+            self.heard_from.retain(|s| live.contains(s));
+        }
         let set = if by {
             &mut self.heard_by
         } else {

@@ -583,7 +583,8 @@ impl StoreReader {
     }
 
     /// The next message to publish: STORE-HELLOs and DIRECT-HEADs, then FETCH answers, read
-    /// from `log` a chunk at a time, in ascending offset order.
+    /// from `log` a chunk at a time, in ascending offset order per answer; pending answers
+    /// take turns, one chunk each.
     pub fn poll_transmit<L: StoreLog>(&mut self, log: &L) -> Option<Message> {
         if let Some(m) = self.transmit.pop_front() {
             return Some(m);
@@ -625,6 +626,11 @@ impl StoreReader {
                         self.answers.pop_front();
                     } else {
                         answer.next = expected;
+                        // Round robin, a chunk at a time: consumers reading at once (Spark's
+                        // tasks) are served side by side, not one whole range after another.
+                        if answer.next < answer.end {
+                            self.answers.rotate_left(1);
+                        }
                     }
                 }
                 Err(_) => {

@@ -170,3 +170,38 @@ fn reachable_needs_both_directions_and_answers_to_others_are_refused() {
     c.handle_message(&hello_to(C1), now).unwrap();
     assert_eq!(c.stores_reachable(), 1);
 }
+
+#[test]
+fn a_store_reader_whose_subscription_is_cancelled_is_no_longer_reachable() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let mut r = reader(S1_READER, S1_WRITER);
+    connect(&mut c, &mut r, S1_READER, &log, now);
+    assert_eq!(c.stores_reachable(), 1);
+    // Another cancellation (not a store reader's 'W') changes nothing.
+    c.handle_unsubscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
+    assert_eq!(c.stores_reachable(), 1);
+    // Its connection ended: the XPUB hands up the cancelled `'W'` + id.
+    c.handle_unsubscription(&subscription::node(
+        dafka_proto::Kind::ConsumerHello,
+        &id(S1_READER),
+    ));
+    assert_eq!(c.stores_reachable(), 0, "a dead store is forgotten");
+    // It reconnects: its `'W'` comes back and it counts again (its hello was heard before).
+    c.query_offsets(golden.clone());
+    while c.poll_transmit().is_some() {}
+    c.handle_subscription(&subscription::node(
+        dafka_proto::Kind::ConsumerHello,
+        &id(S1_READER),
+    ));
+    assert_eq!(c.stores_reachable(), 1);
+    // And the running query is sent again to it.
+    to_reader(&mut c, &mut r, &log);
+    to_consumer(&mut r, &log, &mut c, now);
+    assert_eq!(
+        c.finish_query(&golden).unwrap(),
+        BTreeMap::from([(id(P1), Bounds { low: 0, end: 10 })])
+    );
+}

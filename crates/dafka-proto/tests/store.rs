@@ -365,6 +365,32 @@ fn fetch_is_answered_in_order_from_the_log_in_chunks() {
     assert!(sent_r(&mut r, &log).is_empty());
 }
 
+/// Two consumers' answers pending at once take turns a chunk at a time: the second is not
+/// kept waiting until the first's whole range is sent (Spark's tasks read side by side).
+#[test]
+fn pending_answers_take_turns_a_chunk_at_a_time() {
+    let log = log_with(10);
+    let mut cfg = StoreReaderConfig::new(id(S1_READER), id(S1_WRITER));
+    cfg.read_chunk = 3;
+    let mut r = StoreReader::new(cfg).unwrap();
+    r.handle_message(&fetch(C1, 0, 10), &log).unwrap();
+    r.handle_message(&fetch(S2_WRITER, 2, 5), &log).unwrap();
+    let got = direct_records(&sent_r(&mut r, &log));
+    let (c1, s2) = (id(C1), id(S2_WRITER));
+    let want: Vec<(NodeId, u64)> = [
+        (c1, 0..3),
+        (s2, 2..5),
+        (c1, 3..6),
+        (s2, 5..7),
+        (c1, 6..9),
+        (c1, 9..10),
+    ]
+    .into_iter()
+    .flat_map(|(to, r)| r.map(move |s| (to, s)))
+    .collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn fetch_below_the_low_water_mark_gets_the_low_water_mark_not_records() {
     let mut log = log_with(0);

@@ -479,6 +479,10 @@ impl Role for ConsumerRole {
         self.shared.lock().consumer.handle_subscription(prefix);
     }
 
+    fn on_unsubscription(&mut self, prefix: &[u8]) {
+        self.shared.lock().consumer.handle_unsubscription(prefix);
+    }
+
     fn on_timeout(&mut self, now: Instant) {
         self.shared.lock().consumer.handle_timeout(now);
     }

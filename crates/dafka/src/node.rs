@@ -318,6 +318,9 @@ pub(crate) trait Role: Send + 'static {
     fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError>;
     /// A subscription (`0x01` + prefix) that reached an XPUB publisher.
     fn on_subscription(&mut self, _prefix: &[u8], _now: Instant) {}
+    /// A cancelled subscription (`0x00` + prefix) that reached an XPUB publisher: a
+    /// subscriber cancelled it or its connection ended.
+    fn on_unsubscription(&mut self, _prefix: &[u8]) {}
     /// The time given by `poll_timeout` came.
     fn on_timeout(&mut self, now: Instant);
     /// When `on_timeout` is due next.
@@ -736,8 +739,10 @@ impl Plumbing {
                     let t = now();
                     for m in subscriptions.drain(..) {
                         // XPUB hands up `0x01 + prefix` (subscribe) and `0x00 + prefix`.
-                        if let Some((&0x01, prefix)) = m.frames().first().and_then(|f| f.split_first()) {
-                            role.on_subscription(prefix, t);
+                        match m.frames().first().and_then(|f| f.split_first()) {
+                            Some((&0x01, prefix)) => role.on_subscription(prefix, t),
+                            Some((&0x00, prefix)) => role.on_unsubscription(prefix),
+                            _ => {}
                         }
                     }
                 }

@@ -128,6 +128,39 @@ async fn offsets_fails_in_bounded_time_without_a_store() {
     admin.close().await;
 }
 
+/// Every store died after a query succeeded: the next query fails with `NoStore` within its
+/// timeout (the dead store is no longer counted as reachable) instead of settling on an empty
+/// answer; a store back on the same directory is found again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_fails_once_every_store_died() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(&dir, &towers).await;
+    let p = ProducerNode::start("dying", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    p.send_many(vec!["a".into(), "b".into()]).await.unwrap();
+    p.flush(Some(PATIENCE)).await.unwrap();
+    let partition = p.partition();
+    p.close().await;
+    let admin = ConsumerNode::start(&[], fast(&towers), ConsumerOptions::default())
+        .await
+        .unwrap();
+    let got = admin.offsets("dying", PATIENCE).await.unwrap();
+    assert_eq!(got, vec![(partition, Bounds { low: 0, end: 2 })]);
+    s.close().await;
+    let started = Instant::now();
+    let r = admin.offsets("dying", Duration::from_millis(700)).await;
+    assert!(matches!(r, Err(Error::NoStore { .. })), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let s = store(&dir, &towers).await;
+    let got = admin.offsets("dying", PATIENCE).await.unwrap();
+    assert_eq!(got, vec![(partition, Bounds { low: 0, end: 2 })]);
+    admin.close().await;
+    s.close().await;
+    tower.close().await;
+}
+
 /// An "assigned" consumer reads one offset range of one partition from the store, with the
 /// producers gone (no HEAD will ever come: the range is FETCHed at once), and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

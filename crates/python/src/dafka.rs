@@ -192,20 +192,27 @@ pub(crate) struct PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (path, towers, sync = None, *, curve = None))]
+    #[pyo3(signature = (path, towers, sync = None, *, curve = None, segment_bytes = None, retention_bytes = None))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
         towers: &str,
         sync: Option<&Bound<'_, PyAny>>,
         curve: Option<&Bound<'_, PyClusterKeys>>,
+        segment_bytes: Option<u64>,
+        retention_bytes: Option<u64>,
     ) -> PyResult<Self> {
         let sync = sync
             .map(sync_policy)
             .transpose()?
             .unwrap_or(SyncPolicy::Always);
         let node = node_config(towers)?.with_security(security(curve));
-        let open = StoreNode::open(path.clone(), node, StoreOptions::with_sync(sync));
+        let mut options = StoreOptions::with_sync(sync);
+        if let Some(bytes) = segment_bytes {
+            options.engine.segment_bytes = bytes;
+        }
+        options.engine.retention.max_bytes = retention_bytes;
+        let open = StoreNode::open(path.clone(), node, options);
         let store = runtime::wait_for(py, open)?.map_err(errors::node)?;
         Ok(PyStore {
             node: Slot::new(store),

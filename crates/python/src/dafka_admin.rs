@@ -77,6 +77,20 @@ impl PyPartitionReader {
             .map_err(errors::node)
     }
 
+    /// The next offset the reader delivers in `partition` of `topic`, or `None` when it is
+    /// not assigned. Above every offset polled so far when the stores no longer hold the ones
+    /// between (retention: a DIRECT-LOW-WATER moved the partition up); read it *before* a poll
+    /// that comes back empty to tell the records skipped from those not yet arrived.
+    fn position(&self, topic: &str, partition: &str) -> PyResult<Option<u64>> {
+        let partition = partition_id(partition)?;
+        let node = self.node.get("reader")?;
+        Ok(node
+            .positions()
+            .into_iter()
+            .find(|p| p.partition == partition && p.topic.as_bytes() == topic.as_bytes())
+            .map(|p| p.next))
+    }
+
     /// Stops reading `partition` of `topic`.
     fn unassign(&self, topic: &str, partition: &str) -> PyResult<()> {
         let partition = partition_id(partition)?;
