@@ -80,6 +80,7 @@ def py_producer(args: argparse.Namespace) -> dict[str, Any]:
         "mb_per_s": rate * args.size / 1e6,
         "ok": True,
         "peak_rss_kib": peak_rss_kib(),
+        "cpu_s": cpu_s(),
     }
 
 
@@ -114,7 +115,16 @@ def py_consumer(args: argparse.Namespace) -> dict[str, Any]:
         "mb_per_s": nbytes / max(secs, 1e-9) / 1e6,
         "ok": True,
         "peak_rss_kib": peak_rss_kib(),
+        "cpu_s": cpu_s(),
     }
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of this process so far (as the Rust roles report)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return round(r.ru_utime + r.ru_stime, 3)
 
 
 def peak_rss_kib() -> int:

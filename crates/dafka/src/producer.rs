@@ -2,10 +2,13 @@
 //! SUB subscribed to `'K'` and `'F'` + its id.
 //!
 //! [`ProducerNode::send`] assigns the offset and publishes the RECORD from the caller's task,
-//! under the lock of the state machine (so records leave in offset order); the node's task
+//! under the lock of the state machine (so records leave in offset order);
+//! [`ProducerNode::try_send`] only assigns it and leaves the RECORD for the node's task to
+//! publish with the others queued meanwhile (one wake-up per batch, not per record); the task
 //! handles ACKs and FETCHes, publishes HEADs when due and FETCH answers in chunks of
 //! [`TRANSMIT_CHUNK`](crate::node) messages.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -110,6 +113,9 @@ struct Shared {
     publisher: Socket,
     control: Arc<Control>,
     send_timeout: Duration,
+    /// RECORDs queued by `try_send` since the task last took the queue: set (and the task
+    /// woken) by the first, cleared by the task under the state machine's lock.
+    queued: AtomicBool,
 }
 
 impl Shared {
@@ -199,6 +205,7 @@ impl ProducerNode {
             publisher: plumbing.publisher.clone(),
             control: control.clone(),
             send_timeout: options.send_timeout,
+            queued: AtomicBool::new(false),
         });
         let port = plumbing.port();
         let role = ProducerRole {
@@ -243,6 +250,33 @@ impl ProducerNode {
         let mut first = None;
         self.send_each(std::iter::once(value), &mut first).await?;
         first.ok_or(Error::Closed)
+    }
+
+    /// Sends one record without waiting: `Ok(Ok(offset))` once its offset is assigned, the
+    /// RECORD left for the node's task to publish with every other one queued until it runs
+    /// (the first queued wakes it, the rest ride along: a cheap call for a caller sending one
+    /// record at a time); `Ok(Err(value))` hands the value back when the unacknowledged buffer
+    /// is full (then [`send`](Self::send) waits for room). Records leave in offset order,
+    /// whichever of `send` and `try_send` queued them.
+    pub fn try_send(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+        let shared = &self.shared;
+        let mut producer = shared.lock();
+        if shared.closed() {
+            return Err(Error::Closed);
+        }
+        if !fits(&producer, &value) {
+            return Ok(Err(value));
+        }
+        let offset = match producer.send(value, now()) {
+            Ok(offset) => offset,
+            Err(SendError::Caller(e)) => return Err(e.into()),
+            Err(e) => return Err(Error::Refused(e)),
+        };
+        drop(producer);
+        if !shared.queued.swap(true, Ordering::AcqRel) {
+            shared.control.wake.notify_one();
+        }
+        Ok(Ok(offset))
     }
 
     /// Sends every value in order and returns the offset of the first (the next offset when
@@ -422,6 +456,8 @@ impl Role for ProducerRole {
 
     fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
         let mut producer = self.shared.lock();
+        // Under the lock: a `try_send` after this sees the flag clear and wakes the task.
+        self.shared.queued.store(false, Ordering::Release);
         take_up_to(out, max, || producer.poll_transmit())
     }
 }
