@@ -303,12 +303,14 @@ impl ProducerNode {
             {
                 let mut producer = shared.lock();
                 let had_timer = producer.poll_timeout().is_some();
+                // One clock read per batch (it only starts the HEAD timer).
+                let t = now();
                 let mut queued = 0;
                 while let Some(value) = pending.take() {
                     if shared.closed() {
                         return Err(Error::Closed);
                     }
-                    match producer.send(value.clone(), now()) {
+                    match producer.send(value.clone(), t) {
                         Ok(offset) => {
                             first.get_or_insert(offset);
                             pending = values.next();

@@ -933,9 +933,10 @@ impl Inner {
                 return Err(Error::Closed);
             }
             for e in st.pipes.iter().filter(|e| e.ready) {
+                let mut hit = None;
                 let matches = |m: &Message| {
-                    e.peer_subs
-                        .matches(m.frames().first().map_or(&[][..], |f| &f[..]))
+                    let topic = m.frames().first().map_or(&[][..], |f| &f[..]);
+                    e.peer_subs.matches_after(topic, &mut hit)
                 };
                 // A slow subscriber loses messages (29/PUBSUB).
                 if e.pipe.try_push_each(&batch, matches) > 0 {

@@ -68,22 +68,35 @@ impl SubSet {
 
     /// Does `topic` start with any subscribed prefix?
     pub(crate) fn matches(&self, topic: &[u8]) -> bool {
+        self.matching_prefix(topic).is_some()
+    }
+
+    /// [`matches`](Self::matches) for a run of topics: `hit` keeps the prefix that matched
+    /// the last one, and a topic that starts with it matches without a hash lookup (a batch
+    /// of one publisher's messages mostly shares its subscribed prefix).
+    pub(crate) fn matches_after<'a>(&'a self, topic: &[u8], hit: &mut Option<&'a [u8]>) -> bool {
+        if hit.is_some_and(|p| topic.starts_with(p)) {
+            return true;
+        }
+        *hit = self.matching_prefix(topic);
+        hit.is_some()
+    }
+
+    /// The subscribed prefix `topic` starts with (the shortest), if any.
+    fn matching_prefix(&self, topic: &[u8]) -> Option<&[u8]> {
         for &len in self.lengths.keys() {
             // Only the empty prefix has length 0: it matches everything.
             if len == 0 {
-                return true;
+                return Some(&[]);
             }
             if len > topic.len() {
                 break;
             }
-            if topic
-                .get(..len)
-                .is_some_and(|p| self.counts.contains_key(p))
-            {
-                return true;
+            if let Some((prefix, _)) = topic.get(..len).and_then(|p| self.counts.get_key_value(p)) {
+                return Some(prefix);
             }
         }
-        false
+        None
     }
 
     /// The distinct prefixes (one entry per prefix, whatever its count).
@@ -138,6 +151,29 @@ mod tests {
         s.clear();
         assert_eq!(s.prefixes().count(), 0);
         assert!(!s.matches(b"xyz"));
+    }
+
+    #[test]
+    fn matches_after_agrees_with_matches_over_a_run() {
+        let mut s = SubSet::default();
+        s.add(Bytes::from_static(b"ab"));
+        s.add(Bytes::from_static(b"abcd"));
+        s.add(Bytes::from_static(b"x"));
+        let topics: [&[u8]; 9] = [
+            b"abc", b"abcde", b"ab", b"a", b"xyz", b"x", b"yab", b"", b"abz",
+        ];
+        let mut hit = None;
+        for t in topics {
+            assert_eq!(s.matches_after(t, &mut hit), s.matches(t), "{t:?}");
+        }
+        assert_eq!(hit, Some(&b"ab"[..]));
+        // A miss forgets the last hit.
+        assert!(!s.matches_after(b"q", &mut hit));
+        assert_eq!(hit, None);
+        s.add(Bytes::new());
+        let mut hit = None;
+        assert!(s.matches_after(b"q", &mut hit));
+        assert_eq!(hit, Some(&b""[..]));
     }
 
     #[test]
