@@ -36,7 +36,7 @@
 //! Time is passed in; the driver calls `handle_timeout` at `poll_timeout`, and publishes
 //! every `poll_transmit` message on the node's publisher.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
