@@ -14,7 +14,7 @@ use crate::error::{Error, SendError};
 use crate::monitor::{Events, PeerId, Rejection, SocketEvent, SubscriptionLimit};
 use crate::options::Options;
 use crate::pipe::{Inbound, Out, Padded, Pipe};
-use crate::subs::SubSet;
+use crate::subs::{MatchRun, SubSet};
 use crate::{Message, SocketType, lock, wait_until};
 
 /// Lifecycle of a socket, observed by all of its tasks.
@@ -870,7 +870,10 @@ impl Inner {
                 n => Ok(n),
             };
         }
-        // SUB filters, REQ and REP take one message per turn: one at a time.
+        if self.socket_type == SocketType::Sub {
+            return self.try_recv_many_sub(max, out);
+        }
+        // REQ and REP take one message per turn: one at a time.
         let mut n = 0;
         while n < max {
             match self.try_recv_checked() {
@@ -933,10 +936,10 @@ impl Inner {
                 return Err(Error::Closed);
             }
             for e in st.pipes.iter().filter(|e| e.ready) {
-                let mut hit = None;
-                let matches = |m: &Message| {
-                    let topic = m.frames().first().map_or(&[][..], |f| &f[..]);
-                    e.peer_subs.matches_after(topic, &mut hit)
+                let mut run = MatchRun::default();
+                let matches = |m: &Message| match m.frames().first() {
+                    Some(topic) => e.peer_subs.matches_in_run(topic, &mut run),
+                    None => e.peer_subs.matches(&[]),
                 };
                 // A slow subscriber loses messages (29/PUBSUB).
                 if e.pipe.try_push_each(&batch, matches) > 0 {
@@ -991,6 +994,34 @@ impl Inner {
                 return Ok(msg);
             }
         }
+    }
+
+    /// `try_recv_many` for SUB: what `try_recv_checked` does for one message, for up to `max`
+    /// under one lock of the state, popped in batches, the subscriptions matched over the run.
+    fn try_recv_many_sub(&self, max: usize, out: &mut Vec<Message>) -> Result<usize, Error> {
+        let st = lock(&self.state);
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        let mut run = MatchRun::default();
+        let mut taken = Vec::new();
+        let mut n = 0;
+        while n < max && self.inbound.pop_many(max - n, &mut taken) > 0 {
+            for msg in taken.drain(..) {
+                let wanted = match msg.frames().first() {
+                    Some(topic) => st.subs.matches_in_run(topic, &mut run),
+                    None => st.subs.matches(&[]),
+                };
+                if wanted {
+                    out.push(msg);
+                    n += 1;
+                }
+            }
+        }
+        if n == 0 {
+            return Err(Error::WouldBlock);
+        }
+        Ok(n)
     }
 
     /// `try_recv` for REQ and REP: the state checks, the pop and the state

@@ -14,6 +14,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
+/// What [`SubSet::matches_in_run`] remembers over one run of topics (the set unchanged).
+#[derive(Debug, Default)]
+pub(crate) struct MatchRun<'a> {
+    /// The prefix that matched last.
+    hit: Option<&'a [u8]>,
+    /// The last topic that matched nothing.
+    miss: Option<Bytes>,
+}
+
 /// A counted set of subscription prefixes.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SubSet {
@@ -71,15 +80,33 @@ impl SubSet {
         self.matching_prefix(topic).is_some()
     }
 
-    /// [`matches`](Self::matches) for a run of topics: `hit` keeps the prefix that matched
-    /// the last one, and a topic that starts with it matches without a hash lookup (a batch
-    /// of one publisher's messages mostly shares its subscribed prefix).
-    pub(crate) fn matches_after<'a>(&'a self, topic: &[u8], hit: &mut Option<&'a [u8]>) -> bool {
-        if hit.is_some_and(|p| topic.starts_with(p)) {
+    /// [`matches`](Self::matches) for one topic of a run (a batch a PUB sends, a batch a SUB
+    /// takes): a topic that starts with the prefix that matched last, or that agrees with the
+    /// last topic that matched nothing on as many bytes as the longest prefix, is decided by
+    /// one comparison, not by a hash lookup per subscribed length (the messages of a run
+    /// mostly come from one publisher and share their first bytes).
+    pub(crate) fn matches_in_run<'a>(&'a self, topic: &Bytes, run: &mut MatchRun<'a>) -> bool {
+        if run.hit.is_some_and(|p| topic.starts_with(p)) {
             return true;
         }
-        *hit = self.matching_prefix(topic);
-        hit.is_some()
+        let longest = self.lengths.keys().next_back().copied().unwrap_or(0);
+        let key = |t: &'_ Bytes| t.len().min(longest);
+        if let Some(miss) = &run.miss
+            && key(miss) == key(topic)
+            && miss[..key(miss)] == topic[..key(topic)]
+        {
+            return false;
+        }
+        match self.matching_prefix(topic) {
+            Some(prefix) => {
+                run.hit = Some(prefix);
+                true
+            }
+            None => {
+                run.miss = Some(topic.clone());
+                false
+            }
+        }
     }
 
     /// The subscribed prefix `topic` starts with (the shortest), if any.
@@ -154,26 +181,45 @@ mod tests {
     }
 
     #[test]
-    fn matches_after_agrees_with_matches_over_a_run() {
+    fn matches_in_run_agrees_with_matches_over_a_run() {
         let mut s = SubSet::default();
         s.add(Bytes::from_static(b"ab"));
         s.add(Bytes::from_static(b"abcd"));
-        s.add(Bytes::from_static(b"x"));
-        let topics: [&[u8]; 9] = [
-            b"abc", b"abcde", b"ab", b"a", b"xyz", b"x", b"yab", b"", b"abz",
+        s.add(Bytes::from_static(b"xy"));
+        let topics: [&'static [u8]; 14] = [
+            b"abc", b"abcde", b"ab", b"a", b"q1", b"q2", b"qq", b"x", b"xyz", b"yab", b"", b"abz",
+            b"xz", b"x",
         ];
-        let mut hit = None;
+        let mut run = MatchRun::default();
         for t in topics {
-            assert_eq!(s.matches_after(t, &mut hit), s.matches(t), "{t:?}");
+            let t = Bytes::from_static(t);
+            assert_eq!(s.matches_in_run(&t, &mut run), s.matches(&t), "{t:?}");
         }
-        assert_eq!(hit, Some(&b"ab"[..]));
-        // A miss forgets the last hit.
-        assert!(!s.matches_after(b"q", &mut hit));
-        assert_eq!(hit, None);
+        // Misses that share the longest prefix's length of bytes are decided alike, and a
+        // longer or shorter topic is not mistaken for the last miss.
+        let mut run = MatchRun::default();
+        for t in [
+            &b"zzzz1"[..],
+            b"zzzz2",
+            b"zz",
+            b"z",
+            b"ab",
+            b"zzzz3",
+            b"xy1",
+        ] {
+            let t = Bytes::copy_from_slice(t);
+            assert_eq!(s.matches_in_run(&t, &mut run), s.matches(&t), "{t:?}");
+        }
+        let mut run = MatchRun::default();
+        for t in [&b"a"[..], b"ab"] {
+            let t = Bytes::copy_from_slice(t);
+            assert_eq!(s.matches_in_run(&t, &mut run), s.matches(&t), "{t:?}");
+        }
         s.add(Bytes::new());
-        let mut hit = None;
-        assert!(s.matches_after(b"q", &mut hit));
-        assert_eq!(hit, Some(&b""[..]));
+        let mut run = MatchRun::default();
+        for t in [&b"q"[..], b"", b"zz"] {
+            assert!(s.matches_in_run(&Bytes::copy_from_slice(t), &mut run));
+        }
     }
 
     #[test]
