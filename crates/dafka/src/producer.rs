@@ -126,17 +126,20 @@ impl Shared {
     /// Publishes the RECORDs `send` queued (they come first out of `poll_transmit`), and wakes
     /// the task when the HEAD timer just started or answers wait.
     fn publish_records(&self, producer: &mut Producer, had_timer: bool) {
-        let mut out = Vec::with_capacity(TRANSMIT_CHUNK);
-        while let Some(m) = producer.poll_transmit() {
-            let record = matches!(m, Message::Record(_));
-            out.push(m);
-            if !record {
-                // A HEAD or FETCH answer: the task sends the rest.
-                self.control.wake.notify_one();
-                break;
+        let mut other = false;
+        let records = std::iter::from_fn(|| {
+            if other {
+                return None;
             }
-        }
-        publish(&self.publisher, out);
+            let m = producer.poll_transmit()?;
+            if !matches!(m, Message::Record(_)) {
+                // A HEAD or FETCH answer: the task sends the rest.
+                other = true;
+                self.control.wake.notify_one();
+            }
+            Some(m)
+        });
+        publish(&self.publisher, records);
         if !had_timer {
             self.control.wake.notify_one();
         }

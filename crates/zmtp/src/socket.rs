@@ -918,23 +918,29 @@ impl Inner {
         } else if matches!(self.socket_type, SocketType::Pub | SocketType::Xpub) {
             // A PUB never waits: the batch goes to every matching subscriber under one lock
             // of the socket state and one lock (and at most one wake-up) per pipe.
-            let mut batch = Vec::with_capacity(msgs.len());
+            // The batch is the front of `msgs` up to the first refused message (taken in
+            // place: a batch is up to thousands of messages, not worth a list of its own).
             let mut refused = None;
-            while let Some(msg) = msgs.pop_front() {
+            let mut k = 0;
+            for msg in msgs.iter() {
                 if msg.is_empty() {
                     refused = Some(Error::EmptyMessage);
                     break;
                 }
-                if let Err(e) = self.check_message(&msg) {
+                if let Err(e) = self.check_message(msg) {
                     refused = Some(e);
                     break;
                 }
-                batch.push(msg);
+                k += 1;
             }
+            // Taken (and the refused one dropped) whatever happens below.
+            let taken = k + usize::from(refused.is_some());
             let st = lock(&self.state);
             if self.is_closed() {
+                msgs.drain(..taken);
                 return Err(Error::Closed);
             }
+            let batch = &msgs.make_contiguous()[..k];
             for e in st.pipes.iter().filter(|e| e.ready) {
                 let mut run = MatchRun::default();
                 let matches = |m: &Message| match m.frames().first() {
@@ -942,11 +948,13 @@ impl Inner {
                     None => e.peer_subs.matches(&[]),
                 };
                 // A slow subscriber loses messages (29/PUBSUB).
-                if e.pipe.try_push_each(&batch, matches) > 0 {
+                if e.pipe.try_push_each(batch, matches) > 0 {
                     self.queue_full(&e.pipe);
                 }
             }
-            n = batch.len();
+            drop(st);
+            msgs.drain(..taken);
+            n = k;
             if let Some(e) = refused {
                 return if n == 0 { Err(e) } else { Ok(n) };
             }
