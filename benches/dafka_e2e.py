@@ -80,6 +80,7 @@ def py_producer(args: argparse.Namespace) -> dict[str, Any]:
         "mb_per_s": rate * args.size / 1e6,
         "ok": True,
         "peak_rss_kib": peak_rss_kib(),
+        "cpu_s": cpu_s(),
     }
 
 
@@ -114,7 +115,16 @@ def py_consumer(args: argparse.Namespace) -> dict[str, Any]:
         "mb_per_s": nbytes / max(secs, 1e-9) / 1e6,
         "ok": True,
         "peak_rss_kib": peak_rss_kib(),
+        "cpu_s": cpu_s(),
     }
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of this process so far (as the Rust roles report)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return round(r.ru_utime + r.ru_stime, 3)
 
 
 def peak_rss_kib() -> int:
@@ -268,7 +278,23 @@ def fmt_mib(kib: int | None) -> str:
     return "—" if not kib else f"{kib / 1024:,.0f}"
 
 
-def render(data: dict) -> str:
+MEMORY_HEADING = "### Memory over time"
+
+
+def kept_memory(markdown: str) -> str:
+    """The memory subsection of the Dafka section of a BENCHMARKS.md text (heading to the end
+    marker, exclusive), or "": what a run without `--memory-seconds` and without the raw JSON
+    of an earlier memory run carries over, so a short run keeps the 10-minute run's text."""
+    block = run.section(markdown, "dafka")
+    start = block.find(MEMORY_HEADING)
+    if start < 0:
+        return ""
+    return block[start : block.rfind(run.SECTIONS["dafka"][1])].strip("\n")
+
+
+def render(data: dict, kept: str = "") -> str:
+    """The Dafka section of BENCHMARKS.md; the memory subsection from `data["memory"]`, or
+    else `kept` verbatim (see `kept_memory`)."""
     begin, end = run.SECTIONS["dafka"]
     m = data.get("machine", {})
     L = [
@@ -336,6 +362,8 @@ def render(data: dict) -> str:
             "",
             "![RSS over time](docs/bench/dafka-memory.png)",
         ]
+    elif kept:
+        L += ["", kept]
     L.append(end)
     return "\n".join(L)
 
@@ -462,7 +490,8 @@ def main() -> int:
             plot_memory(mem, REPO / "docs/bench/dafka-memory.png")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    run.rewrite_section(Path(args.out), "dafka", render(data), raw, data)
+    kept = "" if "memory" in data else kept_memory(run.read(args.out))
+    run.rewrite_section(Path(args.out), "dafka", render(data, kept), raw, data)
     return 0
 
 

@@ -60,3 +60,30 @@ def test_render_is_one_section_with_its_markers_and_every_case():
     spliced = e2e.run.splice_section("# B\n\nother\n", "dafka", text)
     assert spliced.count(begin) == 1 and "other" in spliced
     assert e2e.run.splice_section(spliced, "dafka", text) == spliced
+
+
+def test_a_run_without_memory_keeps_the_previous_memory_subsection():
+    mem = {
+        "seconds": 600,
+        "size": 100,
+        "note": "run at then",
+        "samples": [],
+        "producer": {"records": 5, "records_per_s": 7.0},
+        "consumer": {"records": 4, "skipped": 1},
+    }
+    data = {"cases": [case("rust", 100, 3000.0)], "memory": mem}
+    data["targets"] = e2e.targets(data["cases"])
+    first = e2e.run.splice_section("# B\n", "dafka", e2e.render(data))
+    kept = e2e.kept_memory(first)
+    assert kept.startswith("### Memory over time (600 s run, 100 B records, run at then)")
+    assert kept.endswith("![RSS over time](docs/bench/dafka-memory.png)")
+    # A short run: new cases, no memory in its data; the subsection survives unchanged.
+    short = {"cases": [case("rust", 100, 5000.0)]}
+    short["targets"] = e2e.targets(short["cases"])
+    again = e2e.run.splice_section(first, "dafka", e2e.render(short, kept))
+    assert "| 5,000 |" in again and "| 3,000 |" not in again
+    assert e2e.kept_memory(again) == kept
+    assert e2e.run.section(again, "dafka").count("### Memory over time") == 1
+    # Nothing to keep: no subsection.
+    assert e2e.kept_memory("# B\n") == ""
+    assert "### Memory" not in e2e.render(short, e2e.kept_memory("# B\n"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -88,6 +89,42 @@ def test_ctrl_c_during_flush_leaves_the_producer_usable(tmp_path) -> None:
             assert producer.send(b"b") == 1
             with dafka.Store(str(tmp_path / "s"), towers=tower.towers):
                 producer.flush(timeout=20)
+
+
+@posix_only
+def test_send_waits_on_a_full_buffer_with_the_gil_released_and_ctrl_c_stops_it(
+    tmp_path,
+) -> None:
+    with dafka.Tower(sub="tcp://127.0.0.1:0") as tower:
+        with dafka.Producer(topic(), towers=tower.towers) as producer:
+            # No store: up to the unacknowledged bound (100 000) each send returns its offset
+            # at once.
+            assert [producer.send(b"x") for _ in range(100_000)] == list(range(100_000))
+            # The next waits for room with the GIL released: another thread runs meanwhile.
+            ticks: list[float] = []
+            stop = threading.Event()
+
+            def tick() -> None:
+                while not stop.is_set():
+                    ticks.append(time.monotonic())
+                    time.sleep(0.01)
+
+            ticker = threading.Thread(target=tick)
+            start = time.monotonic()
+            ticker.start()
+            try:
+                with interrupt_after(0.5), pytest.raises(KeyboardInterrupt):
+                    producer.send(b"y")
+            finally:
+                stop.set()
+                ticker.join()
+            assert time.monotonic() - start < 5
+            assert len(ticks) >= 10, ticks
+            # Interrupted before it was queued: once a store acknowledges, the next record
+            # takes offset 100 000.
+            with dafka.Store(str(tmp_path / "s"), towers=tower.towers):
+                assert producer.send(b"z") == 100_000
+                producer.flush(timeout=30)
 
 
 def run(main: Callable[[], object]) -> object:

@@ -35,7 +35,7 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{ConsumerHello, GetHeads, Kind, Message, Record};
-use crate::retry::{self, Gapped, Retry};
+use crate::retry::{self, Gapped, Partitions, Retry};
 use crate::subscription;
 
 /// Where a consumer starts in a partition it has no position for.
@@ -148,7 +148,7 @@ impl Gapped for Partition {
 pub struct Consumer {
     config: ConsumerConfig,
     topics: Vec<Topic>,
-    partitions: HashMap<(Topic, NodeId), Partition>,
+    partitions: Partitions<Partition>,
     reorder_bytes: usize,
     deliveries: VecDeque<Delivery>,
     transmit: VecDeque<Message>,
@@ -180,7 +180,7 @@ impl Consumer {
         Ok(Consumer {
             config,
             topics: Vec::new(),
-            partitions: HashMap::new(),
+            partitions: Partitions::default(),
             reorder_bytes: 0,
             deliveries: VecDeque::new(),
             transmit: VecDeque::new(),

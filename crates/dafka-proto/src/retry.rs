@@ -10,6 +10,12 @@ use crate::error::CallerError;
 use crate::id::{NodeId, Topic};
 use crate::message::{Fetch, Message};
 
+/// The partitions of a consumer or a store writer, looked up once per RECORD: hashed with
+/// foldhash (a random seed per map) rather than SipHash, a fraction of the cost per lookup. The
+/// map never holds more than `max_partitions` entries, which bounds what keys chosen to
+/// collide could cost.
+pub(crate) type Partitions<P> = HashMap<(Topic, NodeId), P, foldhash::fast::RandomState>;
+
 /// The FETCH state of a partition with a gap.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Retry {
@@ -101,7 +107,7 @@ pub(crate) trait Gapped {
 /// After the partition `key` changed: queues on `transmit` a FETCH (from `sender`) for a gap
 /// not asked for yet; forgets the retry once the gap closed.
 pub(crate) fn refetch<P: Gapped>(
-    partitions: &mut HashMap<(Topic, NodeId), P>,
+    partitions: &mut Partitions<P>,
     key: &(Topic, NodeId),
     now: Instant,
     first: Duration,
@@ -131,7 +137,7 @@ pub(crate) fn refetch_in<P: Gapped>(
 /// The partition of `key`, created by `new` if absent and fewer than `max` exist: one hash
 /// of the key per record in the common case.
 pub(crate) fn partition_entry<P>(
-    partitions: &mut HashMap<(Topic, NodeId), P>,
+    partitions: &mut Partitions<P>,
     key: (Topic, NodeId),
     max: usize,
     new: impl FnOnce() -> P,
@@ -147,7 +153,7 @@ pub(crate) fn partition_entry<P>(
 /// Queues on `transmit` every FETCH whose retry is due at `now`, doubling its backoff (up to
 /// `max`).
 pub(crate) fn retry_due<P: Gapped>(
-    partitions: &mut HashMap<(Topic, NodeId), P>,
+    partitions: &mut Partitions<P>,
     now: Instant,
     max: Duration,
     sender: NodeId,
@@ -162,7 +168,7 @@ pub(crate) fn retry_due<P: Gapped>(
 }
 
 /// The earliest FETCH retry of `partitions`.
-pub(crate) fn earliest<P: Gapped>(partitions: &HashMap<(Topic, NodeId), P>) -> Option<Instant> {
+pub(crate) fn earliest<P: Gapped>(partitions: &Partitions<P>) -> Option<Instant> {
     partitions.values().filter_map(Gapped::retry_at).min()
 }
 

@@ -36,7 +36,7 @@
 //! Time is passed in; the driver calls `handle_timeout` at `poll_timeout`, and publishes
 //! every `poll_transmit` message on the node's publisher.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -47,7 +47,7 @@ use crate::message::{
     Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreAck,
     StoreHello,
 };
-use crate::retry::{self, Gapped, Retry};
+use crate::retry::{self, Gapped, Partitions, Retry};
 use crate::subscription;
 
 /// A partition: its topic and its producer.
@@ -161,7 +161,7 @@ impl Gapped for WriterPartition {
 #[derive(Debug)]
 pub struct StoreWriter {
     config: StoreWriterConfig,
-    partitions: HashMap<PartitionKey, WriterPartition>,
+    partitions: Partitions<WriterPartition>,
     appends: VecDeque<Append>,
     acks: VecDeque<PartitionKey>,
     transmit: VecDeque<Message>,
@@ -176,7 +176,7 @@ impl StoreWriter {
         config.validate()?;
         Ok(StoreWriter {
             config,
-            partitions: HashMap::new(),
+            partitions: Partitions::default(),
             appends: VecDeque::new(),
             acks: VecDeque::new(),
             transmit: VecDeque::new(),

@@ -2,10 +2,13 @@
 //! SUB subscribed to `'K'` and `'F'` + its id.
 //!
 //! [`ProducerNode::send`] assigns the offset and publishes the RECORD from the caller's task,
-//! under the lock of the state machine (so records leave in offset order); the node's task
+//! under the lock of the state machine (so records leave in offset order);
+//! [`ProducerNode::try_send`] only assigns it and leaves the RECORD for the node's task to
+//! publish with the others queued meanwhile (one wake-up per batch, not per record); the task
 //! handles ACKs and FETCHes, publishes HEADs when due and FETCH answers in chunks of
 //! [`TRANSMIT_CHUNK`](crate::node) messages.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -110,6 +113,9 @@ struct Shared {
     publisher: Socket,
     control: Arc<Control>,
     send_timeout: Duration,
+    /// RECORDs queued by `try_send` since the task last took the queue: set (and the task
+    /// woken) by the first, cleared by the task under the state machine's lock.
+    queued: AtomicBool,
 }
 
 impl Shared {
@@ -120,17 +126,20 @@ impl Shared {
     /// Publishes the RECORDs `send` queued (they come first out of `poll_transmit`), and wakes
     /// the task when the HEAD timer just started or answers wait.
     fn publish_records(&self, producer: &mut Producer, had_timer: bool) {
-        let mut out = Vec::with_capacity(TRANSMIT_CHUNK);
-        while let Some(m) = producer.poll_transmit() {
-            let record = matches!(m, Message::Record(_));
-            out.push(m);
-            if !record {
-                // A HEAD or FETCH answer: the task sends the rest.
-                self.control.wake.notify_one();
-                break;
+        let mut other = false;
+        let records = std::iter::from_fn(|| {
+            if other {
+                return None;
             }
-        }
-        publish(&self.publisher, out);
+            let m = producer.poll_transmit()?;
+            if !matches!(m, Message::Record(_)) {
+                // A HEAD or FETCH answer: the task sends the rest.
+                other = true;
+                self.control.wake.notify_one();
+            }
+            Some(m)
+        });
+        publish(&self.publisher, records);
         if !had_timer {
             self.control.wake.notify_one();
         }
@@ -199,6 +208,7 @@ impl ProducerNode {
             publisher: plumbing.publisher.clone(),
             control: control.clone(),
             send_timeout: options.send_timeout,
+            queued: AtomicBool::new(false),
         });
         let port = plumbing.port();
         let role = ProducerRole {
@@ -245,6 +255,33 @@ impl ProducerNode {
         first.ok_or(Error::Closed)
     }
 
+    /// Sends one record without waiting: `Ok(Ok(offset))` once its offset is assigned, the
+    /// RECORD left for the node's task to publish with every other one queued until it runs
+    /// (the first queued wakes it, the rest ride along: a cheap call for a caller sending one
+    /// record at a time); `Ok(Err(value))` hands the value back when the unacknowledged buffer
+    /// is full (then [`send`](Self::send) waits for room). Records leave in offset order,
+    /// whichever of `send` and `try_send` queued them.
+    pub fn try_send(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+        let shared = &self.shared;
+        let mut producer = shared.lock();
+        if shared.closed() {
+            return Err(Error::Closed);
+        }
+        if !fits(&producer, &value) {
+            return Ok(Err(value));
+        }
+        let offset = match producer.send(value, now()) {
+            Ok(offset) => offset,
+            Err(SendError::Caller(e)) => return Err(e.into()),
+            Err(e) => return Err(Error::Refused(e)),
+        };
+        drop(producer);
+        if !shared.queued.swap(true, Ordering::AcqRel) {
+            shared.control.wake.notify_one();
+        }
+        Ok(Ok(offset))
+    }
+
     /// Sends every value in order and returns the offset of the first (the next offset when
     /// `values` is empty). Waits for room as [`send`](Self::send) does; on an error, the values
     /// before the failing one were sent.
@@ -269,12 +306,14 @@ impl ProducerNode {
             {
                 let mut producer = shared.lock();
                 let had_timer = producer.poll_timeout().is_some();
+                // One clock read per batch (it only starts the HEAD timer).
+                let t = now();
                 let mut queued = 0;
                 while let Some(value) = pending.take() {
                     if shared.closed() {
                         return Err(Error::Closed);
                     }
-                    match producer.send(value.clone(), now()) {
+                    match producer.send(value.clone(), t) {
                         Ok(offset) => {
                             first.get_or_insert(offset);
                             pending = values.next();
@@ -422,6 +461,16 @@ impl Role for ProducerRole {
 
     fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
         let mut producer = self.shared.lock();
-        take_up_to(out, max, || producer.poll_transmit())
+        // Under the lock: a `try_send` after this sees the flag clear and wakes the task.
+        self.shared.queued.store(false, Ordering::Release);
+        let more = take_up_to(out, max, || producer.poll_transmit());
+        // Published under the lock too, as `send` publishes: RECORDs queued by `try_send` and
+        // taken here must not leave after newer ones a `send` takes and publishes meanwhile (a
+        // store drops a RECORD ahead of the next offset it expects and FETCHes it again a
+        // retry later: seen as 0.2-0.3 s stalls of a Python send loop).
+        if !out.is_empty() {
+            publish(&self.shared.publisher, out.drain(..));
+        }
+        more
     }
 }

@@ -497,3 +497,79 @@ fn towers_string() {
     assert!(TowerAddress::parse_list("udp://x:1").is_err());
     assert!(TowerAddress::parse_list("tcp://h:65535").is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_send_queues_for_the_task_in_offset_order_and_hands_back_on_full() {
+    let (tower, towers) = tower().await;
+    // Beacons every 5 s and a HEAD every 3 s: little else wakes the producer's task, so a
+    // record queued by `try_send` arrives within 0.5 s each time only if `try_send` wakes it.
+    let slow = NodeConfig::new(towers.clone())
+        .with_beacon_interval(Duration::from_secs(5))
+        .with_peer_timeout(Duration::from_secs(60));
+    let producer = ProducerNode::start(
+        "q",
+        slow.clone(),
+        producer_options()
+            .with_head_interval(Duration::from_secs(3))
+            .with_max_unacked_records(40),
+    )
+    .await
+    .unwrap();
+    let consumer = ConsumerNode::start(
+        &["q"],
+        slow,
+        ConsumerOptions::default()
+            .with_start_offset("q", producer.partition(), 0)
+            .with_fetch_retry(Duration::from_millis(50), Duration::from_millis(400)),
+    )
+    .await
+    .unwrap();
+    let values: Vec<Bytes> = (0..40u8).map(|i| Bytes::from(vec![i; 3])).collect();
+    // The first beacons go out at once: let the consumer connect and subscribe (records
+    // published before that reach it only after the next HEAD).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // try_send and send interleaved: one offset sequence, one order on the wire.
+    for (i, v) in values[..10].iter().enumerate() {
+        assert_eq!(producer.try_send(v.clone()).unwrap().unwrap(), i as u64);
+    }
+    assert_eq!(producer.send(values[10].clone()).await.unwrap(), 10);
+    let got = collect(&consumer, 11).await;
+    let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (0..11).collect::<Vec<_>>());
+    // Alone, each queued record reaches the consumer well before the next beacon.
+    for (i, v) in values[11..16].iter().enumerate() {
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            producer.try_send(v.clone()).unwrap().unwrap(),
+            11 + i as u64
+        );
+        let got = consumer.poll(1, Duration::from_secs(4)).await.unwrap();
+        assert_eq!(got.len(), 1, "record {} never came", 11 + i);
+        assert_eq!(got[0].value, *v);
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "record {} took {:?}",
+            11 + i,
+            started.elapsed()
+        );
+    }
+    for (i, v) in values[16..].iter().enumerate() {
+        assert_eq!(
+            producer.try_send(v.clone()).unwrap().unwrap(),
+            16 + i as u64
+        );
+    }
+    // No store: the 40 stay unacknowledged and the next is handed back.
+    let extra = Bytes::from_static(b"extra");
+    assert_eq!(producer.try_send(extra.clone()).unwrap(), Err(extra));
+    assert_eq!(producer.next_offset(), 40);
+    let rest: Vec<Bytes> = collect(&consumer, 24)
+        .await
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    assert_eq!(rest, values[16..]);
+    consumer.close().await;
+    producer.close().await;
+    tower.close().await;
+}

@@ -474,3 +474,71 @@ async fn min_acks_two_needs_two_distinct_stores() {
     s2.close().await;
     tower.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_leave_in_offset_order_when_try_send_and_send_mix() {
+    use dafka_proto::{Limits, Message};
+    use dafka_zmtp::{Options, Socket, SocketType};
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), &towers).await;
+    // A small window: the buffer fills often, and `send` then publishes what it queues while
+    // the node's task may be publishing what `try_send` queued before.
+    let producer = ProducerNode::start(
+        "o",
+        fast(&towers),
+        producer_options().with_max_unacked_records(500),
+    )
+    .await
+    .unwrap();
+    // A raw SUB on the producer's publisher sees the RECORDs as they go on the wire.
+    let sub = Socket::new(SocketType::Sub, Options::default()).unwrap();
+    sub.subscribe(b"").unwrap();
+    let endpoint = format!("tcp://127.0.0.1:{}", producer.publisher_port());
+    sub.connect(&endpoint).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = 40_000u64;
+    let sending = async {
+        // What Python's `send` does: try_send, and send (waiting for room) when full.
+        for i in 0..n {
+            let v = Bytes::from(i.to_be_bytes().to_vec());
+            let offset = match producer.try_send(v).unwrap() {
+                Ok(offset) => offset,
+                Err(v) => producer.send(v).await.unwrap(),
+            };
+            assert_eq!(offset, i);
+        }
+        producer.flush(Some(PATIENCE)).await.unwrap();
+    };
+    let watching = async {
+        let limits = Limits::default();
+        let (mut last, mut seen) = (None::<u64>, 0u64);
+        let mut batch = Vec::new();
+        // Until the last record, or (a SUB over its HWM loses some) nothing for a second.
+        while last != Some(n - 1) {
+            batch.clear();
+            let got = tokio::time::timeout(Duration::from_secs(1), sub.recv_many(1024, &mut batch));
+            if got.await.is_err() {
+                break;
+            }
+            for m in &batch {
+                if let Ok(Message::Record(r)) = Message::decode(m.frames(), &limits) {
+                    assert!(
+                        last.is_none_or(|l| r.sequence > l),
+                        "RECORD {} went out after {last:?}",
+                        r.sequence
+                    );
+                    last = Some(r.sequence);
+                    seen += 1;
+                }
+            }
+        }
+        seen
+    };
+    let ((), seen) = tokio::join!(sending, watching);
+    assert!(seen > n / 2, "the raw SUB saw {seen} of {n} RECORDs");
+    sub.close().await;
+    producer.close().await;
+    s.close().await;
+    tower.close().await;
+}

@@ -387,10 +387,19 @@ impl PyProducer {
     }
 
     /// Sends one record; returns its offset.
+    ///
+    /// With room in the unacknowledged buffer it returns at once, the GIL held: the record is
+    /// queued for the node's task to publish (no runtime entry, no wake-up per record). Only a
+    /// full buffer releases the GIL and waits (`send_timeout`, Ctrl-C checked).
     fn send(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
         let value = one_value(value)?;
         let node = self.node.get("producer")?;
-        runtime::wait_for(py, async move { node.send(value).await })?.map_err(errors::node)
+        match node.try_send(value).map_err(errors::node)? {
+            Ok(offset) => Ok(offset),
+            Err(value) => {
+                runtime::wait_for(py, async move { node.send(value).await })?.map_err(errors::node)
+            }
+        }
     }
 
     /// Sends every value in order; returns the offset of the first.

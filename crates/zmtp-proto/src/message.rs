@@ -14,6 +14,9 @@ enum Repr {
     Empty,
     /// Exactly one frame: the common case, which moves, clones and drops as one `Bytes`.
     One(Bytes),
+    /// Exactly two frames (every Dafka message with a content: header + content): cloned for
+    /// each subscriber of a PUB and built by every decoder, so kept inline (no allocation).
+    Two([Bytes; 2]),
     /// Two or more frames (or fewer, after `pop_front`).
     Many(Vec<Bytes>),
 }
@@ -23,9 +26,9 @@ enum Repr {
 /// > A message consists of one or more frames. [...] A peer SHALL deliver either all the frames
 /// > of a message, or none of them. (37/ZMTP, "Messages")
 ///
-/// A [`Connection`](crate::Connection) only ever surfaces complete messages. A single-frame
-/// message is stored inline (no allocation beyond its [`Bytes`], and small enough to move
-/// cheaply through queues); a multipart message keeps its frames in one `Vec`.
+/// A [`Connection`](crate::Connection) only ever surfaces complete messages. A message of one
+/// or two frames is stored inline (no allocation beyond its [`Bytes`], and small enough to move
+/// cheaply through queues); a longer one keeps its frames in one `Vec`.
 #[derive(Clone)]
 pub struct Message {
     repr: Repr,
@@ -41,10 +44,10 @@ impl Message {
     pub fn push(&mut self, frame: Bytes) {
         match &mut self.repr {
             Repr::Empty => self.repr = Repr::One(frame),
-            Repr::One(first) => {
+            Repr::One(first) => self.repr = Repr::Two([std::mem::take(first), frame]),
+            Repr::Two([a, b]) => {
                 let mut v = Vec::with_capacity(MULTI_CAPACITY);
-                v.push(std::mem::take(first));
-                v.push(frame);
+                v.extend([std::mem::take(a), std::mem::take(b), frame]);
                 self.repr = Repr::Many(v);
             }
             Repr::Many(v) => v.push(frame),
@@ -55,10 +58,10 @@ impl Message {
     pub fn push_front(&mut self, frame: Bytes) {
         match &mut self.repr {
             Repr::Empty => self.repr = Repr::One(frame),
-            Repr::One(first) => {
+            Repr::One(first) => self.repr = Repr::Two([frame, std::mem::take(first)]),
+            Repr::Two([a, b]) => {
                 let mut v = Vec::with_capacity(MULTI_CAPACITY);
-                v.push(frame);
-                v.push(std::mem::take(first));
+                v.extend([frame, std::mem::take(a), std::mem::take(b)]);
                 self.repr = Repr::Many(v);
             }
             Repr::Many(v) => v.insert(0, frame),
@@ -73,6 +76,11 @@ impl Message {
                 Repr::One(first) => Some(first),
                 _ => None,
             },
+            Repr::Two([a, b]) => {
+                let first = std::mem::take(a);
+                self.repr = Repr::One(std::mem::take(b));
+                Some(first)
+            }
             Repr::Many(v) => {
                 if v.is_empty() {
                     None
@@ -108,6 +116,7 @@ impl Message {
         match &self.repr {
             Repr::Empty => &[],
             Repr::One(first) => std::slice::from_ref(first),
+            Repr::Two(both) => both,
             Repr::Many(v) => v,
         }
     }
@@ -117,6 +126,7 @@ impl Message {
         match self.repr {
             Repr::Empty => Vec::new(),
             Repr::One(first) => vec![first],
+            Repr::Two(both) => Vec::from(both),
             Repr::Many(v) => v,
         }
     }
@@ -131,6 +141,7 @@ impl Message {
         match &self.repr {
             Repr::Empty => 0,
             Repr::One(_) => 1,
+            Repr::Two(_) => 2,
             Repr::Many(v) => v.len(),
         }
     }
@@ -145,6 +156,7 @@ impl Message {
         match &self.repr {
             Repr::Empty => 0,
             Repr::One(first) => first.len(),
+            Repr::Two([a, b]) => a.len() + b.len(),
             Repr::Many(v) => v.iter().map(Bytes::len).sum(),
         }
     }
@@ -191,6 +203,11 @@ impl From<Vec<Bytes>> for Message {
         let repr = match frames.len() {
             0 => Repr::Empty,
             1 => frames.pop().map_or(Repr::Empty, Repr::One),
+            2 => {
+                let b = frames.pop().unwrap_or_default();
+                let a = frames.pop().unwrap_or_default();
+                Repr::Two([a, b])
+            }
             _ => Repr::Many(frames),
         };
         Message { repr }
@@ -236,6 +253,25 @@ mod tests {
         assert_eq!(m.frames(), &names.map(b)[..]);
         assert_eq!(m.byte_len(), 15);
         assert_eq!(m.clone().into_frames(), names.map(b).to_vec());
+    }
+
+    #[test]
+    fn two_frames_from_a_vec_by_push_and_by_push_front_agree() {
+        let v = vec![b("h"), b("content")];
+        let mut pushed = Message::new();
+        pushed.push(b("h"));
+        pushed.push(b("content"));
+        let mut fronted = Message::from(b("content"));
+        fronted.push_front(b("h"));
+        for m in [&Message::from(v.clone()), &pushed, &fronted] {
+            assert_eq!(m.frames(), &v[..]);
+            assert_eq!((m.len(), m.byte_len()), (2, 8));
+            assert_eq!(m.clone().into_frames(), v);
+        }
+        pushed.push(b("x"));
+        assert_eq!(pushed.frames(), &[b("h"), b("content"), b("x")][..]);
+        fronted.push_front(b("id"));
+        assert_eq!(fronted.frames(), &[b("id"), b("h"), b("content")][..]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::error::{Error, SendError};
 use crate::monitor::{Events, PeerId, Rejection, SocketEvent, SubscriptionLimit};
 use crate::options::Options;
 use crate::pipe::{Inbound, Out, Padded, Pipe};
-use crate::subs::SubSet;
+use crate::subs::{MatchRun, SubSet};
 use crate::{Message, SocketType, lock, wait_until};
 
 /// Lifecycle of a socket, observed by all of its tasks.
@@ -870,7 +870,10 @@ impl Inner {
                 n => Ok(n),
             };
         }
-        // SUB filters, REQ and REP take one message per turn: one at a time.
+        if self.socket_type == SocketType::Sub {
+            return self.try_recv_many_sub(max, out);
+        }
+        // REQ and REP take one message per turn: one at a time.
         let mut n = 0;
         while n < max {
             match self.try_recv_checked() {
@@ -915,34 +918,43 @@ impl Inner {
         } else if matches!(self.socket_type, SocketType::Pub | SocketType::Xpub) {
             // A PUB never waits: the batch goes to every matching subscriber under one lock
             // of the socket state and one lock (and at most one wake-up) per pipe.
-            let mut batch = Vec::with_capacity(msgs.len());
+            // The batch is the front of `msgs` up to the first refused message (taken in
+            // place: a batch is up to thousands of messages, not worth a list of its own).
             let mut refused = None;
-            while let Some(msg) = msgs.pop_front() {
+            let mut k = 0;
+            for msg in msgs.iter() {
                 if msg.is_empty() {
                     refused = Some(Error::EmptyMessage);
                     break;
                 }
-                if let Err(e) = self.check_message(&msg) {
+                if let Err(e) = self.check_message(msg) {
                     refused = Some(e);
                     break;
                 }
-                batch.push(msg);
+                k += 1;
             }
+            // Taken (and the refused one dropped) whatever happens below.
+            let taken = k + usize::from(refused.is_some());
             let st = lock(&self.state);
             if self.is_closed() {
+                msgs.drain(..taken);
                 return Err(Error::Closed);
             }
+            let batch = &msgs.make_contiguous()[..k];
             for e in st.pipes.iter().filter(|e| e.ready) {
-                let matches = |m: &Message| {
-                    e.peer_subs
-                        .matches(m.frames().first().map_or(&[][..], |f| &f[..]))
+                let mut run = MatchRun::default();
+                let matches = |m: &Message| match m.frames().first() {
+                    Some(topic) => e.peer_subs.matches_in_run(topic, &mut run),
+                    None => e.peer_subs.matches(&[]),
                 };
                 // A slow subscriber loses messages (29/PUBSUB).
-                if e.pipe.try_push_each(&batch, matches) > 0 {
+                if e.pipe.try_push_each(batch, matches) > 0 {
                     self.queue_full(&e.pipe);
                 }
             }
-            n = batch.len();
+            drop(st);
+            msgs.drain(..taken);
+            n = k;
             if let Some(e) = refused {
                 return if n == 0 { Err(e) } else { Ok(n) };
             }
@@ -990,6 +1002,34 @@ impl Inner {
                 return Ok(msg);
             }
         }
+    }
+
+    /// `try_recv_many` for SUB: what `try_recv_checked` does for one message, for up to `max`
+    /// under one lock of the state, popped in batches, the subscriptions matched over the run.
+    fn try_recv_many_sub(&self, max: usize, out: &mut Vec<Message>) -> Result<usize, Error> {
+        let st = lock(&self.state);
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        let mut run = MatchRun::default();
+        let mut taken = Vec::new();
+        let mut n = 0;
+        while n < max && self.inbound.pop_many(max - n, &mut taken) > 0 {
+            for msg in taken.drain(..) {
+                let wanted = match msg.frames().first() {
+                    Some(topic) => st.subs.matches_in_run(topic, &mut run),
+                    None => st.subs.matches(&[]),
+                };
+                if wanted {
+                    out.push(msg);
+                    n += 1;
+                }
+            }
+        }
+        if n == 0 {
+            return Err(Error::WouldBlock);
+        }
+        Ok(n)
     }
 
     /// `try_recv` for REQ and REP: the state checks, the pop and the state

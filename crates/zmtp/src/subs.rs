@@ -14,6 +14,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
+/// What [`SubSet::matches_in_run`] remembers over one run of topics (the set unchanged).
+#[derive(Debug, Default)]
+pub(crate) struct MatchRun<'a> {
+    /// The prefix that matched last.
+    hit: Option<&'a [u8]>,
+    /// The last topic that matched nothing.
+    miss: Option<Bytes>,
+}
+
 /// A counted set of subscription prefixes.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SubSet {
@@ -68,22 +77,53 @@ impl SubSet {
 
     /// Does `topic` start with any subscribed prefix?
     pub(crate) fn matches(&self, topic: &[u8]) -> bool {
+        self.matching_prefix(topic).is_some()
+    }
+
+    /// [`matches`](Self::matches) for one topic of a run (a batch a PUB sends, a batch a SUB
+    /// takes): a topic that starts with the prefix that matched last, or that agrees with the
+    /// last topic that matched nothing on as many bytes as the longest prefix, is decided by
+    /// one comparison, not by a hash lookup per subscribed length (the messages of a run
+    /// mostly come from one publisher and share their first bytes).
+    pub(crate) fn matches_in_run<'a>(&'a self, topic: &Bytes, run: &mut MatchRun<'a>) -> bool {
+        if run.hit.is_some_and(|p| topic.starts_with(p)) {
+            return true;
+        }
+        let longest = self.lengths.keys().next_back().copied().unwrap_or(0);
+        let key = |t: &'_ Bytes| t.len().min(longest);
+        if let Some(miss) = &run.miss
+            && key(miss) == key(topic)
+            && miss[..key(miss)] == topic[..key(topic)]
+        {
+            return false;
+        }
+        match self.matching_prefix(topic) {
+            Some(prefix) => {
+                run.hit = Some(prefix);
+                true
+            }
+            None => {
+                run.miss = Some(topic.clone());
+                false
+            }
+        }
+    }
+
+    /// The subscribed prefix `topic` starts with (the shortest), if any.
+    fn matching_prefix(&self, topic: &[u8]) -> Option<&[u8]> {
         for &len in self.lengths.keys() {
             // Only the empty prefix has length 0: it matches everything.
             if len == 0 {
-                return true;
+                return Some(&[]);
             }
             if len > topic.len() {
                 break;
             }
-            if topic
-                .get(..len)
-                .is_some_and(|p| self.counts.contains_key(p))
-            {
-                return true;
+            if let Some((prefix, _)) = topic.get(..len).and_then(|p| self.counts.get_key_value(p)) {
+                return Some(prefix);
             }
         }
-        false
+        None
     }
 
     /// The distinct prefixes (one entry per prefix, whatever its count).
@@ -138,6 +178,48 @@ mod tests {
         s.clear();
         assert_eq!(s.prefixes().count(), 0);
         assert!(!s.matches(b"xyz"));
+    }
+
+    #[test]
+    fn matches_in_run_agrees_with_matches_over_a_run() {
+        let mut s = SubSet::default();
+        s.add(Bytes::from_static(b"ab"));
+        s.add(Bytes::from_static(b"abcd"));
+        s.add(Bytes::from_static(b"xy"));
+        let topics: [&'static [u8]; 14] = [
+            b"abc", b"abcde", b"ab", b"a", b"q1", b"q2", b"qq", b"x", b"xyz", b"yab", b"", b"abz",
+            b"xz", b"x",
+        ];
+        let mut run = MatchRun::default();
+        for t in topics {
+            let t = Bytes::from_static(t);
+            assert_eq!(s.matches_in_run(&t, &mut run), s.matches(&t), "{t:?}");
+        }
+        // Misses that share the longest prefix's length of bytes are decided alike, and a
+        // longer or shorter topic is not mistaken for the last miss.
+        let mut run = MatchRun::default();
+        for t in [
+            &b"zzzz1"[..],
+            b"zzzz2",
+            b"zz",
+            b"z",
+            b"ab",
+            b"zzzz3",
+            b"xy1",
+        ] {
+            let t = Bytes::copy_from_slice(t);
+            assert_eq!(s.matches_in_run(&t, &mut run), s.matches(&t), "{t:?}");
+        }
+        let mut run = MatchRun::default();
+        for t in [&b"a"[..], b"ab"] {
+            let t = Bytes::copy_from_slice(t);
+            assert_eq!(s.matches_in_run(&t, &mut run), s.matches(&t), "{t:?}");
+        }
+        s.add(Bytes::new());
+        let mut run = MatchRun::default();
+        for t in [&b"q"[..], b"", b"zz"] {
+            assert!(s.matches_in_run(&Bytes::copy_from_slice(t), &mut run));
+        }
     }
 
     #[test]
