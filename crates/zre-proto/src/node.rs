@@ -617,10 +617,32 @@ impl Node {
     }
 
     /// A multipart message from the ROUTER mailbox: `routing_id` is the sender's DEALER
-    /// identity, `frames` the rest.
+    /// identity, `frames` the rest. In plain mode; in CURVE mode every message is refused
+    /// this way ([`Node::handle_authenticated_message`] names the connection's key).
     pub fn handle_message(
         &mut self,
         routing_id: &[u8],
+        frames: &[Bytes],
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        self.handle_authenticated_message(routing_id, None, frames, now)
+    }
+
+    /// [`Node::handle_message`] with the CURVE public key the message's connection
+    /// authenticated with (the mailbox is a CURVE server; `None` without CURVE). In CURVE mode
+    /// the DEALER identity (`0x01` + UUID) is only a claim, the key is what counts:
+    ///
+    /// * a HELLO's `X-PUBLICKEY` must be that key (zyre's DEALER presents the key it
+    ///   announces), so no node can announce another node's key;
+    /// * any message from a known peer must come with the peer's pinned key (from its first
+    ///   beacon or HELLO), so a node claiming another's UUID is refused before its message
+    ///   counts: no EXIT of the real peer, no sequence check, no ENTER, WHISPER or SHOUT.
+    ///
+    /// Each refusal is [`PeerError::CurveRefused`] and leaves the peer table as it was.
+    pub fn handle_authenticated_message(
+        &mut self,
+        routing_id: &[u8],
+        curve_key: Option<&[u8; 32]>,
         frames: &[Bytes],
         now: Instant,
     ) -> Result<(), PeerError> {
@@ -632,12 +654,25 @@ impl Node {
                 len: routing_id.len(),
             });
         };
+        if self.cfg.curve.is_some() {
+            let refused = |reason| PeerError::CurveRefused { peer: id, reason };
+            let Some(key) = curve_key else {
+                return Err(refused("a message on a connection without a CURVE key"));
+            };
+            if let Some(p) = self.peers.get(&id)
+                && p.curve_key.as_ref() != Some(key)
+            {
+                return Err(refused(
+                    "a message authenticated with another key than the peer's",
+                ));
+            }
+        }
         let msg = Message::decode(frames, &self.cfg.limits)?;
         if let Body::Hello(hello) = &msg.body {
             if hello.endpoint.as_str() == self.endpoint {
                 return Err(PeerError::OwnEndpoint { peer: id });
             }
-            let key = self.hello_key(id, hello)?;
+            let key = self.hello_key(id, hello, curve_key)?;
             if self.peers.get(&id).is_some_and(|p| p.ready) {
                 // A second HELLO: the peer restarted with the same UUID.
                 self.remove_peer(id);
@@ -731,9 +766,15 @@ impl Node {
         Ok(())
     }
 
-    /// In CURVE mode, the key a HELLO announces in `X-PUBLICKEY`: required, allowed, and the
-    /// peer's known key if it is known. `None` in plain mode.
-    fn hello_key(&self, id: Uuid, hello: &Hello) -> Result<Option<[u8; 32]>, PeerError> {
+    /// In CURVE mode, the key a HELLO announces in `X-PUBLICKEY`: required, the key its
+    /// connection authenticated with (`authenticated`), allowed, and the peer's known key if
+    /// it is known. `None` in plain mode.
+    fn hello_key(
+        &self,
+        id: Uuid,
+        hello: &Hello,
+        authenticated: Option<&[u8; 32]>,
+    ) -> Result<Option<[u8; 32]>, PeerError> {
         let Some(curve) = &self.cfg.curve else {
             return Ok(None);
         };
@@ -744,6 +785,11 @@ impl Node {
             .find(|(k, _)| k.as_str() == X_PUBLICKEY)
             .and_then(|(_, v)| crate::curve::parse_header(v))
             .ok_or(refused("a HELLO without a valid X-PUBLICKEY header"))?;
+        if authenticated != Some(&key) {
+            return Err(refused(
+                "a HELLO whose X-PUBLICKEY is not the key its connection authenticated with",
+            ));
+        }
         if !curve.allows(&key, hello.endpoint.as_str()) {
             return Err(refused("a HELLO with a key not on the allow-list"));
         }

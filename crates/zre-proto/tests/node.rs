@@ -108,7 +108,13 @@ impl Net {
                     Some(j) if self.started[j] && self.linked(from, j) => {
                         progress = true;
                         let id = self.nodes[from].uuid().dealer_identity();
-                        if let Err(e) = self.nodes[j].handle_message(&id, &frames, now) {
+                        let key = self.client_key(from);
+                        if let Err(e) = self.nodes[j].handle_authenticated_message(
+                            &id,
+                            key.as_ref(),
+                            &frames,
+                            now,
+                        ) {
                             self.errors.push((j, e));
                         }
                     }
@@ -166,7 +172,10 @@ impl Net {
                     return;
                 }
                 let from = self.nodes[i].uuid().dealer_identity();
-                if let Err(e) = self.nodes[j].handle_message(&from, &frames, now) {
+                let key = self.client_key(i);
+                if let Err(e) =
+                    self.nodes[j].handle_authenticated_message(&from, key.as_ref(), &frames, now)
+                {
                     self.errors.push((j, e));
                 }
             }
@@ -180,6 +189,11 @@ impl Net {
             }
             _ => unreachable!(),
         }
+    }
+
+    /// The key node `i`'s DEALERs authenticate with, as the far mailbox sees it (CURVE).
+    fn client_key(&self, i: usize) -> Option<[u8; 32]> {
+        self.nodes[i].config().curve.as_ref().map(|c| c.public_key)
     }
 
     /// Whether node `i`'s DEALER to node `j` completes its ZMTP handshake, as the driver's
@@ -872,6 +886,92 @@ fn curve_beacon_with_another_key_is_ignored() {
     net.nodes[0].handle_beacon(&real, net.ips[1], now).unwrap();
     net.pump();
     assert_eq!(net.kinds(0), ["EXIT 2"]);
+}
+
+/// A HELLO from `uuid` at `endpoint` announcing `key` in `X-PUBLICKEY`, as frames.
+fn hello_frames(endpoint: &str, key: &[u8; 32], header: (&str, &str)) -> Vec<Bytes> {
+    Message {
+        sequence: 1,
+        body: Body::Hello(dafka_zre_proto::Hello {
+            endpoint: s(endpoint),
+            groups: vec!["G".to_owned()],
+            status: 1,
+            name: s("evil"),
+            headers: vec![
+                (s(X_PUBLICKEY), dafka_zmtp_proto::z85_encode(key)),
+                (s(header.0), header.1.to_owned()),
+            ],
+        }),
+    }
+    .to_frames()
+}
+
+/// H1: node 3 is admitted (its key is allowed) but connects with node 2's identity. Whatever
+/// its HELLO announces, and whatever it sends after, node 1 refuses it: the key its connection
+/// authenticated with is node 3's, not node 2's. Node 2 stays, with its own headers.
+#[test]
+fn curve_impersonation_by_an_admitted_node_is_refused() {
+    let mut net = curve_net(3, &[1, 2, 3], None);
+    for i in 0..3 {
+        net.start(i);
+    }
+    net.run_until(10 * MS);
+    for i in 0..3 {
+        net.take(i);
+    }
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    let now = net.now;
+    let victim = id(2).dealer_identity();
+    let attacker = key(3);
+    let refused = |r: Result<(), PeerError>| match r {
+        Err(PeerError::CurveRefused { peer, reason }) if peer == id(2) => reason,
+        other => panic!("not refused: {other:?}"),
+    };
+    // The victim's key in X-PUBLICKEY, on a connection authenticated with the attacker's.
+    let h = hello_frames("tcp://127.0.0.3:40000", &key(2), ("X-DAFKA", "evil"));
+    let r = net.nodes[0].handle_authenticated_message(&victim, Some(&attacker), &h, now);
+    assert!(refused(r).contains("another key than the peer's"));
+    // Its own key in X-PUBLICKEY under the victim's UUID.
+    let h = hello_frames("tcp://127.0.0.3:40000", &key(3), ("X-DAFKA", "evil"));
+    let r = net.nodes[0].handle_authenticated_message(&victim, Some(&attacker), &h, now);
+    assert!(refused(r).contains("another key than the peer's"));
+    // A WHISPER and a SHOUT as the victim, with a sequence that would be a gap.
+    for body in [
+        Body::Whisper {
+            content: vec![Bytes::from_static(b"forged")],
+        },
+        Body::Shout {
+            group: s("G"),
+            content: vec![Bytes::from_static(b"forged")],
+        },
+    ] {
+        let m = Message { sequence: 9, body }.to_frames();
+        let r = net.nodes[0].handle_authenticated_message(&victim, Some(&attacker), &m, now);
+        refused(r);
+    }
+    // No connection key at all (plaintext path) is refused in CURVE mode too.
+    let r = net.nodes[0].handle_message(&victim, &h, now);
+    refused(r);
+    net.pump();
+    assert!(net.kinds(0).is_empty(), "no EXIT, ENTER, WHISPER or SHOUT");
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    assert_eq!(net.nodes[0].peer_header(id(2), "X-DAFKA"), None);
+    // A HELLO under a new UUID must announce the key it authenticated with.
+    let newcomer = id(9).dealer_identity();
+    let h = hello_frames("tcp://127.0.0.3:40001", &key(2), ("X-DAFKA", "evil"));
+    let r = net.nodes[0].handle_authenticated_message(&newcomer, Some(&attacker), &h, now);
+    match r {
+        Err(PeerError::CurveRefused { reason, .. }) => {
+            assert!(reason.contains("not the key its connection authenticated with"))
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    // The real node 2 still talks.
+    net.nodes[1]
+        .whisper(id(1), vec![Bytes::from_static(b"real")])
+        .unwrap();
+    net.pump();
+    assert!(matches!(&net.take(0)[..], [Event::Whisper { peer, .. }] if *peer == id(2)));
 }
 
 #[test]

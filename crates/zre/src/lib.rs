@@ -22,7 +22,10 @@
 //!   pair (and [`Options::curve_allowed`] as authenticator), each DEALER a CURVE client with
 //!   the peer's key from its beacon (or its HELLO's `X-PUBLICKEY`) as server key. 22-byte
 //!   beacons are ignored, plaintext clients fail the handshake, and the `inproc://` shortcut
-//!   between nodes of one process is off (it would skip the handshake). Known endpoints and
+//!   between nodes of one process is off (it would skip the handshake). The mailbox hands
+//!   the state machine, with each message, the key its connection authenticated with
+//!   (`router_peer_key`), so a node cannot say HELLO or talk under another node's key or
+//!   UUID ([`Node::handle_authenticated_message`]). Known endpoints and
 //!   gossip carry no keys: [`ZreNode::start`] refuses them with CURVE.
 //!
 //! ```no_run
@@ -463,6 +466,8 @@ impl ZreNode {
             SocketType::Router,
             dafka_zmtp::Options::default()
                 .with_router_handover(true)
+                // In CURVE mode each message names the key its connection authenticated with.
+                .with_router_peer_key(options.curve.is_some())
                 .with_mechanism(mailbox),
         )?;
         let endpoint = router
@@ -834,7 +839,13 @@ impl Driver {
         let Some((id, frames)) = msg.frames().split_first() else {
             return;
         };
-        if let Err(e) = self.node.handle_message(id, frames, now) {
+        // CURVE mode: [routing id, authenticated key, ZRE frames...] (`router_peer_key`).
+        let (key, frames) = match (&self.curve, frames.split_first()) {
+            (None, _) => (None, frames),
+            (Some(_), Some((key, rest))) => (<&[u8; 32]>::try_from(&key[..]).ok(), rest),
+            (Some(_), None) => return,
+        };
+        if let Err(e) = self.node.handle_authenticated_message(id, key, frames, now) {
             tracing::warn!("ZRE message dropped: {e}");
         }
     }
