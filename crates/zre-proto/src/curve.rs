@@ -17,10 +17,15 @@
 //! * A beacon whose key is not on the allow-list (when there is one), or that the
 //!   authenticator (when there is one) refuses, is ignored, and so is a
 //!   beacon from a known peer carrying another key than the one it was first seen with
-//!   (including a port-0 "leaving" beacon: a forged one cannot make a peer leave).
-//! * A HELLO from an unknown peer must carry `X-PUBLICKEY` (valid Z85 of 32 bytes, on the
-//!   allow-list if any); the peer is then reached with that key. A HELLO from a known peer
-//!   whose `X-PUBLICKEY` differs from its known key is ignored.
+//!   (including a port-0 "leaving" beacon).
+//! * A beacon with a ready peer's UUID and key (both public) cannot move or remove it: one
+//!   naming another endpoint is ignored; one with port 0 makes the node PING the peer, which
+//!   is dropped only if nothing comes from it within [`crate::node::LEAVE_CHECK`] (1 s).
+//! * The mailbox tells the node, with each message, the key its connection authenticated with
+//!   ([`crate::Node::handle_authenticated_message`]). A HELLO must carry `X-PUBLICKEY` (valid
+//!   Z85 of 32 bytes, on the allow-list if any) equal to that key; the peer is then reached
+//!   with it. Any message from a known peer authenticated with another key than the peer's
+//!   (a node claiming another's UUID) is ignored, before it can cause a restart or EXIT.
 //! * Known endpoints and gossip carry no keys: [`crate::Config`] refuses CURVE without beacons
 //!   or as a gossip hub, [`crate::Node::connect_endpoint`] does nothing, and gossip received
 //!   from a peer is ignored.

@@ -29,6 +29,9 @@
 //!   GOODBYE to every peer instead of the port-0 beacon.
 //! * A beacon with port 0, a GOODBYE, a failed connection or a send queue full for longer than
 //!   [`Config::send_stall`] drop the peer (EXIT). zyre never notices a full send queue.
+//!   In CURVE mode a beacon never moves or drops a ready peer: one with another endpoint is
+//!   ignored, one with port 0 sends the peer PING and drops it only if nothing comes from it
+//!   within [`LEAVE_CHECK`] (anyone can copy its UUID and public key into a beacon).
 //! * Group status counts this node's joins and leaves (wrapping); a peer's status is taken as
 //!   it comes (pyre overflows it).
 //! * In CURVE mode ([`Config::curve`], [`crate::curve`]) beacons are the 54-byte version-3
@@ -340,7 +343,14 @@ struct Peer {
     blocked_since: Option<Instant>,
     /// Its CURVE public key (CURVE mode).
     curve_key: Option<[u8; 32]>,
+    /// CURVE mode: when a port-0 beacon said this ready peer leaves; it was sent PING and is
+    /// dropped at [`LEAVE_CHECK`] after that unless it says something first.
+    leaving_since: Option<Instant>,
 }
+
+/// CURVE mode: how long a ready peer announced as leaving by a port-0 beacon (which anyone
+/// can forge, the key being public) has to answer the PING sent then before it is dropped.
+pub const LEAVE_CHECK: Duration = Duration::from_secs(1);
 
 impl Peer {
     fn deadline(&self, cfg: &Config) -> Instant {
@@ -352,9 +362,13 @@ impl Peer {
             cfg.expired
         };
         let quiet = self.last_seen + next;
-        match self.blocked_since {
+        let due = match self.blocked_since {
             Some(t) => quiet.min(t + cfg.send_stall),
             None => quiet,
+        };
+        match self.leaving_since {
+            Some(t) => due.min(t + LEAVE_CHECK),
+            None => due,
         }
     }
 }
@@ -524,7 +538,10 @@ impl Node {
         let stalled = p
             .blocked_since
             .is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.send_stall);
-        if quiet >= self.cfg.expired || stalled {
+        let left = p
+            .leaving_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= LEAVE_CHECK);
+        if quiet >= self.cfg.expired || stalled || left {
             self.remove_peer(id);
             return;
         }
@@ -581,10 +598,23 @@ impl Node {
         if !curve.allows(&key, &from.to_string()) {
             return Err(refused("a beacon with a key not on the allow-list"));
         }
-        if let Some(p) = self.peers.get(&beacon.uuid)
-            && p.curve_key != Some(key)
-        {
-            return Err(refused("a beacon with another key than the peer's"));
+        if let Some(p) = self.peers.get_mut(&beacon.uuid) {
+            if p.curve_key != Some(key) {
+                return Err(refused("a beacon with another key than the peer's"));
+            }
+            // A ready peer's key and UUID are public, so a beacon cannot move or remove it: a
+            // restart shows as a HELLO on a connection authenticated with its key.
+            if p.ready && beacon.port == 0 {
+                // Leaving, or forged: PING it; a live peer answers before LEAVE_CHECK.
+                if p.leaving_since.is_none() {
+                    p.leaving_since = Some(now);
+                    self.send(beacon.uuid, Body::Ping);
+                }
+                return Ok(());
+            }
+            if p.ready && p.endpoint != beacon_endpoint(from, beacon.port) {
+                return Err(refused("a beacon with another endpoint for a ready peer"));
+            }
         }
         self.on_beacon(beacon, Some(key), from, now)
     }
@@ -603,10 +633,7 @@ impl Node {
             }
             return Ok(());
         }
-        let endpoint = match from {
-            IpAddr::V4(ip) => format!("tcp://{ip}:{}", beacon.port),
-            IpAddr::V6(ip) => format!("tcp://[{ip}]:{}", beacon.port),
-        };
+        let endpoint = beacon_endpoint(from, beacon.port);
         self.require_peer(beacon.uuid, endpoint, key, now)?;
         if self.cfg.beacons_refresh
             && let Some(p) = self.peers.get_mut(&beacon.uuid)
@@ -1102,6 +1129,7 @@ impl Node {
                 silent_reported: false,
                 blocked_since: None,
                 curve_key,
+                leaving_since: None,
             },
         );
         if let Some(groups_then) = self.probes.remove(&endpoint) {
@@ -1198,7 +1226,16 @@ fn is_hello(msg: &Message) -> bool {
     matches!(msg.body, Body::Hello(_))
 }
 
+/// The mailbox a beacon from `from` with `port` names.
+fn beacon_endpoint(from: IpAddr, port: u16) -> String {
+    match from {
+        IpAddr::V4(ip) => format!("tcp://{ip}:{port}"),
+        IpAddr::V6(ip) => format!("tcp://[{ip}]:{port}"),
+    }
+}
+
 fn refresh(p: &mut Peer, now: Instant) {
+    p.leaving_since = None;
     p.last_seen = now;
     p.evasive_reported = false;
     p.silent_reported = false;

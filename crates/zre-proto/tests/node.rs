@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use dafka_zmtp_proto::Authenticator;
 use dafka_zre_proto::{
-    Beacon, Body, CallerError, Config, Curve, Event, Message, Node, Output, PeerError, ShortStr,
-    Uuid, X_PUBLICKEY,
+    Beacon, Body, CallerError, Config, Curve, Event, LEAVE_CHECK, Message, Node, Output, PeerError,
+    ShortStr, Uuid, X_PUBLICKEY,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -256,12 +256,17 @@ impl Net {
 }
 
 fn met(n: u8) -> Net {
-    let mut net = Net::new(n);
-    for i in 0..usize::from(n) {
+    meet(Net::new(n))
+}
+
+/// Starts every node of `net` and lets them meet; their events are taken.
+fn meet(mut net: Net) -> Net {
+    let n = net.nodes.len();
+    for i in 0..n {
         net.start(i);
     }
     net.run_until(10 * MS);
-    for i in 0..usize::from(n) {
+    for i in 0..n {
         net.take(i);
     }
     net
@@ -768,9 +773,10 @@ fn curve_nodes_meet_with_v3_beacons_x_publickey_and_server_keys() {
     net.pump();
     assert_eq!(net.kinds(0).len(), 1, "the SHOUT");
     assert!(net.errors.is_empty(), "{:?}", net.errors);
-    // Leaving: a port-0 beacon with the key.
+    // Leaving: a port-0 beacon with the key, then no answer to the PING it brings.
     net.nodes[1].stop();
     net.pump();
+    net.run_until(net.now - net.t0 + LEAVE_CHECK);
     assert_eq!(net.kinds(0), ["EXIT 2"]);
 }
 
@@ -840,6 +846,12 @@ fn allow_only_one_and_two(limit: fn(Curve) -> Curve) {
     }
 }
 
+/// `n` nodes in CURVE mode, no allow-list, that met (their events taken).
+fn curve_met(n: u8) -> Net {
+    let all: &'static [u8] = &[1, 2, 3, 4];
+    meet(curve_net(n, &all[..usize::from(n)], None))
+}
+
 #[test]
 fn curve_allow_list_ignores_other_keys() {
     allow_only_one_and_two(|m| m.with_allowed([key(1), key(2)]));
@@ -853,11 +865,7 @@ fn curve_authenticator_decides_on_peer_keys_too() {
 
 #[test]
 fn curve_beacon_with_another_key_is_ignored() {
-    let mut net = curve_net(2, &[1, 2], None);
-    net.start(0);
-    net.start(1);
-    net.run_until(10 * MS);
-    net.take(0);
+    let mut net = curve_met(2);
     let now = net.now;
     // A forged port-0 beacon for node 2 with another key does not make it leave.
     let forged = Beacon {
@@ -878,14 +886,63 @@ fn curve_beacon_with_another_key_is_ignored() {
     net.pump();
     assert!(net.kinds(0).is_empty());
     assert_eq!(net.nodes[0].peers(), [id(2)]);
-    // The real one does.
-    let real = Beacon {
+    // Node 2 really leaving: its port-0 beacon, then nothing answers node 1's PING.
+    net.nodes[1].stop();
+    net.pump();
+    assert!(
+        net.kinds(0).is_empty(),
+        "not at once: the beacon may be forged"
+    );
+    net.run_until(net.now - net.t0 + LEAVE_CHECK);
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+}
+
+/// M1: a beacon copying a ready peer's UUID and (public) key neither moves it (another port or
+/// address) nor removes it (port 0, answered by the live peer's PING-OK).
+#[test]
+fn curve_beacon_copying_a_ready_peers_key_neither_moves_nor_removes_it() {
+    let mut net = curve_met(2);
+    let now = net.now;
+    let moved = Beacon {
+        curve_key: Some(key(2)),
+        ..Beacon::new(id(2), 50000)
+    };
+    let err = net.nodes[0]
+        .handle_beacon(&moved, net.ips[1], now)
+        .unwrap_err();
+    assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
+    let err = net.nodes[0]
+        .handle_beacon(&moved, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), now)
+        .unwrap_err();
+    assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
+    let outs: Vec<Output> = std::iter::from_fn(|| net.nodes[0].poll_output()).collect();
+    assert!(outs.is_empty(), "{outs:?}");
+    // A forged port-0 beacon: node 1 PINGs node 2, which answers; it stays.
+    let leaving = Beacon {
         curve_key: Some(key(2)),
         ..Beacon::new(id(2), 0)
     };
-    net.nodes[0].handle_beacon(&real, net.ips[1], now).unwrap();
+    net.nodes[0]
+        .handle_beacon(&leaving, net.ips[1], now)
+        .unwrap();
     net.pump();
-    assert_eq!(net.kinds(0), ["EXIT 2"]);
+    assert!(
+        net.sent
+            .iter()
+            .any(|(from, to, m)| *from == 0 && *to == id(2) && m.body == Body::Ping)
+    );
+    net.run_until(net.now - net.t0 + 3 * LEAVE_CHECK);
+    assert!(net.kinds(0).is_empty());
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+    assert_eq!(
+        net.nodes[0].peer_address(id(2)),
+        Some("tcp://127.0.0.2:49152")
+    );
+    assert!(
+        net.errors
+            .iter()
+            .all(|(_, e)| matches!(e, PeerError::CurveRefused { .. }))
+    );
 }
 
 /// A HELLO from `uuid` at `endpoint` announcing `key` in `X-PUBLICKEY`, as frames.
@@ -911,14 +968,7 @@ fn hello_frames(endpoint: &str, key: &[u8; 32], header: (&str, &str)) -> Vec<Byt
 /// authenticated with is node 3's, not node 2's. Node 2 stays, with its own headers.
 #[test]
 fn curve_impersonation_by_an_admitted_node_is_refused() {
-    let mut net = curve_net(3, &[1, 2, 3], None);
-    for i in 0..3 {
-        net.start(i);
-    }
-    net.run_until(10 * MS);
-    for i in 0..3 {
-        net.take(i);
-    }
+    let mut net = curve_met(3);
     assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
     let now = net.now;
     let victim = id(2).dealer_identity();
