@@ -36,26 +36,24 @@
 //! key; the mailbox's CURVE server refuses clients that do not know this node's public key
 //! (and, with an allow-list, clients whose key is not on it).
 
-use std::collections::BTreeSet;
-
 use dafka_zmtp_proto::{AuthDecision, AuthRequest, Authenticator, Credentials};
 
 /// The HELLO header carrying the sender's CURVE public key in Z85 (zyre's name).
 pub const X_PUBLICKEY: &str = "X-PUBLICKEY";
 
-/// A node's CURVE settings: its public key and the optional allow-list of peer keys. The
-/// secret key stays with the driver (the state machine never needs it).
+/// A node's CURVE settings: its public key and the optional authenticator deciding on peer
+/// keys (an allow-list is one). The secret key stays with the driver (the state machine never
+/// needs it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Curve {
     /// This node's CURVE public key (announced in beacons and HELLO).
     pub public_key: [u8; 32],
-    /// Peer public keys allowed; `None` lets every key in (any node that knows this node's
-    /// public key, which its beacons announce, can then connect).
-    pub allowed: Option<BTreeSet<[u8; 32]>>,
-    /// An authenticator deciding on peer keys too (a Dafka cluster's allow-list): a key it
-    /// refuses is ignored as one off [`Curve::allowed`] is. The driver makes it the mailbox's
-    /// authenticator. It is asked with the peer's address and `Credentials::Curve`.
+    /// Decides which peer keys are talked to (an allow-list, a Dafka cluster's authenticator);
+    /// `None` lets every key in (any node that knows this node's public key, which its beacons
+    /// announce, can then connect). The driver makes the same one the mailbox's authenticator,
+    /// so beacons, HELLOs and connections are judged alike. It is asked with
+    /// `Credentials::Curve` and an address (see [`Curve::allows`]).
     pub authenticator: Option<Authenticator>,
 }
 
@@ -64,33 +62,32 @@ impl Curve {
     pub fn new(public_key: [u8; 32]) -> Self {
         Curve {
             public_key,
-            allowed: None,
             authenticator: None,
         }
     }
 
-    /// With an authenticator that also decides which peer keys are talked to.
+    /// With an authenticator deciding which peer keys are talked to (replacing any earlier one
+    /// or allow-list).
     pub fn with_authenticator(mut self, authenticator: Authenticator) -> Self {
         self.authenticator = Some(authenticator);
         self
     }
 
-    /// With an allow-list of peer public keys: peers with other keys are ignored.
-    pub fn with_allowed(mut self, keys: impl IntoIterator<Item = [u8; 32]>) -> Self {
-        self.allowed = Some(keys.into_iter().collect());
-        self
+    /// With an allow-list of peer public keys ([`Authenticator::curve_keys`], replacing any
+    /// earlier authenticator): peers with other keys are ignored.
+    pub fn with_allowed(self, keys: impl IntoIterator<Item = [u8; 32]>) -> Self {
+        self.with_authenticator(Authenticator::curve_keys(keys))
     }
 
     /// Whether a peer with this key, at `address`, may be talked to.
     pub fn allows(&self, key: &[u8; 32], address: &str) -> bool {
-        self.allowed.as_ref().is_none_or(|a| a.contains(key))
-            && self.authenticator.as_ref().is_none_or(|auth| {
-                let req = AuthRequest {
-                    address,
-                    credentials: Credentials::Curve { public_key: key },
-                };
-                auth.decide(&req) == AuthDecision::Allow
-            })
+        self.authenticator.as_ref().is_none_or(|auth| {
+            let req = AuthRequest {
+                address,
+                credentials: Credentials::Curve { public_key: key },
+            };
+            auth.decide(&req) == AuthDecision::Allow
+        })
     }
 
     /// The `X-PUBLICKEY` header value: the public key in Z85.

@@ -224,12 +224,16 @@ async fn plaintext_connection_to_a_curve_mailbox_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curve_refuses_known_endpoints_and_gossip() {
+async fn curve_refuses_known_endpoints_gossip_and_two_authenticators() {
     let curve = || opts(port(), "x").with_curve(CurveKeyPair::generate());
     for options in [
         curve().with_known_endpoint("tcp://127.0.0.1:1"),
         curve().without_beacons(),
         curve().with_gossip_hub(),
+        // One authenticator judges the mailbox and the beacons: not two.
+        curve()
+            .with_curve_allowed([[1; 32]])
+            .with_curve_authenticator(dafka_zmtp::Authenticator::allow_all()),
     ] {
         match ZreNode::start(options).await {
             Err(Error::Caller(e)) => assert!(e.to_string().contains("CURVE"), "{e}"),
