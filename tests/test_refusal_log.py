@@ -5,9 +5,11 @@ the listener closes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -43,9 +45,12 @@ def refuse_one(endpoint: str, public: str) -> None:
         raise AssertionError("the client was not refused")
 
 
-def test_refusal_warnings_are_rate_limited_per_listener(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+@contextlib.contextmanager
+def refusing_listener(
+    caplog: pytest.LogCaptureFixture, burst: int
+) -> Iterator[tuple[str, str, float]]:
+    """A CURVE PULL that allows nobody, after `burst` refused clients: its endpoint, public
+    key and how long the burst took; the listener closes on exit."""
     caplog.set_level(logging.WARNING)
     public, secret = dafka.zmtp.curve_keypair()
     with dafka.zmtp.Socket(
@@ -53,10 +58,16 @@ def test_refusal_warnings_are_rate_limited_per_listener(
     ) as pull:
         endpoint = pull.bind("tcp://127.0.0.1:0")
         start = time.monotonic()
-        burst = 3 * LIMIT
         for _ in range(burst):
             refuse_one(endpoint, public)
-        took = time.monotonic() - start
+        yield endpoint, public, time.monotonic() - start
+
+
+def test_refusal_warnings_are_rate_limited_per_listener(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    burst = 3 * LIMIT
+    with refusing_listener(caplog, burst) as (endpoint, public, took):
         logged = refusals(caplog)
         # Every refusal within one window beyond the limit was held back (a slow machine may
         # spread the burst over more windows: at most LIMIT per started second).
@@ -82,17 +93,8 @@ def test_refusals_held_back_are_said_when_the_listener_closes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A burst that stops with no later refusal: its count is said at close, not lost."""
-    caplog.set_level(logging.WARNING)
-    public, secret = dafka.zmtp.curve_keypair()
-    with dafka.zmtp.Socket(
-        "PULL", linger=0, curve_server=True, curve_secretkey=secret, authenticator=[]
-    ) as pull:
-        endpoint = pull.bind("tcp://127.0.0.1:0")
-        start = time.monotonic()
-        burst = 2 * LIMIT
-        for _ in range(burst):
-            refuse_one(endpoint, public)
-        took = time.monotonic() - start
+    burst = 2 * LIMIT
+    with refusing_listener(caplog, burst) as (_, _, took):
         held_back = burst - len(refusals(caplog))
     assert held_back > 0, took
     deadline = time.monotonic() + 5
