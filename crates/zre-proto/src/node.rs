@@ -80,6 +80,10 @@ pub struct Config {
     pub gossip_hub: bool,
     /// Most peers in the table; further ones are ignored.
     pub max_peers: usize,
+    /// Most peers in the table found by a beacon whose HELLO has not arrived yet (256);
+    /// further beacons from unknown nodes are ignored (a HELLO still gets a node in). Beacons
+    /// are not authenticated: this keeps forged ones from filling the table.
+    pub max_pending: usize,
     /// Decode limits.
     pub limits: Limits,
     /// CURVE mode (43/ZRE version 3): `None` is plain mode, which ignores version-3 beacons.
@@ -103,6 +107,7 @@ impl Config {
             beacons: true,
             gossip_hub: false,
             max_peers: 4096,
+            max_pending: 256,
             limits: Limits::DEFAULT,
             curve: None,
         }
@@ -167,6 +172,12 @@ impl Config {
     /// With another peer limit.
     pub fn with_max_peers(mut self, n: usize) -> Self {
         self.max_peers = n;
+        self
+    }
+
+    /// With another limit on peers whose HELLO has not arrived yet.
+    pub fn with_max_pending(mut self, n: usize) -> Self {
+        self.max_pending = n;
         self
     }
 
@@ -398,6 +409,8 @@ pub struct Node {
     known: BTreeSet<String>,
     /// Open probes: endpoint -> the groups this node was in when the probe's HELLO went out.
     probes: BTreeMap<String, Vec<ShortStr>>,
+    /// CURVE mode: each peer's key -> its UUID (one UUID per key).
+    keys: HashMap<[u8; 32], Uuid>,
 }
 
 impl Node {
@@ -417,6 +430,7 @@ impl Node {
             out: VecDeque::new(),
             known: BTreeSet::new(),
             probes: BTreeMap::new(),
+            keys: HashMap::new(),
         })
     }
 
@@ -481,6 +495,7 @@ impl Node {
         }
         self.peers.clear();
         self.peer_groups.clear();
+        self.keys.clear();
         self.out.push_back(Output::Event(Event::Stop));
     }
 
@@ -615,6 +630,10 @@ impl Node {
             if p.ready && p.endpoint != beacon_endpoint(from, beacon.port) {
                 return Err(refused("a beacon with another endpoint for a ready peer"));
             }
+        } else if self.keys.contains_key(&key) {
+            // One UUID per key: copies of a (public) key under other UUIDs cannot fill the
+            // table. A node restarted under a new UUID gets in by its (authenticated) HELLO.
+            return Err(refused("a beacon with a key another peer has"));
         }
         self.on_beacon(beacon, Some(key), from, now)
     }
@@ -634,6 +653,15 @@ impl Node {
             return Ok(());
         }
         let endpoint = beacon_endpoint(from, beacon.port);
+        if !self.peers.contains_key(&beacon.uuid) {
+            let pending = self.peers.values().filter(|p| !p.ready).count();
+            if pending >= self.cfg.max_pending {
+                return Err(PeerError::TooManyPeers {
+                    peer: beacon.uuid,
+                    max: self.cfg.max_pending,
+                });
+            }
+        }
         self.require_peer(beacon.uuid, endpoint, key, now)?;
         if self.cfg.beacons_refresh
             && let Some(p) = self.peers.get_mut(&beacon.uuid)
@@ -700,6 +728,12 @@ impl Node {
                 return Err(PeerError::OwnEndpoint { peer: id });
             }
             let key = self.hello_key(id, hello, curve_key)?;
+            if let Some(other) = key.and_then(|k| self.keys.get(&k)).copied()
+                && other != id
+            {
+                // The key's holder (authenticated) under a new UUID: it restarted.
+                self.remove_peer(other);
+            }
             if self.peers.get(&id).is_some_and(|p| p.ready) {
                 // A second HELLO: the peer restarted with the same UUID.
                 self.remove_peer(id);
@@ -1132,6 +1166,9 @@ impl Node {
                 leaving_since: None,
             },
         );
+        if let Some(key) = curve_key {
+            self.keys.insert(key, id);
+        }
         if let Some(groups_then) = self.probes.remove(&endpoint) {
             // Our HELLO already went out on the probe, as message 1; tell the peer what changed
             // in our groups since.
@@ -1170,6 +1207,9 @@ impl Node {
         let Some(p) = self.peers.remove(&id) else {
             return;
         };
+        if let Some(key) = &p.curve_key {
+            self.keys.remove(key);
+        }
         for g in &p.groups {
             self.drop_from_group(g, id);
         }

@@ -846,6 +846,71 @@ fn allow_only_one_and_two(limit: fn(Curve) -> Curve) {
     }
 }
 
+/// M2: beacons copying a key under other UUIDs cannot fill the table: one UUID per key. A
+/// forged beacon taking a newcomer's key first does not lock it out: its HELLO, authenticated
+/// with that key, replaces the forged entry.
+#[test]
+fn curve_one_uuid_per_key_and_the_key_holder_wins() {
+    let mut net = curve_net(3, &[1, 2, 3], None);
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    net.take(0);
+    let now = net.now;
+    let elsewhere = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
+    for n in 10..40 {
+        let b = Beacon {
+            curve_key: Some(key(2)),
+            ..Beacon::new(id(n), 40000)
+        };
+        let err = net.nodes[0].handle_beacon(&b, elsewhere, now).unwrap_err();
+        assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
+    }
+    assert_eq!(net.nodes[0].peer_count(), 1);
+    // Node 3's key, under a forged UUID, before node 3 starts: one entry, no second.
+    for n in [50, 51] {
+        let b = Beacon {
+            curve_key: Some(key(3)),
+            ..Beacon::new(id(n), 40000)
+        };
+        let r = net.nodes[0].handle_beacon(&b, elsewhere, now);
+        assert_eq!(r.is_ok(), n == 50, "{r:?}");
+    }
+    assert_eq!(net.nodes[0].peer_count(), 2);
+    net.pump();
+    // Node 3's own beacons are ignored by node 1 (the key is taken), but it hears node 1's
+    // and says HELLO with that key: node 1 drops the forged entry and meets node 3.
+    net.start(2);
+    net.run_until(net.now - net.t0 + Duration::from_secs(2));
+    assert!(net.kinds(0).contains(&"ENTER 3".to_owned()));
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    assert_eq!(net.nodes[0].peer_count(), 2, "the forged entry is gone");
+}
+
+/// M2: beacons from unknown nodes (UDP, forgeable) fill at most `max_pending` entries; a
+/// real node still gets in by its HELLO.
+#[test]
+fn pending_peers_are_capped_and_hello_still_gets_in() {
+    let mut net = Net::with(2, |c| c.with_max_pending(3));
+    net.start(0);
+    let now = net.now;
+    let elsewhere = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
+    let mut refused = 0;
+    for n in 10..20 {
+        if let Err(e) = net.nodes[0].handle_beacon(&Beacon::new(id(n), 40000), elsewhere, now) {
+            assert!(matches!(e, PeerError::TooManyPeers { max: 3, .. }), "{e:?}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 7);
+    assert_eq!(net.nodes[0].peer_count(), 3);
+    net.pump();
+    net.start(1);
+    net.run_until(net.now - net.t0 + 10 * MS);
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert_eq!(net.kinds(1), ["ENTER 1"]);
+}
+
 /// `n` nodes in CURVE mode, no allow-list, that met (their events taken).
 fn curve_met(n: u8) -> Net {
     let all: &'static [u8] = &[1, 2, 3, 4];
