@@ -54,8 +54,8 @@ pub struct Curve {
     /// Decides which peer keys are talked to (an allow-list, a Dafka cluster's authenticator);
     /// `None` lets every key in (any node that knows this node's public key, which its beacons
     /// announce, can then connect). The driver makes the same one the mailbox's authenticator,
-    /// so beacons, HELLOs and connections are judged alike. It is asked with
-    /// `Credentials::Curve` and an address (see [`Curve::allows`]).
+    /// so beacons and connections (whose keys HELLOs must carry) are judged alike. It is
+    /// asked with `Credentials::Curve` and an `ip:port` address (see [`Curve::allows`]).
     pub authenticator: Option<Authenticator>,
 }
 
@@ -81,7 +81,10 @@ impl Curve {
         self.with_authenticator(Authenticator::curve_keys(keys))
     }
 
-    /// Whether a peer with this key, at `address`, may be talked to.
+    /// Whether a peer with this key, at `address`, may be talked to. `address` has the form
+    /// the mailbox's authenticator sees a client's in (`ip:port`, `[ip6]:port`): for a
+    /// beacon, its source address and the mailbox port it announces. A HELLO is not judged
+    /// again: its key must be the one the mailbox admitted at the handshake.
     pub fn allows(&self, key: &[u8; 32], address: &str) -> bool {
         self.authenticator.as_ref().is_none_or(|auth| {
             let req = AuthRequest {

@@ -39,7 +39,7 @@
 //!   or HELLOs without an acceptable key are ignored.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -610,7 +610,9 @@ impl Node {
             // No downgrade: a CURVE node never talks plaintext.
             return Err(refused("a beacon without a CURVE key (version 1)"));
         };
-        if !curve.allows(&key, &from.to_string()) {
+        // The address as the mailbox's authenticator sees a client's: `ip:port` (here the
+        // beacon's source address and the mailbox port it announces).
+        if !curve.allows(&key, &SocketAddr::new(from, beacon.port).to_string()) {
             return Err(refused("a beacon with a key not on the allow-list"));
         }
         if let Some(p) = self.peers.get_mut(&beacon.uuid) {
@@ -828,17 +830,19 @@ impl Node {
     }
 
     /// In CURVE mode, the key a HELLO announces in `X-PUBLICKEY`: required, the key its
-    /// connection authenticated with (`authenticated`), allowed, and the peer's known key if
-    /// it is known. `None` in plain mode.
+    /// connection authenticated with (`authenticated`), and the peer's known key if it is
+    /// known. `None` in plain mode. The authenticator is not asked again: the mailbox's (the
+    /// same, [`Curve::authenticator`]) admitted that key at the handshake, with the
+    /// connection's address.
     fn hello_key(
         &self,
         id: Uuid,
         hello: &Hello,
         authenticated: Option<&[u8; 32]>,
     ) -> Result<Option<[u8; 32]>, PeerError> {
-        let Some(curve) = &self.cfg.curve else {
+        if self.cfg.curve.is_none() {
             return Ok(None);
-        };
+        }
         let refused = |reason| PeerError::CurveRefused { peer: id, reason };
         let key = hello
             .headers
@@ -850,9 +854,6 @@ impl Node {
             return Err(refused(
                 "a HELLO whose X-PUBLICKEY is not the key its connection authenticated with",
             ));
-        }
-        if !curve.allows(&key, hello.endpoint.as_str()) {
-            return Err(refused("a HELLO with a key not on the allow-list"));
         }
         if let Some(p) = self.peers.get(&id)
             && p.curve_key != Some(key)

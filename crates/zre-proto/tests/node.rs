@@ -205,7 +205,11 @@ impl Net {
         let key = self.server_keys.get(&(i, self.nodes[j].uuid()));
         match (client, server) {
             (None, None) => key.is_none(),
-            (Some(c), Some(s)) => key == Some(&s.public_key) && s.allows(&c.public_key, ""),
+            // The mailbox sees the client's `ip:port` (here, port 40000 for every DEALER).
+            (Some(c), Some(s)) => {
+                let client = format!("{}:40000", self.ips[i]);
+                key == Some(&s.public_key) && s.allows(&c.public_key, &client)
+            }
             _ => false,
         }
     }
@@ -843,6 +847,35 @@ fn allow_only_one_and_two(limit: fn(Curve) -> Curve) {
             "{:?}",
             net.errors
         );
+    }
+}
+
+/// M3: the authenticator judging peer keys sees one address form, `ip:port` as the mailbox's
+/// does for a client: for a beacon, its source address and the mailbox port it announces.
+/// HELLOs are not judged again (their key is the one the mailbox admitted at the handshake).
+#[test]
+fn curve_authenticator_sees_ip_port_addresses() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    let auth = Authenticator::from_fn(move |req| {
+        log.lock().unwrap().push(req.address.to_owned());
+        dafka_zmtp_proto::AuthDecision::Allow
+    });
+    let mut net = Net::with(2, move |c| {
+        let i = c.uuid.as_bytes()[0];
+        c.with_curve(Some(Curve::new(key(i)).with_authenticator(auth.clone())))
+    });
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().any(|a| a.ends_with(":49152")), "{seen:?}");
+    for address in &seen {
+        let addr: std::net::SocketAddr = address.parse().expect(address);
+        assert!(addr.ip().is_loopback(), "{address}");
+        assert!([49152, 40000].contains(&addr.port()), "{address}");
     }
 }
 
