@@ -467,6 +467,17 @@ impl ZreNode {
             true => Some(beacon_socket(&options)?),
             false => None,
         };
+        if options
+            .curve
+            .as_ref()
+            .is_some_and(|k| k.public()[0] == 0x00)
+        {
+            // zyre_node_recv_beacon drops version-3 beacons whose key starts with 0.
+            tracing::warn!(
+                "ZRE CURVE public key starts with 0x00: zyre peers ignore this node's beacons \
+                 (dafka peers do not); use another key pair to talk to zyre"
+            );
+        }
         let mailbox = match &options.curve {
             Some(keypair) => MechanismConfig::CurveServer {
                 keypair: keypair.clone(),
