@@ -21,8 +21,9 @@
 //! * A beacon with a ready peer's UUID and key (both public) cannot move or remove it: one
 //!   naming another endpoint is ignored; one with port 0 makes the node PING the peer, which
 //!   is dropped only if nothing comes from it within [`crate::node::LEAVE_CHECK`] (1 s).
-//! * One UUID per key: a beacon for an unknown UUID whose key another peer entry has is
-//!   ignored; a HELLO authenticated with that key under a new UUID replaces the old entry.
+//! * One waiting UUID per key: a beacon for an unknown UUID whose key another entry still
+//!   waiting for its HELLO has is ignored; a HELLO authenticated with that key drops the
+//!   key's waiting entries under other UUIDs. Ready peers may share a key pair.
 //! * The mailbox tells the node, with each message, the key its connection authenticated with
 //!   ([`crate::Node::handle_authenticated_message`]). A HELLO must carry `X-PUBLICKEY` (valid
 //!   Z85 of 32 bytes, on the allow-list if any) equal to that key; the peer is then reached

@@ -409,8 +409,6 @@ pub struct Node {
     known: BTreeSet<String>,
     /// Open probes: endpoint -> the groups this node was in when the probe's HELLO went out.
     probes: BTreeMap<String, Vec<ShortStr>>,
-    /// CURVE mode: each peer's key -> its UUID (one UUID per key).
-    keys: HashMap<[u8; 32], Uuid>,
 }
 
 impl Node {
@@ -430,7 +428,6 @@ impl Node {
             out: VecDeque::new(),
             known: BTreeSet::new(),
             probes: BTreeMap::new(),
-            keys: HashMap::new(),
         })
     }
 
@@ -495,7 +492,6 @@ impl Node {
         }
         self.peers.clear();
         self.peer_groups.clear();
-        self.keys.clear();
         self.out.push_back(Output::Event(Event::Stop));
     }
 
@@ -632,10 +628,13 @@ impl Node {
             if p.ready && p.endpoint != beacon_endpoint(from, beacon.port) {
                 return Err(refused("a beacon with another endpoint for a ready peer"));
             }
-        } else if self.keys.contains_key(&key) {
-            // One UUID per key: copies of a (public) key under other UUIDs cannot fill the
-            // table. A node restarted under a new UUID gets in by its (authenticated) HELLO.
-            return Err(refused("a beacon with a key another peer has"));
+        } else if self.pending_with_key(&key).next().is_some() {
+            // At most one UUID per key waits for its HELLO: copies of a (public) key under
+            // other UUIDs cannot fill the table. Nodes sharing a key pair still all get in (by
+            // their HELLOs, authenticated with it, or one beacon after the other).
+            return Err(refused(
+                "a beacon with a key another peer awaiting HELLO has",
+            ));
         }
         self.on_beacon(beacon, Some(key), from, now)
     }
@@ -730,11 +729,13 @@ impl Node {
                 return Err(PeerError::OwnEndpoint { peer: id });
             }
             let key = self.hello_key(id, hello, curve_key)?;
-            if let Some(other) = key.and_then(|k| self.keys.get(&k)).copied()
-                && other != id
-            {
-                // The key's holder (authenticated) under a new UUID: it restarted.
-                self.remove_peer(other);
+            if let Some(key) = key {
+                // The key's holder (authenticated) is here: entries for its key that wait for
+                // a HELLO under other UUIDs came from copied beacons (or an earlier run).
+                let stale: Vec<Uuid> = self.pending_with_key(&key).filter(|u| *u != id).collect();
+                for other in stale {
+                    self.remove_peer(other);
+                }
             }
             if self.peers.get(&id).is_some_and(|p| p.ready) {
                 // A second HELLO: the peer restarted with the same UUID.
@@ -1167,9 +1168,6 @@ impl Node {
                 leaving_since: None,
             },
         );
-        if let Some(key) = curve_key {
-            self.keys.insert(key, id);
-        }
         if let Some(groups_then) = self.probes.remove(&endpoint) {
             // Our HELLO already went out on the probe, as message 1; tell the peer what changed
             // in our groups since.
@@ -1204,13 +1202,18 @@ impl Node {
         Ok(())
     }
 
+    /// The peers with this CURVE key whose HELLO has not arrived yet.
+    fn pending_with_key<'a>(&'a self, key: &'a [u8; 32]) -> impl Iterator<Item = Uuid> + 'a {
+        self.peers
+            .iter()
+            .filter(move |(_, p)| !p.ready && p.curve_key.as_ref() == Some(key))
+            .map(|(id, _)| *id)
+    }
+
     fn remove_peer(&mut self, id: Uuid) {
         let Some(p) = self.peers.remove(&id) else {
             return;
         };
-        if let Some(key) = &p.curve_key {
-            self.keys.remove(key);
-        }
         for g in &p.groups {
             self.drop_from_group(g, id);
         }

@@ -879,11 +879,11 @@ fn curve_authenticator_sees_ip_port_addresses() {
     }
 }
 
-/// M2: beacons copying a key under other UUIDs cannot fill the table: one UUID per key. A
-/// forged beacon taking a newcomer's key first does not lock it out: its HELLO, authenticated
-/// with that key, replaces the forged entry.
+/// M2: beacons copying a key under other UUIDs cannot fill the table: at most one UUID per
+/// key waits for its HELLO. A forged beacon taking a newcomer's key first does not lock it
+/// out: its HELLO, authenticated with that key, replaces the forged entry.
 #[test]
-fn curve_one_uuid_per_key_and_the_key_holder_wins() {
+fn curve_one_pending_uuid_per_key_and_the_key_holder_wins() {
     let mut net = curve_net(3, &[1, 2, 3], None);
     net.start(0);
     net.start(1);
@@ -891,33 +891,52 @@ fn curve_one_uuid_per_key_and_the_key_holder_wins() {
     net.take(0);
     let now = net.now;
     let elsewhere = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
+    let copy = |n: u8, k: u8| Beacon {
+        curve_key: Some(key(k)),
+        ..Beacon::new(id(n), 40000)
+    };
+    // Node 2's key under 30 other UUIDs: one entry waits for a HELLO, the others are ignored.
     for n in 10..40 {
-        let b = Beacon {
-            curve_key: Some(key(2)),
-            ..Beacon::new(id(n), 40000)
-        };
-        let err = net.nodes[0].handle_beacon(&b, elsewhere, now).unwrap_err();
-        assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
-    }
-    assert_eq!(net.nodes[0].peer_count(), 1);
-    // Node 3's key, under a forged UUID, before node 3 starts: one entry, no second.
-    for n in [50, 51] {
-        let b = Beacon {
-            curve_key: Some(key(3)),
-            ..Beacon::new(id(n), 40000)
-        };
-        let r = net.nodes[0].handle_beacon(&b, elsewhere, now);
-        assert_eq!(r.is_ok(), n == 50, "{r:?}");
+        let r = net.nodes[0].handle_beacon(&copy(n, 2), elsewhere, now);
+        match r {
+            Ok(()) => assert_eq!(n, 10),
+            Err(e) => assert!(matches!(e, PeerError::CurveRefused { .. }), "{e:?}"),
+        }
     }
     assert_eq!(net.nodes[0].peer_count(), 2);
+    // Node 3's key, under a forged UUID, before node 3 starts: one entry, no second.
+    for n in [50, 51] {
+        let r = net.nodes[0].handle_beacon(&copy(n, 3), elsewhere, now);
+        assert_eq!(r.is_ok(), n == 50, "{r:?}");
+    }
+    assert_eq!(net.nodes[0].peer_count(), 3);
     net.pump();
-    // Node 3's own beacons are ignored by node 1 (the key is taken), but it hears node 1's
-    // and says HELLO with that key: node 1 drops the forged entry and meets node 3.
+    // Node 3's own beacons are ignored by node 1 (an entry with its key waits), but it hears
+    // node 1's and says HELLO with that key: node 1 drops the forged entry and meets node 3.
     net.start(2);
     net.run_until(net.now - net.t0 + Duration::from_secs(2));
     assert!(net.kinds(0).contains(&"ENTER 3".to_owned()));
     assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
-    assert_eq!(net.nodes[0].peer_count(), 2, "the forged entry is gone");
+    assert_eq!(
+        net.nodes[0].peer_count(),
+        3,
+        "forged 50 is gone, forged 10 waits"
+    );
+}
+
+/// Nodes sharing one key pair (as zyre allows: one certificate per application) all get in.
+#[test]
+fn curve_nodes_sharing_a_key_pair_all_meet() {
+    let net = Net::with(3, |c| {
+        let i = c.uuid.as_bytes()[0];
+        c.with_curve(Some(Curve::new(key(i.min(2)))))
+    });
+    let mut net = meet(net);
+    net.run_until(Duration::from_secs(3));
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    assert_eq!(net.nodes[1].peers(), [id(1), id(3)]);
+    assert_eq!(net.nodes[2].peers(), [id(1), id(2)]);
+    assert!(net.kinds(0).iter().all(|k| !k.starts_with("EXIT")));
 }
 
 /// M2: beacons from unknown nodes (UDP, forgeable) fill at most `max_pending` entries; a
