@@ -33,6 +33,8 @@ def test_cluster_keys_shape() -> None:
         dafka.ClusterKeys(cluster[1], "short", [])
     with pytest.raises(ValueError, match="allowed_keys"):
         dafka.ClusterKeys(cluster[1], member[1], ["not a key"])
+    with pytest.raises(ValueError, match="allowed_keys holds None"):
+        dafka.ClusterKeys(cluster[1], member[1], [member[0], None])
 
 
 def test_encrypted_cluster_round_trip_and_outsiders_get_nothing(

@@ -1,12 +1,15 @@
 """The "authentication refused" warning is rate-limited per listener (issue 13): a burst of
-refused clients logs at most REFUSALS_LOGGED_PER_SECOND (10) warnings a second, and the
-next warning after the burst says how many were not logged."""
+refused clients logs at most REFUSALS_LOGGED_PER_SECOND (10) warnings a second, and how many
+were not logged is said once the window is over (at the next connection or refusal) or when
+the listener closes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -42,9 +45,12 @@ def refuse_one(endpoint: str, public: str) -> None:
         raise AssertionError("the client was not refused")
 
 
-def test_refusal_warnings_are_rate_limited_per_listener(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+@contextlib.contextmanager
+def refusing_listener(
+    caplog: pytest.LogCaptureFixture, burst: int
+) -> Iterator[tuple[str, str, float]]:
+    """A CURVE PULL that allows nobody, after `burst` refused clients: its endpoint, public
+    key and how long the burst took; the listener closes on exit."""
     caplog.set_level(logging.WARNING)
     public, secret = dafka.zmtp.curve_keypair()
     with dafka.zmtp.Socket(
@@ -52,10 +58,16 @@ def test_refusal_warnings_are_rate_limited_per_listener(
     ) as pull:
         endpoint = pull.bind("tcp://127.0.0.1:0")
         start = time.monotonic()
-        burst = 3 * LIMIT
         for _ in range(burst):
             refuse_one(endpoint, public)
-        took = time.monotonic() - start
+        yield endpoint, public, time.monotonic() - start
+
+
+def test_refusal_warnings_are_rate_limited_per_listener(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    burst = 3 * LIMIT
+    with refusing_listener(caplog, burst) as (endpoint, public, took):
         logged = refusals(caplog)
         # Every refusal within one window beyond the limit was held back (a slow machine may
         # spread the burst over more windows: at most LIMIT per started second).
@@ -70,7 +82,26 @@ def test_refusal_warnings_are_rate_limited_per_listener(
         time.sleep(1.1)
         refuse_one(endpoint, public)
         final = refusals(caplog)
-        assert "earlier refusals on this listener were not logged" in final[-1], final[-1]
-        counted = [re.search(r"\((\d+) earlier refusals", m) for m in final]
+        # (said as the next connection arrives once the window is over, or with that refusal)
+        assert any("were not logged" in m for m in final[len(logged) :]), final
+        counted = [re.search(r"(\d+) earlier refusals", m) for m in final]
         assert sum(int(c.group(1)) for c in counted if c) == held_back, (took, final)
         print(f"burst of {burst} refusals in {took:.2f} s: {len(logged)} warnings")
+
+
+def test_refusals_held_back_are_said_when_the_listener_closes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A burst that stops with no later refusal: its count is said at close, not lost."""
+    burst = 2 * LIMIT
+    with refusing_listener(caplog, burst) as (_, _, took):
+        held_back = burst - len(refusals(caplog))
+    assert held_back > 0, took
+    deadline = time.monotonic() + 5
+    said: list[str] = []
+    while time.monotonic() < deadline and not said:
+        said = [m for m in refusals(caplog) if "were not logged" in m]
+        time.sleep(0.05)
+    assert said, refusals(caplog)
+    counted = [re.search(r"(\d+) earlier refusals", m) for m in said]
+    assert sum(int(c.group(1)) for c in counted if c) == held_back, said

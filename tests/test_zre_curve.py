@@ -80,6 +80,8 @@ def test_curve_options_are_checked() -> None:
         lo("x", port, allowed_keys=[public]).start()
     with pytest.raises(ValueError, match="allowed_keys"):
         lo("x", port, curve_secretkey=secret, allowed_keys=["not a key"]).start()
+    with pytest.raises(ValueError, match="allowed_keys holds None"):
+        lo("x", port, curve_secretkey=secret, allowed_keys=[public, None]).start()
     # Known endpoints and gossip carry no keys.
     with pytest.raises(ValueError, match="CURVE"):
         lo("x", port, curve_secretkey=secret, known_endpoints=["tcp://127.0.0.1:1"]).start()

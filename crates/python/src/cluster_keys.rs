@@ -7,7 +7,7 @@ use dafka_zmtp::{CurveKeyPair, z85_encode};
 use pyo3::prelude::*;
 
 use crate::errors;
-use crate::security::key;
+use crate::security::{key, keys};
 
 /// One member's keys: the cluster's key pair (the same on every member: bound sockets serve
 /// with it), the member's own key pair (its connecting sockets present it), and the public
@@ -35,12 +35,7 @@ impl PyClusterKeys {
         };
         let cluster = pair("cluster_secretkey", cluster_secretkey)?;
         let member = pair("member_secretkey", member_secretkey)?;
-        let allowed = allowed_keys
-            .iter()
-            .map(|k| {
-                key("allowed_keys", k)?.ok_or_else(|| errors::invalid("allowed_keys holds None"))
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+        let allowed = keys("allowed_keys", &allowed_keys)?;
         Ok(PyClusterKeys {
             keys: ClusterKeys::new(cluster, member, allowed.iter().copied()),
             allowed,

@@ -193,6 +193,14 @@ fn truth(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
         .map_err(|_| errors::invalid(format!("{name} must be a bool")))
 }
 
+/// A list of keys (each as [`key`], `None` refused), e.g. `allowed_keys`.
+pub(crate) fn keys(name: &str, values: &[Bound<'_, PyAny>]) -> PyResult<Vec<[u8; 32]>> {
+    values
+        .iter()
+        .map(|k| key(name, k)?.ok_or_else(|| errors::invalid(format!("{name} holds None"))))
+        .collect()
+}
+
 /// A 32-byte key: 40 characters of Z85 (`str` or `bytes`) or 32 raw bytes; `None` unsets.
 pub(crate) fn key(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 32]>> {
     if value.is_none() {

@@ -508,14 +508,7 @@ fn curve_options(
         ));
     }
     let allowed = allowed
-        .map(|keys| {
-            keys.iter()
-                .map(|k| {
-                    crate::security::key("allowed_keys", k)?
-                        .ok_or_else(|| errors::invalid("allowed_keys holds None"))
-                })
-                .collect::<PyResult<Vec<_>>>()
-        })
+        .map(|keys| crate::security::keys("allowed_keys", keys))
         .transpose()?;
     Ok(Some((keypair, allowed)))
 }

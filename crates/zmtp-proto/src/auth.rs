@@ -129,10 +129,10 @@ impl std::hash::Hash for Authenticator {
     }
 }
 
-/// Runs the authenticator and logs the decision (`info` when allowed, `debug` when refused:
-/// the driver logs refusals at `warn`, rate-limited per listener, from the
-/// [`PeerError::AuthenticationRefused`](crate::PeerError) the handshake fails with). A
-/// refusal returns the client (Z85 public key or PLAIN username) and the reason.
+/// Runs the authenticator and logs the decision when it allows (`info`). A refusal is not
+/// logged here: it returns the client (Z85 public key or PLAIN username) and the reason, the
+/// handshake fails with [`PeerError::AuthenticationRefused`](crate::PeerError), and the
+/// driver logs that once (`warn`, rate-limited per listener, else `debug`).
 pub(crate) fn authenticate(
     auth: &Authenticator,
     mechanism: &'static str,
@@ -147,10 +147,7 @@ pub(crate) fn authenticate(
             tracing::info!(mechanism, peer = req.address, client = ?who, "authentication allowed");
             Ok(())
         }
-        AuthDecision::Deny(reason) => {
-            tracing::debug!(mechanism, peer = req.address, client = ?who, %reason, "authentication refused");
-            Err((who, reason))
-        }
+        AuthDecision::Deny(reason) => Err((who, reason)),
     }
 }
 

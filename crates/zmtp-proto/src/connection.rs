@@ -339,6 +339,16 @@ impl Connection {
         self.state == State::Ready
     }
 
+    /// On a CURVE server whose handshake is complete: the client's long-term public key, which
+    /// it proved it holds and the authenticator allowed (libzmq's `User-Id` for CURVE is its
+    /// Z85). `None` before that, on clients and with NULL or PLAIN.
+    pub fn curve_client_key(&self) -> Option<[u8; 32]> {
+        match self.state {
+            State::Ready => self.mechanism.curve_client_key(),
+            _ => None,
+        }
+    }
+
     /// Whether a fatal error happened; the driver must close the connection.
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed

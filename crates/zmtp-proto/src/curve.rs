@@ -506,6 +506,8 @@ pub(crate) struct CurveServer {
     peer_nonce: u64,
     state: ServerStep,
     local: Metadata,
+    /// The client's long-term key, once its INITIATE was vouched for and allowed.
+    client_key: Option<[u8; 32]>,
 }
 
 impl CurveServer {
@@ -524,6 +526,7 @@ impl CurveServer {
             peer_nonce: 0,
             state: ServerStep::Hello,
             local: Metadata::new(),
+            client_key: None,
         }
     }
 
@@ -659,6 +662,7 @@ impl CurveServer {
         );
         put_command(out, READY, &[&ours.to_be_bytes(), &boxed]);
         self.key = Some(key);
+        self.client_key = Some(client_key);
         self.state = ServerStep::Done;
         Ok(peer)
     }
@@ -703,6 +707,10 @@ impl Mechanism for CurveServer {
             next_nonce: self.next_nonce,
             peer_nonce: self.peer_nonce,
         })
+    }
+
+    fn curve_client_key(&self) -> Option<[u8; 32]> {
+        self.client_key
     }
 }
 

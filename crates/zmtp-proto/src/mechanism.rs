@@ -143,6 +143,12 @@ pub(crate) trait Mechanism {
     fn take_cipher(&mut self) -> Option<Cipher> {
         None
     }
+
+    /// Once the handshake is complete, on a CURVE server: the public key the client proved it
+    /// holds (the one its authenticator allowed). `None` for every other mechanism and role.
+    fn curve_client_key(&self) -> Option<[u8; 32]> {
+        None
+    }
 }
 
 /// Where the client of PLAIN or CURVE is: both wait for WELCOME, then READY.

@@ -215,8 +215,13 @@ where
                     peer_identity,
                     peer_metadata,
                 } => {
-                    match inner.attach(connect_pipe.as_ref(), id, peer_socket_type, &peer_identity)
-                    {
+                    match inner.attach(
+                        connect_pipe.as_ref(),
+                        id,
+                        peer_socket_type,
+                        &peer_identity,
+                        conn.curve_client_key(),
+                    ) {
                         Ok(l) => {
                             inner.events.emit(|| SocketEvent::HandshakeSucceeded {
                                 peer: id,

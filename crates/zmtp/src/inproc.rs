@@ -179,6 +179,7 @@ async fn session(
         b_id,
         a.socket_type,
         &announced_identity(a.socket_type, &a.options),
+        None,
     ) {
         Ok(l) => l,
         Err(e) => {
@@ -198,6 +199,7 @@ async fn session(
         a_id,
         b.socket_type,
         &announced_identity(b.socket_type, &b.options),
+        None,
     ) {
         Ok(l) => l,
         Err(e) => {

@@ -69,6 +69,13 @@ pub struct Options {
     /// over (`ZMQ_ROUTER_HANDOVER`; zyre sets it) instead of being refused.
     /// Default false.
     pub router_handover: bool,
+    /// ROUTER: every received message carries, after its routing id, a second envelope frame
+    /// with the peer's authenticated CURVE public key (32 bytes, the key a CURVE server's
+    /// authenticator allowed for that connection; empty for NULL, PLAIN and `inproc://`
+    /// peers). Like libzmq's `User-Id` message property, but per message, so it always names
+    /// the connection the message came on (no race with reconnects or handover). Sending is
+    /// unchanged (`[routing id, body...]`). Default false: other ROUTERs pay nothing.
+    pub router_peer_key: bool,
     /// XPUB: deliver every subscription message to the application, not only
     /// the first one for each prefix (`ZMQ_XPUB_VERBOSE`). Default false.
     pub xpub_verbose: bool,
@@ -120,6 +127,7 @@ impl Default for Options {
             routing_id: None,
             router_mandatory: false,
             router_handover: false,
+            router_peer_key: false,
             xpub_verbose: false,
             xpub_welcome_msg: None,
             limits: Limits::default(),
@@ -181,6 +189,7 @@ setters! {
     routing_id / with_routing_id: Option<Bytes>,
     router_mandatory / with_router_mandatory: bool,
     router_handover / with_router_handover: bool,
+    router_peer_key / with_router_peer_key: bool,
     xpub_verbose / with_xpub_verbose: bool,
     xpub_welcome_msg / with_xpub_welcome_msg: Option<Bytes>,
     limits / with_limits: Limits,

@@ -4,7 +4,9 @@
 //! reconnects every 100 ms by default), or many of them, would otherwise fill the log. Each
 //! bound endpoint (and each connecting socket that is a server) logs at most
 //! [`REFUSALS_LOGGED_PER_SECOND`] refusals at `warn` per one-second window; the others go to
-//! `debug`, and the next refusal logged at `warn` says how many were not.
+//! `debug`, and the next refusal logged at `warn` says how many were not. A count that no
+//! later refusal reports is not lost: the listener says it at its next accepted connection
+//! once the window is over, and when it closes.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -47,6 +49,24 @@ impl RefusalLog {
         }
     }
 
+    /// The refusals not logged, if their window is over at `now` (`None` while it runs, and
+    /// when there are none); they are then counted as said.
+    pub(crate) fn due(&self, now: Option<Instant>) -> Option<u64> {
+        let mut w = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let over = match (now, w.start) {
+            (Some(now), Some(s)) => now.saturating_duration_since(s) >= WINDOW,
+            _ => true,
+        };
+        (over && w.suppressed > 0).then(|| std::mem::take(&mut w.suppressed))
+    }
+
+    /// Says the refusals not logged if their window is over (called as connections arrive).
+    pub(crate) fn flush(&self) {
+        if let Some(n) = self.due(Some(Instant::now())) {
+            say_suppressed(n);
+        }
+    }
+
     /// Logs the refusal `e` of the client at `peer`.
     pub(crate) fn log(&self, peer: &str, e: &PeerError) {
         match self.admit(Instant::now()) {
@@ -60,6 +80,22 @@ impl RefusalLog {
             None => tracing::debug!(peer, error = %e, "authentication refused"),
         }
     }
+}
+
+impl Drop for RefusalLog {
+    /// The listener closes: the refusals not logged are said now.
+    fn drop(&mut self) {
+        if let Some(n) = self.due(None) {
+            say_suppressed(n);
+        }
+    }
+}
+
+fn say_suppressed(n: u64) {
+    tracing::warn!(
+        suppressed = n,
+        "authentication refused: {n} earlier refusals on this listener were not logged"
+    );
 }
 
 #[cfg(test)]
@@ -86,5 +122,27 @@ mod tests {
         }
         assert_eq!(log.admit(t0 + ms(1999)), None);
         assert_eq!(log.admit(t0 + ms(5000)), Some(1));
+    }
+
+    /// A burst that stops: its count is said once the window is over, or at close.
+    #[test]
+    fn the_count_of_a_burst_that_stops_is_not_lost() {
+        let log = RefusalLog::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        for i in 0..REFUSALS_LOGGED_PER_SECOND + 7 {
+            log.admit(t0 + ms(u64::from(i)));
+        }
+        assert_eq!(log.due(Some(t0 + ms(500))), None, "the window still runs");
+        assert_eq!(log.due(Some(t0 + ms(1000))), Some(7));
+        assert_eq!(log.due(Some(t0 + ms(2000))), None, "said once");
+        // At close (no clock): whatever is left.
+        assert_eq!(log.admit(t0 + ms(3000)), Some(0));
+        for i in 1..REFUSALS_LOGGED_PER_SECOND + 3 {
+            log.admit(t0 + ms(3000 + u64::from(i)));
+        }
+        assert_eq!(log.due(None), Some(3));
+        // Said by flush, not again by the next refusal.
+        assert_eq!(log.admit(t0 + ms(9000)), Some(0));
     }
 }

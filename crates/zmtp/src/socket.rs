@@ -67,6 +67,9 @@ pub(crate) struct Link {
     pub(crate) pipe: Arc<Pipe>,
     /// ROUTER: routing id prepended to every received message.
     pub(crate) route_prefix: Option<Bytes>,
+    /// ROUTER with `router_peer_key`: the frame put after the routing id (the peer's
+    /// authenticated CURVE key, or empty).
+    pub(crate) key_prefix: Option<Bytes>,
     /// Stopped when this connection must end (ROUTER handover).
     pub(crate) evicted: Arc<Stop>,
 }
@@ -373,6 +376,7 @@ impl Inner {
         peer: PeerId,
         peer_type: SocketType,
         peer_identity: &Bytes,
+        peer_key: Option<[u8; 32]>,
     ) -> Result<Link, Rejection> {
         if !self.socket_type.is_compatible(peer_type) {
             return Err(Rejection::Incompatible(peer_type));
@@ -468,9 +472,12 @@ impl Inner {
         }
         drop(st);
         self.send_space.notify_waiters();
+        let key_prefix = (routing_id.is_some() && self.options.router_peer_key)
+            .then(|| peer_key.map_or_else(Bytes::new, |k| Bytes::copy_from_slice(&k)));
         Ok(Link {
             pipe,
             route_prefix: routing_id,
+            key_prefix,
             evicted,
         })
     }
@@ -561,6 +568,9 @@ impl Inner {
                 }
             }
             SocketType::Router => {
+                if let Some(key) = &link.key_prefix {
+                    msg.push_front(key.clone());
+                }
                 if let Some(rid) = &link.route_prefix {
                     msg.push_front(rid.clone());
                 }

@@ -188,6 +188,7 @@ async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>,
         tokio::select! {
             r = listener.accept_split() => match r {
                 Ok((rd, wr, peer)) => {
+                    refusals.flush();
                     let id = inner.next_peer();
                     inner.events.emit(|| SocketEvent::Accepted {
                         endpoint: endpoint.clone(),

@@ -312,3 +312,104 @@ async fn replayed_reordered_and_tampered_boxes_close_only_their_connection() {
     assert!(libzmq_request(ep, client, server, 10_000).await.is_some());
     task.abort();
 }
+
+/// `router_peer_key`: each message a CURVE ROUTER receives names, after the routing id, the
+/// key its connection authenticated with, whatever routing id the client claims; two clients
+/// claiming one routing id (handover) are still told apart. A NULL ROUTER gives an empty frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_peer_key_names_the_authenticated_key_of_each_message() {
+    let server_keys = CurveKeyPair::generate();
+    let alice = CurveKeyPair::generate();
+    let mallory = CurveKeyPair::generate();
+    let router = Socket::new(
+        SocketType::Router,
+        opts(MechanismConfig::CurveServer {
+            keypair: server_keys.clone(),
+            authenticator: Authenticator::allow_all(),
+        })
+        .with_router_handover(true)
+        .with_router_peer_key(true),
+    )
+    .unwrap();
+    let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+    let dealer = |keys: &CurveKeyPair| {
+        Socket::new(
+            SocketType::Dealer,
+            opts(MechanismConfig::CurveClient {
+                keypair: keys.clone(),
+                server_key: *server_keys.public(),
+            })
+            .with_routing_id(Some(Bytes::from_static(b"same-id"))),
+        )
+        .unwrap()
+    };
+    let a = dealer(&alice);
+    a.connect(&ep).await.unwrap();
+    a.send(Message::from(vec![Bytes::from_static(b"from alice")]))
+        .await
+        .unwrap();
+    let got = wait(&router).await;
+    assert_eq!(got.frames()[0], &b"same-id"[..]);
+    assert_eq!(got.frames()[1], &alice.public()[..]);
+    assert_eq!(got.frames()[2], &b"from alice"[..]);
+    // Mallory claims Alice's routing id: handover, yet her message names her own key.
+    let m = dealer(&mallory);
+    m.connect(&ep).await.unwrap();
+    m.send(Message::from(vec![Bytes::from_static(b"from mallory")]))
+        .await
+        .unwrap();
+    let got = wait(&router).await;
+    assert_eq!(got.frames()[0], &b"same-id"[..]);
+    assert_eq!(got.frames()[1], &mallory.public()[..]);
+    assert_eq!(got.frames()[2], &b"from mallory"[..]);
+    // A libzmq client's key, as libzmq's User-Id would give it.
+    let zkeys = CurveKeyPair::generate();
+    let (zep, zk, zs) = (ep.clone(), zkeys.clone(), *server_keys.public());
+    let sent = tokio::task::spawn_blocking(move || {
+        let s = zmq_socket(zmq::DEALER);
+        zmq_curve_client(&s, &zk, &zs);
+        s.set_identity(b"libzmq").unwrap();
+        s.connect(&zep).unwrap();
+        s.send(&b"from libzmq"[..], 0).unwrap();
+        s
+    });
+    let got = wait(&router).await;
+    assert_eq!(got.frames()[0], &b"libzmq"[..]);
+    assert_eq!(got.frames()[1], &zkeys.public()[..]);
+    drop(sent.await.unwrap());
+    // Sending is unchanged: [routing id, body].
+    router
+        .send(Message::from(vec![
+            Bytes::from_static(b"same-id"),
+            Bytes::from_static(b"reply"),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(wait(&m).await.frames(), &[Bytes::from_static(b"reply")]);
+
+    let plain = Socket::new(
+        SocketType::Router,
+        opts(MechanismConfig::Null).with_router_peer_key(true),
+    )
+    .unwrap();
+    let pep = plain.bind("tcp://127.0.0.1:0").await.unwrap();
+    let d = Socket::new(
+        SocketType::Dealer,
+        opts(MechanismConfig::Null).with_routing_id(Some(Bytes::from_static(b"n"))),
+    )
+    .unwrap();
+    d.connect(&pep).await.unwrap();
+    d.send(Message::from(vec![Bytes::from_static(b"x")]))
+        .await
+        .unwrap();
+    let got = wait(&plain).await;
+    assert_eq!(got.frames().len(), 3);
+    assert!(got.frames()[1].is_empty());
+}
+
+async fn wait(s: &Socket) -> Message {
+    tokio::time::timeout(Duration::from_secs(10), s.recv())
+        .await
+        .unwrap()
+        .unwrap()
+}

@@ -17,10 +17,18 @@
 //! * A beacon whose key is not on the allow-list (when there is one), or that the
 //!   authenticator (when there is one) refuses, is ignored, and so is a
 //!   beacon from a known peer carrying another key than the one it was first seen with
-//!   (including a port-0 "leaving" beacon: a forged one cannot make a peer leave).
-//! * A HELLO from an unknown peer must carry `X-PUBLICKEY` (valid Z85 of 32 bytes, on the
-//!   allow-list if any); the peer is then reached with that key. A HELLO from a known peer
-//!   whose `X-PUBLICKEY` differs from its known key is ignored.
+//!   (including a port-0 "leaving" beacon).
+//! * A beacon with a ready peer's UUID and key (both public) cannot move or remove it: one
+//!   naming another endpoint is ignored; one with port 0 makes the node PING the peer, which
+//!   is dropped only if nothing comes from it within [`crate::node::LEAVE_CHECK`] (1 s).
+//! * One waiting UUID per key: a beacon for an unknown UUID whose key another entry still
+//!   waiting for its HELLO has is ignored; a HELLO authenticated with that key drops the
+//!   key's waiting entries under other UUIDs. Ready peers may share a key pair.
+//! * The mailbox tells the node, with each message, the key its connection authenticated with
+//!   ([`crate::Node::handle_authenticated_message`]). A HELLO must carry `X-PUBLICKEY` (valid
+//!   Z85 of 32 bytes, on the allow-list if any) equal to that key; the peer is then reached
+//!   with it. Any message from a known peer authenticated with another key than the peer's
+//!   (a node claiming another's UUID) is ignored, before it can cause a restart or EXIT.
 //! * Known endpoints and gossip carry no keys: [`crate::Config`] refuses CURVE without beacons
 //!   or as a gossip hub, [`crate::Node::connect_endpoint`] does nothing, and gossip received
 //!   from a peer is ignored.
@@ -31,26 +39,24 @@
 //! key; the mailbox's CURVE server refuses clients that do not know this node's public key
 //! (and, with an allow-list, clients whose key is not on it).
 
-use std::collections::BTreeSet;
-
 use dafka_zmtp_proto::{AuthDecision, AuthRequest, Authenticator, Credentials};
 
 /// The HELLO header carrying the sender's CURVE public key in Z85 (zyre's name).
 pub const X_PUBLICKEY: &str = "X-PUBLICKEY";
 
-/// A node's CURVE settings: its public key and the optional allow-list of peer keys. The
-/// secret key stays with the driver (the state machine never needs it).
+/// A node's CURVE settings: its public key and the optional authenticator deciding on peer
+/// keys (an allow-list is one). The secret key stays with the driver (the state machine never
+/// needs it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Curve {
     /// This node's CURVE public key (announced in beacons and HELLO).
     pub public_key: [u8; 32],
-    /// Peer public keys allowed; `None` lets every key in (any node that knows this node's
-    /// public key, which its beacons announce, can then connect).
-    pub allowed: Option<BTreeSet<[u8; 32]>>,
-    /// An authenticator deciding on peer keys too (a Dafka cluster's allow-list): a key it
-    /// refuses is ignored as one off [`Curve::allowed`] is. The driver makes it the mailbox's
-    /// authenticator. It is asked with the peer's address and `Credentials::Curve`.
+    /// Decides which peer keys are talked to (an allow-list, a Dafka cluster's authenticator);
+    /// `None` lets every key in (any node that knows this node's public key, which its beacons
+    /// announce, can then connect). The driver makes the same one the mailbox's authenticator,
+    /// so beacons and connections (whose keys HELLOs must carry) are judged alike. It is
+    /// asked with `Credentials::Curve` and an `ip:port` address (see [`Curve::allows`]).
     pub authenticator: Option<Authenticator>,
 }
 
@@ -59,33 +65,35 @@ impl Curve {
     pub fn new(public_key: [u8; 32]) -> Self {
         Curve {
             public_key,
-            allowed: None,
             authenticator: None,
         }
     }
 
-    /// With an authenticator that also decides which peer keys are talked to.
+    /// With an authenticator deciding which peer keys are talked to (replacing any earlier one
+    /// or allow-list).
     pub fn with_authenticator(mut self, authenticator: Authenticator) -> Self {
         self.authenticator = Some(authenticator);
         self
     }
 
-    /// With an allow-list of peer public keys: peers with other keys are ignored.
-    pub fn with_allowed(mut self, keys: impl IntoIterator<Item = [u8; 32]>) -> Self {
-        self.allowed = Some(keys.into_iter().collect());
-        self
+    /// With an allow-list of peer public keys ([`Authenticator::curve_keys`], replacing any
+    /// earlier authenticator): peers with other keys are ignored.
+    pub fn with_allowed(self, keys: impl IntoIterator<Item = [u8; 32]>) -> Self {
+        self.with_authenticator(Authenticator::curve_keys(keys))
     }
 
-    /// Whether a peer with this key, at `address`, may be talked to.
+    /// Whether a peer with this key, at `address`, may be talked to. `address` has the form
+    /// the mailbox's authenticator sees a client's in (`ip:port`, `[ip6]:port`): for a
+    /// beacon, its source address and the mailbox port it announces. A HELLO is not judged
+    /// again: its key must be the one the mailbox admitted at the handshake.
     pub fn allows(&self, key: &[u8; 32], address: &str) -> bool {
-        self.allowed.as_ref().is_none_or(|a| a.contains(key))
-            && self.authenticator.as_ref().is_none_or(|auth| {
-                let req = AuthRequest {
-                    address,
-                    credentials: Credentials::Curve { public_key: key },
-                };
-                auth.decide(&req) == AuthDecision::Allow
-            })
+        self.authenticator.as_ref().is_none_or(|auth| {
+            let req = AuthRequest {
+                address,
+                credentials: Credentials::Curve { public_key: key },
+            };
+            auth.decide(&req) == AuthDecision::Allow
+        })
     }
 
     /// The `X-PUBLICKEY` header value: the public key in Z85.

@@ -29,6 +29,9 @@
 //!   GOODBYE to every peer instead of the port-0 beacon.
 //! * A beacon with port 0, a GOODBYE, a failed connection or a send queue full for longer than
 //!   [`Config::send_stall`] drop the peer (EXIT). zyre never notices a full send queue.
+//!   In CURVE mode a beacon never moves or drops a ready peer: one with another endpoint is
+//!   ignored, one with port 0 sends the peer PING and drops it only if nothing comes from it
+//!   within [`LEAVE_CHECK`] (anyone can copy its UUID and public key into a beacon).
 //! * Group status counts this node's joins and leaves (wrapping); a peer's status is taken as
 //!   it comes (pyre overflows it).
 //! * In CURVE mode ([`Config::curve`], [`crate::curve`]) beacons are the 54-byte version-3
@@ -36,7 +39,7 @@
 //!   or HELLOs without an acceptable key are ignored.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -77,6 +80,10 @@ pub struct Config {
     pub gossip_hub: bool,
     /// Most peers in the table; further ones are ignored.
     pub max_peers: usize,
+    /// Most peers in the table found by a beacon whose HELLO has not arrived yet (256);
+    /// further beacons from unknown nodes are ignored (a HELLO still gets a node in). Beacons
+    /// are not authenticated: this keeps forged ones from filling the table.
+    pub max_pending: usize,
     /// Decode limits.
     pub limits: Limits,
     /// CURVE mode (43/ZRE version 3): `None` is plain mode, which ignores version-3 beacons.
@@ -100,6 +107,7 @@ impl Config {
             beacons: true,
             gossip_hub: false,
             max_peers: 4096,
+            max_pending: 256,
             limits: Limits::DEFAULT,
             curve: None,
         }
@@ -164,6 +172,12 @@ impl Config {
     /// With another peer limit.
     pub fn with_max_peers(mut self, n: usize) -> Self {
         self.max_peers = n;
+        self
+    }
+
+    /// With another limit on peers whose HELLO has not arrived yet.
+    pub fn with_max_pending(mut self, n: usize) -> Self {
+        self.max_pending = n;
         self
     }
 
@@ -340,7 +354,14 @@ struct Peer {
     blocked_since: Option<Instant>,
     /// Its CURVE public key (CURVE mode).
     curve_key: Option<[u8; 32]>,
+    /// CURVE mode: when a port-0 beacon said this ready peer leaves; it was sent PING and is
+    /// dropped at [`LEAVE_CHECK`] after that unless it says something first.
+    leaving_since: Option<Instant>,
 }
+
+/// CURVE mode: how long a ready peer announced as leaving by a port-0 beacon (which anyone
+/// can forge, the key being public) has to answer the PING sent then before it is dropped.
+pub const LEAVE_CHECK: Duration = Duration::from_secs(1);
 
 impl Peer {
     fn deadline(&self, cfg: &Config) -> Instant {
@@ -352,9 +373,13 @@ impl Peer {
             cfg.expired
         };
         let quiet = self.last_seen + next;
-        match self.blocked_since {
+        let due = match self.blocked_since {
             Some(t) => quiet.min(t + cfg.send_stall),
             None => quiet,
+        };
+        match self.leaving_since {
+            Some(t) => due.min(t + LEAVE_CHECK),
+            None => due,
         }
     }
 }
@@ -524,7 +549,10 @@ impl Node {
         let stalled = p
             .blocked_since
             .is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.send_stall);
-        if quiet >= self.cfg.expired || stalled {
+        let left = p
+            .leaving_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= LEAVE_CHECK);
+        if quiet >= self.cfg.expired || stalled || left {
             self.remove_peer(id);
             return;
         }
@@ -578,13 +606,35 @@ impl Node {
             // No downgrade: a CURVE node never talks plaintext.
             return Err(refused("a beacon without a CURVE key (version 1)"));
         };
-        if !curve.allows(&key, &from.to_string()) {
+        // The address as the mailbox's authenticator sees a client's: `ip:port` (here the
+        // beacon's source address and the mailbox port it announces).
+        if !curve.allows(&key, &SocketAddr::new(from, beacon.port).to_string()) {
             return Err(refused("a beacon with a key not on the allow-list"));
         }
-        if let Some(p) = self.peers.get(&beacon.uuid)
-            && p.curve_key != Some(key)
-        {
-            return Err(refused("a beacon with another key than the peer's"));
+        if let Some(p) = self.peers.get_mut(&beacon.uuid) {
+            if p.curve_key != Some(key) {
+                return Err(refused("a beacon with another key than the peer's"));
+            }
+            // A ready peer's key and UUID are public, so a beacon cannot move or remove it: a
+            // restart shows as a HELLO on a connection authenticated with its key.
+            if p.ready && beacon.port == 0 {
+                // Leaving, or forged: PING it; a live peer answers before LEAVE_CHECK.
+                if p.leaving_since.is_none() {
+                    p.leaving_since = Some(now);
+                    self.send(beacon.uuid, Body::Ping);
+                }
+                return Ok(());
+            }
+            if p.ready && p.endpoint != beacon_endpoint(from, beacon.port) {
+                return Err(refused("a beacon with another endpoint for a ready peer"));
+            }
+        } else if self.pending_with_key(&key).next().is_some() {
+            // At most one UUID per key waits for its HELLO: copies of a (public) key under
+            // other UUIDs cannot fill the table. Nodes sharing a key pair still all get in (by
+            // their HELLOs, authenticated with it, or one beacon after the other).
+            return Err(refused(
+                "a beacon with a key another peer awaiting HELLO has",
+            ));
         }
         self.on_beacon(beacon, Some(key), from, now)
     }
@@ -603,10 +653,16 @@ impl Node {
             }
             return Ok(());
         }
-        let endpoint = match from {
-            IpAddr::V4(ip) => format!("tcp://{ip}:{}", beacon.port),
-            IpAddr::V6(ip) => format!("tcp://[{ip}]:{}", beacon.port),
-        };
+        let endpoint = beacon_endpoint(from, beacon.port);
+        if !self.peers.contains_key(&beacon.uuid) {
+            let pending = self.peers.values().filter(|p| !p.ready).count();
+            if pending >= self.cfg.max_pending {
+                return Err(PeerError::TooManyPeers {
+                    peer: beacon.uuid,
+                    max: self.cfg.max_pending,
+                });
+            }
+        }
         self.require_peer(beacon.uuid, endpoint, key, now)?;
         if self.cfg.beacons_refresh
             && let Some(p) = self.peers.get_mut(&beacon.uuid)
@@ -617,10 +673,32 @@ impl Node {
     }
 
     /// A multipart message from the ROUTER mailbox: `routing_id` is the sender's DEALER
-    /// identity, `frames` the rest.
+    /// identity, `frames` the rest. In plain mode; in CURVE mode every message is refused
+    /// this way ([`Node::handle_authenticated_message`] names the connection's key).
     pub fn handle_message(
         &mut self,
         routing_id: &[u8],
+        frames: &[Bytes],
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        self.handle_authenticated_message(routing_id, None, frames, now)
+    }
+
+    /// [`Node::handle_message`] with the CURVE public key the message's connection
+    /// authenticated with (the mailbox is a CURVE server; `None` without CURVE). In CURVE mode
+    /// the DEALER identity (`0x01` + UUID) is only a claim, the key is what counts:
+    ///
+    /// * a HELLO's `X-PUBLICKEY` must be that key (zyre's DEALER presents the key it
+    ///   announces), so no node can announce another node's key;
+    /// * any message from a known peer must come with the peer's pinned key (from its first
+    ///   beacon or HELLO), so a node claiming another's UUID is refused before its message
+    ///   counts: no EXIT of the real peer, no sequence check, no ENTER, WHISPER or SHOUT.
+    ///
+    /// Each refusal is [`PeerError::CurveRefused`] and leaves the peer table as it was.
+    pub fn handle_authenticated_message(
+        &mut self,
+        routing_id: &[u8],
+        curve_key: Option<&[u8; 32]>,
         frames: &[Bytes],
         now: Instant,
     ) -> Result<(), PeerError> {
@@ -632,12 +710,33 @@ impl Node {
                 len: routing_id.len(),
             });
         };
+        if self.cfg.curve.is_some() {
+            let refused = |reason| PeerError::CurveRefused { peer: id, reason };
+            let Some(key) = curve_key else {
+                return Err(refused("a message on a connection without a CURVE key"));
+            };
+            if let Some(p) = self.peers.get(&id)
+                && p.curve_key.as_ref() != Some(key)
+            {
+                return Err(refused(
+                    "a message authenticated with another key than the peer's",
+                ));
+            }
+        }
         let msg = Message::decode(frames, &self.cfg.limits)?;
         if let Body::Hello(hello) = &msg.body {
             if hello.endpoint.as_str() == self.endpoint {
                 return Err(PeerError::OwnEndpoint { peer: id });
             }
-            let key = self.hello_key(id, hello)?;
+            let key = self.hello_key(id, hello, curve_key)?;
+            if let Some(key) = key {
+                // The key's holder (authenticated) is here: entries for its key that wait for
+                // a HELLO under other UUIDs came from copied beacons (or an earlier run).
+                let stale: Vec<Uuid> = self.pending_with_key(&key).filter(|u| *u != id).collect();
+                for other in stale {
+                    self.remove_peer(other);
+                }
+            }
             if self.peers.get(&id).is_some_and(|p| p.ready) {
                 // A second HELLO: the peer restarted with the same UUID.
                 self.remove_peer(id);
@@ -731,12 +830,20 @@ impl Node {
         Ok(())
     }
 
-    /// In CURVE mode, the key a HELLO announces in `X-PUBLICKEY`: required, allowed, and the
-    /// peer's known key if it is known. `None` in plain mode.
-    fn hello_key(&self, id: Uuid, hello: &Hello) -> Result<Option<[u8; 32]>, PeerError> {
-        let Some(curve) = &self.cfg.curve else {
+    /// In CURVE mode, the key a HELLO announces in `X-PUBLICKEY`: required, the key its
+    /// connection authenticated with (`authenticated`), and the peer's known key if it is
+    /// known. `None` in plain mode. The authenticator is not asked again: the mailbox's (the
+    /// same, [`Curve::authenticator`]) admitted that key at the handshake, with the
+    /// connection's address.
+    fn hello_key(
+        &self,
+        id: Uuid,
+        hello: &Hello,
+        authenticated: Option<&[u8; 32]>,
+    ) -> Result<Option<[u8; 32]>, PeerError> {
+        if self.cfg.curve.is_none() {
             return Ok(None);
-        };
+        }
         let refused = |reason| PeerError::CurveRefused { peer: id, reason };
         let key = hello
             .headers
@@ -744,8 +851,10 @@ impl Node {
             .find(|(k, _)| k.as_str() == X_PUBLICKEY)
             .and_then(|(_, v)| crate::curve::parse_header(v))
             .ok_or(refused("a HELLO without a valid X-PUBLICKEY header"))?;
-        if !curve.allows(&key, hello.endpoint.as_str()) {
-            return Err(refused("a HELLO with a key not on the allow-list"));
+        if authenticated != Some(&key) {
+            return Err(refused(
+                "a HELLO whose X-PUBLICKEY is not the key its connection authenticated with",
+            ));
         }
         if let Some(p) = self.peers.get(&id)
             && p.curve_key != Some(key)
@@ -1056,6 +1165,7 @@ impl Node {
                 silent_reported: false,
                 blocked_since: None,
                 curve_key,
+                leaving_since: None,
             },
         );
         if let Some(groups_then) = self.probes.remove(&endpoint) {
@@ -1090,6 +1200,14 @@ impl Node {
         let hello = self.hello();
         self.send(id, Body::Hello(hello));
         Ok(())
+    }
+
+    /// The peers with this CURVE key whose HELLO has not arrived yet.
+    fn pending_with_key<'a>(&'a self, key: &'a [u8; 32]) -> impl Iterator<Item = Uuid> + 'a {
+        self.peers
+            .iter()
+            .filter(move |(_, p)| !p.ready && p.curve_key.as_ref() == Some(key))
+            .map(|(id, _)| *id)
     }
 
     fn remove_peer(&mut self, id: Uuid) {
@@ -1152,7 +1270,16 @@ fn is_hello(msg: &Message) -> bool {
     matches!(msg.body, Body::Hello(_))
 }
 
+/// The mailbox a beacon from `from` with `port` names.
+fn beacon_endpoint(from: IpAddr, port: u16) -> String {
+    match from {
+        IpAddr::V4(ip) => format!("tcp://{ip}:{port}"),
+        IpAddr::V6(ip) => format!("tcp://[{ip}]:{port}"),
+    }
+}
+
 fn refresh(p: &mut Peer, now: Instant) {
+    p.leaving_since = None;
     p.last_seen = now;
     p.evasive_reported = false;
     p.silent_reported = false;

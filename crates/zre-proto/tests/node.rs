@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use dafka_zmtp_proto::Authenticator;
 use dafka_zre_proto::{
-    Beacon, Body, CallerError, Config, Curve, Event, Message, Node, Output, PeerError, ShortStr,
-    Uuid, X_PUBLICKEY,
+    Beacon, Body, CallerError, Config, Curve, Event, LEAVE_CHECK, Message, Node, Output, PeerError,
+    ShortStr, Uuid, X_PUBLICKEY,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -108,7 +108,13 @@ impl Net {
                     Some(j) if self.started[j] && self.linked(from, j) => {
                         progress = true;
                         let id = self.nodes[from].uuid().dealer_identity();
-                        if let Err(e) = self.nodes[j].handle_message(&id, &frames, now) {
+                        let key = self.client_key(from);
+                        if let Err(e) = self.nodes[j].handle_authenticated_message(
+                            &id,
+                            key.as_ref(),
+                            &frames,
+                            now,
+                        ) {
                             self.errors.push((j, e));
                         }
                     }
@@ -166,7 +172,10 @@ impl Net {
                     return;
                 }
                 let from = self.nodes[i].uuid().dealer_identity();
-                if let Err(e) = self.nodes[j].handle_message(&from, &frames, now) {
+                let key = self.client_key(i);
+                if let Err(e) =
+                    self.nodes[j].handle_authenticated_message(&from, key.as_ref(), &frames, now)
+                {
                     self.errors.push((j, e));
                 }
             }
@@ -182,6 +191,11 @@ impl Net {
         }
     }
 
+    /// The key node `i`'s DEALERs authenticate with, as the far mailbox sees it (CURVE).
+    fn client_key(&self, i: usize) -> Option<[u8; 32]> {
+        self.nodes[i].config().curve.as_ref().map(|c| c.public_key)
+    }
+
     /// Whether node `i`'s DEALER to node `j` completes its ZMTP handshake, as the driver's
     /// sockets would: NULL meets NULL; a CURVE client meets a CURVE server whose public key it
     /// has as server key, if the server lets the client's key in.
@@ -191,7 +205,11 @@ impl Net {
         let key = self.server_keys.get(&(i, self.nodes[j].uuid()));
         match (client, server) {
             (None, None) => key.is_none(),
-            (Some(c), Some(s)) => key == Some(&s.public_key) && s.allows(&c.public_key, ""),
+            // The mailbox sees the client's `ip:port` (here, port 40000 for every DEALER).
+            (Some(c), Some(s)) => {
+                let client = format!("{}:40000", self.ips[i]);
+                key == Some(&s.public_key) && s.allows(&c.public_key, &client)
+            }
             _ => false,
         }
     }
@@ -242,12 +260,17 @@ impl Net {
 }
 
 fn met(n: u8) -> Net {
-    let mut net = Net::new(n);
-    for i in 0..usize::from(n) {
+    meet(Net::new(n))
+}
+
+/// Starts every node of `net` and lets them meet; their events are taken.
+fn meet(mut net: Net) -> Net {
+    let n = net.nodes.len();
+    for i in 0..n {
         net.start(i);
     }
     net.run_until(10 * MS);
-    for i in 0..usize::from(n) {
+    for i in 0..n {
         net.take(i);
     }
     net
@@ -754,9 +777,10 @@ fn curve_nodes_meet_with_v3_beacons_x_publickey_and_server_keys() {
     net.pump();
     assert_eq!(net.kinds(0).len(), 1, "the SHOUT");
     assert!(net.errors.is_empty(), "{:?}", net.errors);
-    // Leaving: a port-0 beacon with the key.
+    // Leaving: a port-0 beacon with the key, then no answer to the PING it brings.
     net.nodes[1].stop();
     net.pump();
+    net.run_until(net.now - net.t0 + LEAVE_CHECK);
     assert_eq!(net.kinds(0), ["EXIT 2"]);
 }
 
@@ -826,6 +850,125 @@ fn allow_only_one_and_two(limit: fn(Curve) -> Curve) {
     }
 }
 
+/// M3: the authenticator judging peer keys sees one address form, `ip:port` as the mailbox's
+/// does for a client: for a beacon, its source address and the mailbox port it announces.
+/// HELLOs are not judged again (their key is the one the mailbox admitted at the handshake).
+#[test]
+fn curve_authenticator_sees_ip_port_addresses() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    let auth = Authenticator::from_fn(move |req| {
+        log.lock().unwrap().push(req.address.to_owned());
+        dafka_zmtp_proto::AuthDecision::Allow
+    });
+    let mut net = Net::with(2, move |c| {
+        let i = c.uuid.as_bytes()[0];
+        c.with_curve(Some(Curve::new(key(i)).with_authenticator(auth.clone())))
+    });
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().any(|a| a.ends_with(":49152")), "{seen:?}");
+    for address in &seen {
+        let addr: std::net::SocketAddr = address.parse().expect(address);
+        assert!(addr.ip().is_loopback(), "{address}");
+        assert!([49152, 40000].contains(&addr.port()), "{address}");
+    }
+}
+
+/// M2: beacons copying a key under other UUIDs cannot fill the table: at most one UUID per
+/// key waits for its HELLO. A forged beacon taking a newcomer's key first does not lock it
+/// out: its HELLO, authenticated with that key, replaces the forged entry.
+#[test]
+fn curve_one_pending_uuid_per_key_and_the_key_holder_wins() {
+    let mut net = curve_net(3, &[1, 2, 3], None);
+    net.start(0);
+    net.start(1);
+    net.run_until(10 * MS);
+    net.take(0);
+    let now = net.now;
+    let elsewhere = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
+    let copy = |n: u8, k: u8| Beacon {
+        curve_key: Some(key(k)),
+        ..Beacon::new(id(n), 40000)
+    };
+    // Node 2's key under 30 other UUIDs: one entry waits for a HELLO, the others are ignored.
+    for n in 10..40 {
+        let r = net.nodes[0].handle_beacon(&copy(n, 2), elsewhere, now);
+        match r {
+            Ok(()) => assert_eq!(n, 10),
+            Err(e) => assert!(matches!(e, PeerError::CurveRefused { .. }), "{e:?}"),
+        }
+    }
+    assert_eq!(net.nodes[0].peer_count(), 2);
+    // Node 3's key, under a forged UUID, before node 3 starts: one entry, no second.
+    for n in [50, 51] {
+        let r = net.nodes[0].handle_beacon(&copy(n, 3), elsewhere, now);
+        assert_eq!(r.is_ok(), n == 50, "{r:?}");
+    }
+    assert_eq!(net.nodes[0].peer_count(), 3);
+    net.pump();
+    // Node 3's own beacons are ignored by node 1 (an entry with its key waits), but it hears
+    // node 1's and says HELLO with that key: node 1 drops the forged entry and meets node 3.
+    net.start(2);
+    net.run_until(net.now - net.t0 + Duration::from_secs(2));
+    assert!(net.kinds(0).contains(&"ENTER 3".to_owned()));
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    assert_eq!(
+        net.nodes[0].peer_count(),
+        3,
+        "forged 50 is gone, forged 10 waits"
+    );
+}
+
+/// Nodes sharing one key pair (as zyre allows: one certificate per application) all get in.
+#[test]
+fn curve_nodes_sharing_a_key_pair_all_meet() {
+    let net = Net::with(3, |c| {
+        let i = c.uuid.as_bytes()[0];
+        c.with_curve(Some(Curve::new(key(i.min(2)))))
+    });
+    let mut net = meet(net);
+    net.run_until(Duration::from_secs(3));
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    assert_eq!(net.nodes[1].peers(), [id(1), id(3)]);
+    assert_eq!(net.nodes[2].peers(), [id(1), id(2)]);
+    assert!(net.kinds(0).iter().all(|k| !k.starts_with("EXIT")));
+}
+
+/// M2: beacons from unknown nodes (UDP, forgeable) fill at most `max_pending` entries; a
+/// real node still gets in by its HELLO.
+#[test]
+fn pending_peers_are_capped_and_hello_still_gets_in() {
+    let mut net = Net::with(2, |c| c.with_max_pending(3));
+    net.start(0);
+    let now = net.now;
+    let elsewhere = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 50));
+    let mut refused = 0;
+    for n in 10..20 {
+        if let Err(e) = net.nodes[0].handle_beacon(&Beacon::new(id(n), 40000), elsewhere, now) {
+            assert!(matches!(e, PeerError::TooManyPeers { max: 3, .. }), "{e:?}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 7);
+    assert_eq!(net.nodes[0].peer_count(), 3);
+    net.pump();
+    net.start(1);
+    net.run_until(net.now - net.t0 + 10 * MS);
+    assert_eq!(net.kinds(0), ["ENTER 2"]);
+    assert_eq!(net.kinds(1), ["ENTER 1"]);
+}
+
+/// `n` nodes in CURVE mode, no allow-list, that met (their events taken).
+fn curve_met(n: u8) -> Net {
+    let all: &'static [u8] = &[1, 2, 3, 4];
+    meet(curve_net(n, &all[..usize::from(n)], None))
+}
+
 #[test]
 fn curve_allow_list_ignores_other_keys() {
     allow_only_one_and_two(|m| m.with_allowed([key(1), key(2)]));
@@ -839,11 +982,7 @@ fn curve_authenticator_decides_on_peer_keys_too() {
 
 #[test]
 fn curve_beacon_with_another_key_is_ignored() {
-    let mut net = curve_net(2, &[1, 2], None);
-    net.start(0);
-    net.start(1);
-    net.run_until(10 * MS);
-    net.take(0);
+    let mut net = curve_met(2);
     let now = net.now;
     // A forged port-0 beacon for node 2 with another key does not make it leave.
     let forged = Beacon {
@@ -864,14 +1003,142 @@ fn curve_beacon_with_another_key_is_ignored() {
     net.pump();
     assert!(net.kinds(0).is_empty());
     assert_eq!(net.nodes[0].peers(), [id(2)]);
-    // The real one does.
-    let real = Beacon {
+    // Node 2 really leaving: its port-0 beacon, then nothing answers node 1's PING.
+    net.nodes[1].stop();
+    net.pump();
+    assert!(
+        net.kinds(0).is_empty(),
+        "not at once: the beacon may be forged"
+    );
+    net.run_until(net.now - net.t0 + LEAVE_CHECK);
+    assert_eq!(net.kinds(0), ["EXIT 2"]);
+}
+
+/// M1: a beacon copying a ready peer's UUID and (public) key neither moves it (another port or
+/// address) nor removes it (port 0, answered by the live peer's PING-OK).
+#[test]
+fn curve_beacon_copying_a_ready_peers_key_neither_moves_nor_removes_it() {
+    let mut net = curve_met(2);
+    let now = net.now;
+    let moved = Beacon {
+        curve_key: Some(key(2)),
+        ..Beacon::new(id(2), 50000)
+    };
+    let err = net.nodes[0]
+        .handle_beacon(&moved, net.ips[1], now)
+        .unwrap_err();
+    assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
+    let err = net.nodes[0]
+        .handle_beacon(&moved, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), now)
+        .unwrap_err();
+    assert!(matches!(err, PeerError::CurveRefused { .. }), "{err:?}");
+    let outs: Vec<Output> = std::iter::from_fn(|| net.nodes[0].poll_output()).collect();
+    assert!(outs.is_empty(), "{outs:?}");
+    // A forged port-0 beacon: node 1 PINGs node 2, which answers; it stays.
+    let leaving = Beacon {
         curve_key: Some(key(2)),
         ..Beacon::new(id(2), 0)
     };
-    net.nodes[0].handle_beacon(&real, net.ips[1], now).unwrap();
+    net.nodes[0]
+        .handle_beacon(&leaving, net.ips[1], now)
+        .unwrap();
     net.pump();
-    assert_eq!(net.kinds(0), ["EXIT 2"]);
+    assert!(
+        net.sent
+            .iter()
+            .any(|(from, to, m)| *from == 0 && *to == id(2) && m.body == Body::Ping)
+    );
+    net.run_until(net.now - net.t0 + 3 * LEAVE_CHECK);
+    assert!(net.kinds(0).is_empty());
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+    assert_eq!(
+        net.nodes[0].peer_address(id(2)),
+        Some("tcp://127.0.0.2:49152")
+    );
+    assert!(
+        net.errors
+            .iter()
+            .all(|(_, e)| matches!(e, PeerError::CurveRefused { .. }))
+    );
+}
+
+/// A HELLO from `uuid` at `endpoint` announcing `key` in `X-PUBLICKEY`, as frames.
+fn hello_frames(endpoint: &str, key: &[u8; 32], header: (&str, &str)) -> Vec<Bytes> {
+    Message {
+        sequence: 1,
+        body: Body::Hello(dafka_zre_proto::Hello {
+            endpoint: s(endpoint),
+            groups: vec!["G".to_owned()],
+            status: 1,
+            name: s("evil"),
+            headers: vec![
+                (s(X_PUBLICKEY), dafka_zmtp_proto::z85_encode(key)),
+                (s(header.0), header.1.to_owned()),
+            ],
+        }),
+    }
+    .to_frames()
+}
+
+/// H1: node 3 is admitted (its key is allowed) but connects with node 2's identity. Whatever
+/// its HELLO announces, and whatever it sends after, node 1 refuses it: the key its connection
+/// authenticated with is node 3's, not node 2's. Node 2 stays, with its own headers.
+#[test]
+fn curve_impersonation_by_an_admitted_node_is_refused() {
+    let mut net = curve_met(3);
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    let now = net.now;
+    let victim = id(2).dealer_identity();
+    let attacker = key(3);
+    let refused = |r: Result<(), PeerError>| match r {
+        Err(PeerError::CurveRefused { peer, reason }) if peer == id(2) => reason,
+        other => panic!("not refused: {other:?}"),
+    };
+    // The victim's key in X-PUBLICKEY, on a connection authenticated with the attacker's.
+    let h = hello_frames("tcp://127.0.0.3:40000", &key(2), ("X-DAFKA", "evil"));
+    let r = net.nodes[0].handle_authenticated_message(&victim, Some(&attacker), &h, now);
+    assert!(refused(r).contains("another key than the peer's"));
+    // Its own key in X-PUBLICKEY under the victim's UUID.
+    let h = hello_frames("tcp://127.0.0.3:40000", &key(3), ("X-DAFKA", "evil"));
+    let r = net.nodes[0].handle_authenticated_message(&victim, Some(&attacker), &h, now);
+    assert!(refused(r).contains("another key than the peer's"));
+    // A WHISPER and a SHOUT as the victim, with a sequence that would be a gap.
+    for body in [
+        Body::Whisper {
+            content: vec![Bytes::from_static(b"forged")],
+        },
+        Body::Shout {
+            group: s("G"),
+            content: vec![Bytes::from_static(b"forged")],
+        },
+    ] {
+        let m = Message { sequence: 9, body }.to_frames();
+        let r = net.nodes[0].handle_authenticated_message(&victim, Some(&attacker), &m, now);
+        refused(r);
+    }
+    // No connection key at all (plaintext path) is refused in CURVE mode too.
+    let r = net.nodes[0].handle_message(&victim, &h, now);
+    refused(r);
+    net.pump();
+    assert!(net.kinds(0).is_empty(), "no EXIT, ENTER, WHISPER or SHOUT");
+    assert_eq!(net.nodes[0].peers(), [id(2), id(3)]);
+    assert_eq!(net.nodes[0].peer_header(id(2), "X-DAFKA"), None);
+    // A HELLO under a new UUID must announce the key it authenticated with.
+    let newcomer = id(9).dealer_identity();
+    let h = hello_frames("tcp://127.0.0.3:40001", &key(2), ("X-DAFKA", "evil"));
+    let r = net.nodes[0].handle_authenticated_message(&newcomer, Some(&attacker), &h, now);
+    match r {
+        Err(PeerError::CurveRefused { reason, .. }) => {
+            assert!(reason.contains("not the key its connection authenticated with"))
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    // The real node 2 still talks.
+    net.nodes[1]
+        .whisper(id(1), vec![Bytes::from_static(b"real")])
+        .unwrap();
+    net.pump();
+    assert!(matches!(&net.take(0)[..], [Event::Whisper { peer, .. }] if *peer == id(2)));
 }
 
 #[test]

@@ -19,10 +19,14 @@
 //!   full the node stops reading its sockets.
 //! * In CURVE mode ([`Options::with_curve`], 43/ZRE version 3, as zyre with a certificate) the
 //!   node beacons its public key (54-byte beacons), its mailbox is a CURVE server with its key
-//!   pair (and [`Options::curve_allowed`] as authenticator), each DEALER a CURVE client with
+//!   pair (and [`Options::curve_allowed`] or [`Options::curve_authenticator`] as
+//!   authenticator, the same one that judges beacons and HELLOs), each DEALER a CURVE client with
 //!   the peer's key from its beacon (or its HELLO's `X-PUBLICKEY`) as server key. 22-byte
 //!   beacons are ignored, plaintext clients fail the handshake, and the `inproc://` shortcut
-//!   between nodes of one process is off (it would skip the handshake). Known endpoints and
+//!   between nodes of one process is off (it would skip the handshake). The mailbox hands
+//!   the state machine, with each message, the key its connection authenticated with
+//!   (`router_peer_key`), so a node cannot say HELLO or talk under another node's key or
+//!   UUID ([`Node::handle_authenticated_message`]). Known endpoints and
 //!   gossip carry no keys: [`ZreNode::start`] refuses them with CURVE.
 //!
 //! ```no_run
@@ -125,11 +129,14 @@ pub struct Options {
     /// CURVE mode: this node's key pair (`None`: plaintext, the default).
     pub curve: Option<CurveKeyPair>,
     /// In CURVE mode, the peer public keys allowed (`None`: any peer that knows this node's
-    /// public key). Peers with other keys are refused by the mailbox and their beacons ignored.
+    /// public key). Peers with other keys are refused by the mailbox and their beacons and
+    /// HELLOs ignored. Not together with [`Options::curve_authenticator`]
+    /// ([`ZreNode::start`] refuses both).
     pub curve_allowed: Option<Vec<[u8; 32]>>,
-    /// In CURVE mode, an authenticator for the mailbox (instead of the one made from
-    /// [`Options::curve_allowed`]); peers whose key it refuses are ignored too (a Dafka
-    /// cluster's allow-list).
+    /// In CURVE mode, an authenticator deciding on peer keys instead of
+    /// [`Options::curve_allowed`] (a Dafka cluster's allow-list): the mailbox's, and peers
+    /// whose key it refuses are ignored too. One authenticator judges both, so they cannot
+    /// disagree.
     pub curve_authenticator: Option<Authenticator>,
 }
 
@@ -373,14 +380,11 @@ impl Options {
             .with_beacons(self.beacons)
             .with_gossip_hub(self.gossip_hub)
             .with_curve(self.curve.as_ref().map(|k| {
-                let mut mode = Curve::new(*k.public());
-                if let Some(keys) = &self.curve_allowed {
-                    mode = mode.with_allowed(keys.iter().copied());
+                let mode = Curve::new(*k.public());
+                match self.curve_peers() {
+                    Some(auth) => mode.with_authenticator(auth),
+                    None => mode,
                 }
-                if let Some(auth) = &self.curve_authenticator {
-                    mode = mode.with_authenticator(auth.clone());
-                }
-                mode
             }));
         if let Some(name) = &self.name {
             cfg = cfg.with_name(text("name", name)?);
@@ -391,7 +395,22 @@ impl Options {
         Ok(cfg)
     }
 
+    /// The one authenticator of CURVE mode, from [`Options::curve_authenticator`] or
+    /// [`Options::curve_allowed`]: the mailbox's, and the judge of beacons and HELLOs.
+    fn curve_peers(&self) -> Option<Authenticator> {
+        match (&self.curve_authenticator, &self.curve_allowed) {
+            (Some(auth), _) => Some(auth.clone()),
+            (None, Some(keys)) => Some(Authenticator::curve_keys(keys.iter().copied())),
+            (None, None) => None,
+        }
+    }
+
     fn known(&self) -> Result<Vec<ShortStr>, Error> {
+        if self.curve_allowed.is_some() && self.curve_authenticator.is_some() {
+            return Err(Error::Caller(CallerError::Config(
+                "CURVE: give curve_allowed or curve_authenticator, not both",
+            )));
+        }
         if self.curve.is_some() && !self.known_endpoints.is_empty() {
             return Err(Error::Caller(CallerError::Config(
                 "CURVE mode takes no known endpoints: an endpoint carries no public key",
@@ -448,14 +467,23 @@ impl ZreNode {
             true => Some(beacon_socket(&options)?),
             false => None,
         };
+        if options
+            .curve
+            .as_ref()
+            .is_some_and(|k| k.public()[0] == 0x00)
+        {
+            // zyre_node_recv_beacon drops version-3 beacons whose key starts with 0.
+            tracing::warn!(
+                "ZRE CURVE public key starts with 0x00: zyre peers ignore this node's beacons \
+                 (dafka peers do not); use another key pair to talk to zyre"
+            );
+        }
         let mailbox = match &options.curve {
             Some(keypair) => MechanismConfig::CurveServer {
                 keypair: keypair.clone(),
-                authenticator: match (&options.curve_authenticator, &options.curve_allowed) {
-                    (Some(auth), _) => auth.clone(),
-                    (None, Some(keys)) => Authenticator::curve_keys(keys.iter().copied()),
-                    (None, None) => Authenticator::allow_all(),
-                },
+                authenticator: options
+                    .curve_peers()
+                    .unwrap_or_else(Authenticator::allow_all),
             },
             None => MechanismConfig::Null,
         };
@@ -463,6 +491,8 @@ impl ZreNode {
             SocketType::Router,
             dafka_zmtp::Options::default()
                 .with_router_handover(true)
+                // In CURVE mode each message names the key its connection authenticated with.
+                .with_router_peer_key(options.curve.is_some())
                 .with_mechanism(mailbox),
         )?;
         let endpoint = router
@@ -834,7 +864,13 @@ impl Driver {
         let Some((id, frames)) = msg.frames().split_first() else {
             return;
         };
-        if let Err(e) = self.node.handle_message(id, frames, now) {
+        // CURVE mode: [routing id, authenticated key, ZRE frames...] (`router_peer_key`).
+        let (key, frames) = match (&self.curve, frames.split_first()) {
+            (None, _) => (None, frames),
+            (Some(_), Some((key, rest))) => (<&[u8; 32]>::try_from(&key[..]).ok(), rest),
+            (Some(_), None) => return,
+        };
+        if let Err(e) = self.node.handle_authenticated_message(id, key, frames, now) {
             tracing::warn!("ZRE message dropped: {e}");
         }
     }

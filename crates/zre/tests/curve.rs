@@ -51,6 +51,23 @@ async fn drain(node: &mut ZreNode, d: Duration) -> Vec<Event> {
     v
 }
 
+/// A HELLO (sequence 1) from `tcp://127.0.0.1:1` named `name`, with these headers.
+fn hello(name: &str, headers: Vec<(&str, String)>) -> Message {
+    Message {
+        sequence: 1,
+        body: Body::Hello(Hello {
+            endpoint: ShortStr::new("tcp://127.0.0.1:1").unwrap(),
+            groups: vec![],
+            status: 0,
+            name: ShortStr::new(name).unwrap(),
+            headers: headers
+                .into_iter()
+                .map(|(k, v)| (ShortStr::new(k).unwrap(), v))
+                .collect(),
+        }),
+    }
+}
+
 fn enters(events: &[Event]) -> Vec<Uuid> {
     events
         .iter()
@@ -168,16 +185,7 @@ async fn plaintext_connection_to_a_curve_mailbox_fails() {
     .unwrap();
     let mut monitor = dealer.monitor(64);
     dealer.connect(a.endpoint()).await.unwrap();
-    let hello = Message {
-        sequence: 1,
-        body: Body::Hello(Hello {
-            endpoint: ShortStr::new("tcp://127.0.0.1:1").unwrap(),
-            groups: vec![],
-            status: 0,
-            name: ShortStr::new("intruder").unwrap(),
-            headers: vec![],
-        }),
-    };
+    let hello = hello("intruder", vec![]);
     let _ = dealer.try_send(dafka_zmtp::Message::from(hello.to_frames()));
     let failed = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
@@ -216,12 +224,16 @@ async fn plaintext_connection_to_a_curve_mailbox_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curve_refuses_known_endpoints_and_gossip() {
+async fn curve_refuses_known_endpoints_gossip_and_two_authenticators() {
     let curve = || opts(port(), "x").with_curve(CurveKeyPair::generate());
     for options in [
         curve().with_known_endpoint("tcp://127.0.0.1:1"),
         curve().without_beacons(),
         curve().with_gossip_hub(),
+        // One authenticator judges the mailbox and the beacons: not two.
+        curve()
+            .with_curve_allowed([[1; 32]])
+            .with_curve_authenticator(dafka_zmtp::Authenticator::allow_all()),
     ] {
         match ZreNode::start(options).await {
             Err(Error::Caller(e)) => assert!(e.to_string().contains("CURVE"), "{e}"),
@@ -229,4 +241,91 @@ async fn curve_refuses_known_endpoints_and_gossip() {
             Ok(_) => panic!("CURVE with known endpoints or gossip was accepted"),
         }
     }
+}
+
+/// H1 over loopback: a node whose key b admits connects to b's mailbox with a's identity
+/// (`0x01` + a's UUID) and says HELLO with a's public key, then WHISPERs. b refuses all of it
+/// (the connection authenticated with the intruder's key, not a's): a does not leave, the
+/// intruder's headers and messages never appear, and a still talks to b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_node_cannot_pose_as_another() {
+    let port = port();
+    let (ka, kb) = (CurveKeyPair::generate(), CurveKeyPair::generate());
+    let mut a = ZreNode::start(opts(port, "a").with_curve(ka.clone()))
+        .await
+        .unwrap();
+    let mut b = ZreNode::start(opts(port, "b").with_curve(kb.clone()))
+        .await
+        .unwrap();
+    wait_for(
+        &mut b,
+        |e| matches!(e, Event::Enter { peer, .. } if *peer == a.uuid()),
+    )
+    .await;
+    wait_for(
+        &mut a,
+        |e| matches!(e, Event::Enter { peer, .. } if *peer == b.uuid()),
+    )
+    .await;
+
+    let intruder = CurveKeyPair::generate();
+    let dealer = dafka_zmtp::Socket::new(
+        SocketType::Dealer,
+        dafka_zmtp::Options::default()
+            .with_routing_id(Some(Bytes::copy_from_slice(&a.uuid().dealer_identity())))
+            .with_mechanism(dafka_zmtp::MechanismConfig::CurveClient {
+                keypair: intruder,
+                server_key: *kb.public(),
+            })
+            .with_linger(Some(Duration::from_secs(1))),
+    )
+    .unwrap();
+    dealer.connect(b.endpoint()).await.unwrap();
+    let hello = hello(
+        "a",
+        vec![
+            ("X-PUBLICKEY", dafka_zmtp::z85_encode(ka.public())),
+            ("X-DAFKA", "forged".to_owned()),
+        ],
+    );
+    let whisper = Message {
+        sequence: 2,
+        body: Body::Whisper {
+            content: vec![Bytes::from_static(b"forged")],
+        },
+    };
+    for m in [hello, whisper] {
+        dealer
+            .send(dafka_zmtp::Message::from(m.to_frames()))
+            .await
+            .unwrap();
+    }
+    let seen = drain(&mut b, Duration::from_secs(1)).await;
+    assert!(
+        !seen.iter().any(|e| matches!(
+            e,
+            Event::Exit { .. } | Event::Enter { .. } | Event::Whisper { .. }
+        )),
+        "{seen:?}"
+    );
+    let dafka_header = b
+        .query({
+            let a = a.uuid();
+            move |n| n.peer_header(a, "X-DAFKA").map(str::to_owned)
+        })
+        .await
+        .unwrap();
+    assert_eq!(dafka_header, None);
+    assert_eq!(b.peers().await.unwrap(), [a.uuid()]);
+    a.whisper(b.uuid(), vec![Bytes::from_static(b"real")])
+        .await
+        .unwrap();
+    let (e, _) = wait_for(&mut b, |e| matches!(e, Event::Whisper { .. })).await;
+    assert!(
+        matches!(&e, Event::Whisper { peer, content, .. } if *peer == a.uuid() && content[0] == "real"),
+        "{e:?}"
+    );
+    dealer.close_in_background_with(Some(Duration::ZERO));
+    a.stop().await;
+    b.stop().await;
 }
