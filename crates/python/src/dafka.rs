@@ -509,9 +509,21 @@ pub(crate) fn records_batch(
     let mut offset = Int64Builder::with_capacity(n);
     let mut value = BinaryBuilder::with_capacity(n, bytes);
     let mut ts = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+    // Records come in runs of one partition: its topic and partition are converted to text
+    // once per run, not per row (the hex encoding and UTF-8 check were a third of this).
+    let mut names: Option<(&ConsumerRecord, String, String)> = None;
     for r in records {
-        topic.append_value(String::from_utf8_lossy(r.topic.as_bytes()));
-        partition.append_value(r.partition.to_string());
+        let same = names
+            .as_ref()
+            .is_some_and(|(last, _, _)| last.partition == r.partition && last.topic == r.topic);
+        if !same {
+            let t = String::from_utf8_lossy(r.topic.as_bytes()).into_owned();
+            names = Some((r, t, r.partition.to_string()));
+        }
+        if let Some((_, t, p)) = &names {
+            topic.append_value(t);
+            partition.append_value(p);
+        }
         offset.append_value(i64::try_from(r.offset).unwrap_or(i64::MAX));
         value.append_value(&r.value);
         let micros = r

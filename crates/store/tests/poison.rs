@@ -4,87 +4,25 @@
 
 mod common;
 
-use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dafka_store::{
-    AppendError, AppendRecord, Config, Dir, DurabilityError, FsDir, SegmentFile, Store,
-};
+use dafka_store::{AppendError, AppendRecord, Config, DurabilityError, FsDir, Store};
 
-use common::{append_one, block_on, key, read_all, value};
-
-/// The real directory, with `fdatasync` failing with EIO while `fail` is set.
-struct FailingDisk {
-    inner: FsDir,
-    fail: Arc<AtomicBool>,
-}
-
-struct FailingFile {
-    inner: Arc<dyn SegmentFile>,
-    fail: Arc<AtomicBool>,
-}
-
-impl SegmentFile for FailingFile {
-    fn size(&self) -> io::Result<u64> {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, pos)
-    }
-    fn write_all_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
-        self.inner.write_all_at(data, pos)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        self.inner.sync_data()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-}
-
-impl FailingDisk {
-    fn wrap(&self, file: Arc<dyn SegmentFile>) -> Arc<dyn SegmentFile> {
-        Arc::new(FailingFile {
-            inner: file,
-            fail: self.fail.clone(),
-        })
-    }
-}
+use common::{Probe, ProbedDir, append_one, block_on, key, read_all, value};
 
 /// A store in `dir` whose `fdatasync` fails with EIO while the returned flag is set.
-fn open_failing(dir: &std::path::Path) -> (Store, Arc<AtomicBool>) {
-    let fail = Arc::new(AtomicBool::new(false));
-    let disk = FailingDisk {
+fn open_failing(dir: &std::path::Path) -> (Store, Arc<Probe>) {
+    let probe = Arc::new(Probe::default());
+    let disk = ProbedDir {
         inner: FsDir::new(dir).unwrap(),
-        fail: fail.clone(),
+        probe: probe.clone(),
     };
     (
         Store::open(Arc::new(disk), Config::default()).unwrap(),
-        fail,
+        probe,
     )
-}
-
-impl Dir for FailingDisk {
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn open(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
-        Ok(self.wrap(self.inner.open(name)?))
-    }
-    fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
-        Ok(self.wrap(self.inner.create(name)?))
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
-    }
 }
 
 #[test]
@@ -97,7 +35,7 @@ fn eio_on_fsync_poisons_the_store() {
     }
     assert!(store.poisoned().is_none());
 
-    fail.store(true, Ordering::SeqCst);
+    fail.fail_sync.store(true, Ordering::SeqCst);
     let v = value(1, 5, 30);
     let rec = |offset| AppendRecord {
         partition: p,
@@ -119,7 +57,7 @@ fn eio_on_fsync_poisons_the_store() {
     assert_eq!(read_all(&store, p).len(), 5);
     // Every later append and declaration fails, even once the disk "recovers" (the
     // kernel may have dropped the dirty pages: a retry would acknowledge lost data).
-    fail.store(false, Ordering::SeqCst);
+    fail.fail_sync.store(false, Ordering::SeqCst);
     let later = store.append(&[rec(6)]);
     assert!(matches!(later, Err(AppendError::Poisoned(ref cause)) if cause.op == "fdatasync"));
     assert!(later.unwrap_err().to_string().contains("poisoned"));
@@ -144,7 +82,7 @@ fn appends_queued_behind_a_failed_sync_are_not_acknowledged() {
     let (store, fail) = open_failing(tmp.path());
     let p = store.declare(&key(1)).unwrap();
     append_one(&store, p, 0, b"ok");
-    fail.store(true, Ordering::SeqCst);
+    fail.fail_sync.store(true, Ordering::SeqCst);
     let mut tickets = Vec::new();
     for o in 1..200u64 {
         let v = value(1, o, 10);

@@ -2,11 +2,13 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
+use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use dafka_store::{AppendRecord, PartitionId, PartitionKey, Record, Store};
+use dafka_store::{AppendRecord, Dir, PartitionId, PartitionKey, Record, SegmentFile, Store};
 
 /// The key of test partition `i` (topic "t<i % 3>", producer UUID derived from `i`).
 pub fn key(i: u32) -> PartitionKey {
@@ -68,5 +70,74 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
             return out;
         }
         std::thread::park_timeout(Duration::from_secs(5));
+    }
+}
+
+/// What the files of a [`ProbedDir`] share: a switch making `fdatasync` fail with EIO, and
+/// a count of the bytes they handed out to reads.
+#[derive(Debug, Default)]
+pub struct Probe {
+    pub fail_sync: AtomicBool,
+    pub read_bytes: AtomicU64,
+}
+
+/// A real directory (`FsDir`, `MemDir`) whose files report to a shared [`Probe`].
+pub struct ProbedDir<D> {
+    pub inner: D,
+    pub probe: Arc<Probe>,
+}
+
+struct ProbedFile {
+    inner: Arc<dyn SegmentFile>,
+    probe: Arc<Probe>,
+}
+
+impl SegmentFile for ProbedFile {
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        let n = self.inner.read_at(buf, pos)?;
+        self.probe.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn write_all_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
+        self.inner.write_all_at(data, pos)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        if self.probe.fail_sync.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl<D> ProbedDir<D> {
+    fn wrap(&self, file: Arc<dyn SegmentFile>) -> Arc<dyn SegmentFile> {
+        Arc::new(ProbedFile {
+            inner: file,
+            probe: self.probe.clone(),
+        })
+    }
+}
+
+impl<D: Dir> Dir for ProbedDir<D> {
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn open(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
+        Ok(self.wrap(self.inner.open(name)?))
+    }
+    fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
+        Ok(self.wrap(self.inner.create(name)?))
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
     }
 }
