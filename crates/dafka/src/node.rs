@@ -334,6 +334,9 @@ pub(crate) trait Role: Send + 'static {
     /// A batch of messages from the subscriber was handed to `on_message`: wake whoever waits
     /// for their effect once per batch rather than once per message.
     fn after_input(&mut self) {}
+    /// The loop ended (stopped, or a socket closed) and the publisher is still open: publish
+    /// what must not be lost (a producer's queued RECORDs).
+    fn on_stop(&mut self) {}
 }
 
 /// Wakes a node's task from its handle, and tells it to stop.
@@ -799,6 +802,10 @@ impl Plumbing {
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {}
             }
         }
+        // Every way out: callers see the node closed (`try_send` queues nothing more), then
+        // the role publishes what was queued since its last turn, before the publisher closes.
+        control.stop();
+        role.on_stop();
         if let Some(zre) = self.zre.take() {
             zre.close().await;
         }

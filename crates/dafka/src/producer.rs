@@ -473,4 +473,12 @@ impl Role for ProducerRole {
         }
         more
     }
+
+    fn on_stop(&mut self) {
+        // Stopped without `close` (dropped, or a socket closed): the RECORDs `try_send` queued
+        // since the last turn still go out. `try_send` checks for the stop under the lock this
+        // takes, so none is queued after the drain.
+        let mut out = Vec::new();
+        while self.transmit(&mut out, TRANSMIT_CHUNK) {}
+    }
 }
