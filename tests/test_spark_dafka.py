@@ -380,3 +380,89 @@ def test_latest_offset_answers_at_once_from_heads_tracked_in_the_background(
         assert sorted(took)[len(took) // 2] < 0.05, took
     finally:
         reader.stop()
+
+
+def _stream_options(cluster: dafka.LocalCluster, topic: str) -> Any:
+    from dafka._spark_dafka import _STREAM_READ, _parse
+
+    return _parse({"towers": cluster.towers, "subscribe": topic}, _STREAM_READ, "stream reader")
+
+
+def test_heads_thread_survives_an_unexpected_error(
+    cluster: dafka.LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An error other than DafkaError ends the thread: the caller gets it at once (not after
+    # offsetsTimeout + 5 s) and the next get() starts a new thread.
+    from dafka import _spark_dafka
+
+    t = _topic()
+    p = _produce(cluster.towers, t, [b"a"] * 3)
+    real = _spark_dafka._bounds
+    calls = []
+
+    def failing_once(o: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        return real(o)
+
+    monkeypatch.setattr(_spark_dafka, "_bounds", failing_once)
+    heads = _spark_dafka._Heads(_stream_options(cluster, t))
+    try:
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="injected"):
+            heads.get()
+        assert time.monotonic() - started < 2.0
+        assert heads.get() == {t: {p: (0, 3)}}
+    finally:
+        heads.stop()
+
+
+def test_concurrent_offsets_queries_of_one_topic_each_get_every_partition(
+    cluster: dafka.LocalCluster,
+) -> None:
+    # The node keys an offsets query by topic: concurrent queries of one topic through the
+    # cached reader must not reset or remove each other's answers.
+    from dafka._spark_dafka import _bounds
+
+    t = _topic()
+    parts = {_produce(cluster.towers, t, [b"a"] * (i + 1)): i + 1 for i in range(3)}
+    want = {t: {p: (0, n) for p, n in parts.items()}}
+    o = _stream_options(cluster, t)
+    assert _bounds(o) == want
+    got: list[Any] = []
+
+    def ask() -> None:
+        for _ in range(3):
+            got.append(_bounds(o))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert got == [want] * 12
+
+
+def test_heads_thread_stops_when_no_one_asks_and_restarts_on_demand(
+    cluster: dafka.LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dafka._spark_dafka import _Heads
+
+    monkeypatch.setattr(_Heads, "IDLE", 0.5)
+    t = _topic()
+    p = _produce(cluster.towers, t, [b"a"] * 2)
+    heads = _Heads(_stream_options(cluster, t))
+    try:
+        assert heads.get() == {t: {p: (0, 2)}}
+        thread = heads._thread
+        assert thread is not None
+        thread.join(timeout=5.0)
+        assert not thread.is_alive(), "the heads thread kept querying with no one asking"
+        q = _produce(cluster.towers, t, [b"b"])
+        deadline = time.monotonic() + 10
+        while (got := heads.get()) != {t: {p: (0, 2), q: (0, 1)}}:
+            assert time.monotonic() < deadline, got
+            time.sleep(0.05)
+    finally:
+        heads.stop()

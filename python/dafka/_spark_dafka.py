@@ -190,6 +190,10 @@ def _offsets_json(name: str, text: str, topics: tuple[str, ...]) -> dict[str, di
 
 _LOCK = threading.Lock()
 _READERS: dict[str, PartitionReader] = {}
+# One offsets query at a time per reader (keyed by towers, as the readers): the node keys a
+# query by topic only, so two concurrent queries of one topic (the heads thread and a direct
+# `_bounds`) would share, reset and remove each other's answers (empty or partial bounds).
+_OFFSETS_LOCKS: dict[str, threading.Lock] = {}
 _PRODUCERS: dict[tuple[str, str, int], Producer] = {}
 
 
@@ -240,8 +244,11 @@ Offsets = dict[str, dict[str, int]]
 def _bounds(o: _Options) -> dict[str, dict[str, tuple[int, int]]]:
     """``{topic: {partition: (low, end)}}`` from the stores."""
     reader = _reader(o.towers)
+    with _LOCK:
+        lock = _OFFSETS_LOCKS.setdefault(o.towers, threading.Lock())
     try:
-        return {t: reader.offsets(t, timeout=o.offsets_timeout) for t in o.topics}
+        with lock:
+            return {t: reader.offsets(t, timeout=o.offsets_timeout) for t in o.topics}
     except DafkaError as e:
         msg = f"dafka source: cannot list the partitions of {list(o.topics)}: {e}"
         raise type(e)(msg) from e
@@ -390,24 +397,30 @@ class _Heads:
     hosts the stream reader: it asks again as soon as an answer is in (each offsets query
     waits out its settle time, ~150 ms), so ``latestOffset`` takes the newest answer at once
     instead of paying a query per trigger. An answer is used only if the query behind it
-    started after the call asking for it began minus `FRESH` seconds."""
+    started after the call asking for it began minus `FRESH` seconds. The thread ends after
+    `IDLE` seconds without a `get` (no GET-HEADS to every store for a stream that is not
+    triggered) and on an unexpected error; the next `get` starts it again."""
 
     FRESH = 0.5
+    IDLE = 5.0
 
     def __init__(self, o: _Options) -> None:
         self._o = o
         self._cond = threading.Condition()
         self._answer: tuple[float, dict[str, dict[str, tuple[int, int]]]] | None = None
-        self._error: tuple[float, DafkaError] | None = None
+        self._error: tuple[float, Exception] | None = None
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._asked = time.monotonic()
 
     def get(self) -> dict[str, dict[str, tuple[int, int]]]:
         """The newest bounds from a query started at most FRESH s before this call; raises
         what the queries raise (no store within offsetsTimeout)."""
         asked = time.monotonic()
         with self._cond:
-            if self._thread is None:
+            self._asked = asked
+            if self._thread is None or not self._thread.is_alive():
+                self._error = None  # the ended thread's: the new one answers afresh
                 self._thread = threading.Thread(target=self._run, name="dafka-heads", daemon=True)
                 self._thread.start()
             deadline = asked + self._o.offsets_timeout + 5.0
@@ -418,21 +431,28 @@ class _Heads:
                     raise self._error[1]
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return _bounds(self._o)  # the thread is stuck: ask directly
+                    break
                 self._cond.wait(left)
+        return _bounds(self._o)  # the thread is stuck: ask directly
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                if self._stopped:
+                if self._stopped or time.monotonic() - self._asked > self.IDLE:
+                    self._thread = None
                     return
             started = time.monotonic()
             try:
                 bounds = _bounds(self._o)
-            except DafkaError as e:
+            except Exception as e:
+                # A DafkaError (no store in time) is retried; anything else ends the thread,
+                # and the callers waiting get it at once rather than after offsetsTimeout.
                 with self._cond:
                     self._error = (started, e)
                     self._cond.notify_all()
+                    if not isinstance(e, DafkaError):
+                        self._thread = None
+                        return
                 time.sleep(0.2)
                 continue
             with self._cond:

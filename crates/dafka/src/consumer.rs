@@ -19,7 +19,8 @@ use dafka_zmtp::{Socket, SocketType};
 
 use crate::error::Error;
 use crate::node::{
-    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, new_node_id, publish, take_up_to,
+    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, log_refused, new_node_id, publish,
+    take_up_to,
 };
 
 /// A record as the consumer delivers it.
@@ -146,11 +147,13 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn publish_queued(&self, state: &mut State) {
+    /// Returns `publish`'s refusal, for [`log_refused`] once the lock is released.
+    #[must_use]
+    fn publish_queued(&self, state: &mut State) -> Option<dafka_zmtp::Error> {
         publish(
             &self.publisher,
             std::iter::from_fn(|| state.consumer.poll_transmit()),
-        );
+        )
     }
 }
 
@@ -238,7 +241,9 @@ impl ConsumerNode {
         for s in state.consumer.subscribe(topic) {
             shared.subscriber.subscribe(&s)?;
         }
-        shared.publish_queued(&mut state);
+        let refused = shared.publish_queued(&mut state);
+        drop(state);
+        log_refused(refused);
         Ok(())
     }
 
@@ -357,7 +362,9 @@ impl ConsumerNode {
         state
             .consumer
             .assign(topic, partition, next, end, crate::node::now());
-        shared.publish_queued(&mut state);
+        let refused = shared.publish_queued(&mut state);
+        drop(state);
+        log_refused(refused);
         // The FETCH retry timer is new: let the task take its deadline.
         shared.control.wake.notify_one();
         Ok(())
@@ -396,11 +403,12 @@ impl ConsumerNode {
         let topic = Topic::try_from(topic)?;
         let shared = &self.shared;
         let deadline = tokio::time::Instant::now() + timeout;
-        {
+        let refused = {
             let mut state = shared.lock();
             state.consumer.query_offsets(topic.clone());
-            shared.publish_queued(&mut state);
-        }
+            shared.publish_queued(&mut state)
+        };
+        log_refused(refused);
         let finish = |shared: &Shared| shared.lock().consumer.finish_query(&topic);
         let mut seen = None;
         let mut quiet_since = None;

@@ -334,6 +334,9 @@ pub(crate) trait Role: Send + 'static {
     /// A batch of messages from the subscriber was handed to `on_message`: wake whoever waits
     /// for their effect once per batch rather than once per message.
     fn after_input(&mut self) {}
+    /// The loop ended (stopped, or a socket closed) and the publisher is still open: publish
+    /// what must not be lost (a producer's queued RECORDs).
+    fn on_stop(&mut self) {}
 }
 
 /// Wakes a node's task from its handle, and tells it to stop.
@@ -417,12 +420,19 @@ pub(crate) fn take_up_to(
 }
 
 /// Publishes Dafka messages; a PUB or XPUB never waits (a slow peer loses messages, which it
-/// FETCHes again).
-pub(crate) fn publish(publisher: &Socket, messages: impl IntoIterator<Item = Message>) {
+/// FETCHes again). Returns the last refusal rather than logging it: callers publish under the
+/// producer's lock, and a log record may need the GIL (pyo3-log) that a Python thread waiting
+/// for that lock holds. Hand it to [`log_refused`] once unlocked.
+#[must_use]
+pub(crate) fn publish(
+    publisher: &Socket,
+    messages: impl IntoIterator<Item = Message>,
+) -> Option<dafka_zmtp::Error> {
     PUBLISH_SCRATCH.with_borrow_mut(|(messages_in, batch)| {
+        let mut refused = None;
         messages_in.extend(messages);
         if messages_in.is_empty() {
-            return;
+            return refused;
         }
         // One batch: the PUB/XPUB takes it under one lock, one per subscriber pipe. The frame-1
         // headers are encoded into shared blocks of at most HEADER_BLOCK bytes: small enough
@@ -441,7 +451,7 @@ pub(crate) fn publish(publisher: &Socket, messages: impl IntoIterator<Item = Mes
         while !batch.is_empty() {
             let before = batch.len();
             if let Err(e) = publisher.try_send_many(batch) {
-                tracing::debug!(error = %e, "publisher refused a message");
+                refused = Some(e);
                 if batch.len() == before {
                     // Closed (or, not for a PUB, full): nothing more goes out.
                     break;
@@ -449,7 +459,28 @@ pub(crate) fn publish(publisher: &Socket, messages: impl IntoIterator<Item = Mes
             }
         }
         batch.clear();
-    });
+        shrink_scratch(messages_in, batch);
+        refused
+    })
+}
+
+/// Logs what [`publish`] returned; call it with no lock held.
+pub(crate) fn log_refused(refused: Option<dafka_zmtp::Error>) {
+    if let Some(e) = refused {
+        tracing::debug!(error = %e, "publisher refused a message");
+    }
+}
+
+/// Gives back what a burst beyond [`TRANSMIT_CHUNK`] messages (a `close` or `flush` publishing
+/// every queued record) grew `publish`'s empty lists to: kept, they held 10-20 MB per thread
+/// (Python threads included) for the thread's life.
+fn shrink_scratch(messages: &mut Vec<Message>, batch: &mut VecDeque<dafka_zmtp::Message>) {
+    if messages.capacity() > TRANSMIT_CHUNK {
+        messages.shrink_to(TRANSMIT_CHUNK);
+    }
+    if batch.capacity() > TRANSMIT_CHUNK {
+        batch.shrink_to(TRANSMIT_CHUNK);
+    }
 }
 
 /// Largest block `publish` encodes frame-1 headers into.
@@ -740,7 +771,7 @@ impl Plumbing {
                 role.on_timeout(t);
             }
             more = role.transmit(&mut out, TRANSMIT_CHUNK);
-            publish(&self.publisher, out.drain(..));
+            log_refused(publish(&self.publisher, out.drain(..)));
             let mut deadline = self.next_deadline();
             if let Some(d) = role.poll_timeout() {
                 deadline = deadline.min(d);
@@ -799,6 +830,10 @@ impl Plumbing {
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {}
             }
         }
+        // Every way out: callers see the node closed (`try_send` queues nothing more), then
+        // the role publishes what was queued since its last turn, before the publisher closes.
+        control.stop();
+        role.on_stop();
         if let Some(zre) = self.zre.take() {
             zre.close().await;
         }
@@ -851,6 +886,23 @@ pub(crate) async fn wait_until(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn publish_gives_back_the_room_a_burst_took() {
+        let publisher = Socket::new(SocketType::Pub, Options::default()).unwrap();
+        let head = Message::Head(dafka_proto::Head {
+            producer: new_node_id().unwrap(),
+            topic: dafka_proto::Topic::new("t").unwrap(),
+            sequence: 1,
+        });
+        let burst = 5 * TRANSMIT_CHUNK;
+        log_refused(publish(&publisher, std::iter::repeat_n(head, burst)));
+        // A current-thread runtime: the test's thread is the one `publish` ran on.
+        let (messages, batch) = PUBLISH_SCRATCH.with_borrow(|(m, b)| (m.capacity(), b.capacity()));
+        assert!(messages <= TRANSMIT_CHUNK, "{messages} messages kept");
+        assert!(batch <= TRANSMIT_CHUNK, "{batch} frames kept");
+        publisher.close_in_background_with(Some(Duration::ZERO));
+    }
 
     #[test]
     fn log_limiter_allows_a_burst_a_second() {

@@ -18,8 +18,8 @@ use dafka_zmtp::{Socket, SocketType};
 
 use crate::error::Error;
 use crate::node::{
-    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK, new_node_id, now,
-    publish, take_up_to, wait_until,
+    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK, log_refused,
+    new_node_id, now, publish, take_up_to, wait_until,
 };
 
 /// Settings of a [`ProducerNode`] beyond those every node has.
@@ -124,8 +124,14 @@ impl Shared {
     }
 
     /// Publishes the RECORDs `send` queued (they come first out of `poll_transmit`), and wakes
-    /// the task when the HEAD timer just started or answers wait.
-    fn publish_records(&self, producer: &mut Producer, had_timer: bool) {
+    /// the task when the HEAD timer just started or answers wait. Returns `publish`'s refusal,
+    /// for [`log_refused`] once the lock is released.
+    #[must_use]
+    fn publish_records(
+        &self,
+        producer: &mut Producer,
+        had_timer: bool,
+    ) -> Option<dafka_zmtp::Error> {
         let mut other = false;
         let records = std::iter::from_fn(|| {
             if other {
@@ -139,10 +145,11 @@ impl Shared {
             }
             Some(m)
         });
-        publish(&self.publisher, records);
+        let refused = publish(&self.publisher, records);
         if !had_timer {
             self.control.wake.notify_one();
         }
+        refused
     }
 
     fn closed(&self) -> bool {
@@ -262,8 +269,30 @@ impl ProducerNode {
     /// is full (then [`send`](Self::send) waits for room). Records leave in offset order,
     /// whichever of `send` and `try_send` queued them.
     pub fn try_send(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+        self.try_send_locked(self.shared.lock(), value)
+    }
+
+    /// [`try_send`](Self::try_send) without waiting for the state machine's lock either:
+    /// `Ok(Err(value))` also when another thread holds it (then call `try_send`, or `send`,
+    /// where blocking is safe). The node's task holds that lock while it publishes up to
+    /// 4096 messages: a caller that must not block there (a Python thread holding the GIL)
+    /// tries this first.
+    pub fn try_send_uncontended(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+        match self.shared.producer.try_lock() {
+            Ok(producer) => self.try_send_locked(producer, value),
+            Err(std::sync::TryLockError::Poisoned(e)) => {
+                self.try_send_locked(e.into_inner(), value)
+            }
+            Err(std::sync::TryLockError::WouldBlock) => Ok(Err(value)),
+        }
+    }
+
+    fn try_send_locked(
+        &self,
+        mut producer: MutexGuard<'_, Producer>,
+        value: Bytes,
+    ) -> Result<Result<u64, Bytes>, Error> {
         let shared = &self.shared;
-        let mut producer = shared.lock();
         if shared.closed() {
             return Err(Error::Closed);
         }
@@ -303,12 +332,13 @@ impl ProducerNode {
         let mut pending = values.next();
         while pending.is_some() {
             // Queue as many as fit under one lock, then publish them.
-            {
+            let (refused, outcome) = {
                 let mut producer = shared.lock();
                 let had_timer = producer.poll_timeout().is_some();
                 // One clock read per batch (it only starts the HEAD timer).
                 let t = now();
                 let mut queued = 0;
+                let mut outcome = Ok(());
                 while let Some(value) = pending.take() {
                     if shared.closed() {
                         return Err(Error::Closed);
@@ -323,12 +353,12 @@ impl ProducerNode {
                             break;
                         }
                         Err(SendError::Caller(e)) => {
-                            shared.publish_records(&mut producer, had_timer);
-                            return Err(e.into());
+                            outcome = Err(e.into());
+                            break;
                         }
                         Err(e) => {
-                            shared.publish_records(&mut producer, had_timer);
-                            return Err(Error::Refused(e));
+                            outcome = Err(Error::Refused(e));
+                            break;
                         }
                     }
                     queued += 1;
@@ -336,8 +366,10 @@ impl ProducerNode {
                         break;
                     }
                 }
-                shared.publish_records(&mut producer, had_timer);
-            }
+                (shared.publish_records(&mut producer, had_timer), outcome)
+            };
+            log_refused(refused);
+            outcome?;
             let Some(value) = pending.as_ref() else {
                 break;
             };
@@ -373,7 +405,9 @@ impl ProducerNode {
         let mut producer = shared.lock();
         if producer.is_flushed() {
             producer.announce_head();
-            shared.publish_records(&mut producer, true);
+            let refused = shared.publish_records(&mut producer, true);
+            drop(producer);
+            log_refused(refused);
             return Ok(());
         }
         if shared.closed() {
@@ -419,11 +453,12 @@ impl ProducerNode {
     /// Stops the node: pending calls fail with [`Error::Closed`]; the publisher keeps
     /// flushing for [`NodeConfig::linger`] in the background.
     pub async fn close(mut self) {
-        {
+        let refused = {
             let mut producer = self.shared.lock();
             producer.announce_head();
-            self.shared.publish_records(&mut producer, true);
-        }
+            self.shared.publish_records(&mut producer, true)
+        };
+        log_refused(refused);
         self.task.close().await;
     }
 }
@@ -460,17 +495,31 @@ impl Role for ProducerRole {
     }
 
     fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
-        let mut producer = self.shared.lock();
-        // Under the lock: a `try_send` after this sees the flag clear and wakes the task.
-        self.shared.queued.store(false, Ordering::Release);
-        let more = take_up_to(out, max, || producer.poll_transmit());
-        // Published under the lock too, as `send` publishes: RECORDs queued by `try_send` and
-        // taken here must not leave after newer ones a `send` takes and publishes meanwhile (a
-        // store drops a RECORD ahead of the next offset it expects and FETCHes it again a
-        // retry later: seen as 0.2-0.3 s stalls of a Python send loop).
-        if !out.is_empty() {
-            publish(&self.shared.publisher, out.drain(..));
-        }
+        let (more, refused) = {
+            let mut producer = self.shared.lock();
+            // Under the lock: a `try_send` after this sees the flag clear and wakes the task.
+            self.shared.queued.store(false, Ordering::Release);
+            let more = take_up_to(out, max, || producer.poll_transmit());
+            // Published under the lock too, as `send` publishes: RECORDs queued by `try_send`
+            // and taken here must not leave after newer ones a `send` takes and publishes
+            // meanwhile (a store drops a RECORD ahead of the next offset it expects and FETCHes
+            // it again a retry later: seen as 0.2-0.3 s stalls of a Python send loop).
+            let refused = if out.is_empty() {
+                None
+            } else {
+                publish(&self.shared.publisher, out.drain(..))
+            };
+            (more, refused)
+        };
+        log_refused(refused);
         more
+    }
+
+    fn on_stop(&mut self) {
+        // Stopped without `close` (dropped, or a socket closed): the RECORDs `try_send` queued
+        // since the last turn still go out. `try_send` checks for the stop under the lock this
+        // takes, so none is queued after the drain.
+        let mut out = Vec::new();
+        while self.transmit(&mut out, TRANSMIT_CHUNK) {}
     }
 }

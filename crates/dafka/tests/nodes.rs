@@ -573,3 +573,37 @@ async fn try_send_queues_for_the_task_in_offset_order_and_hands_back_on_full() {
     producer.close().await;
     tower.close().await;
 }
+
+/// One thread: the producer's task cannot run between the `try_send`s and the drop, so the
+/// records are still queued when it learns it is stopped.
+#[tokio::test(flavor = "current_thread")]
+async fn records_queued_by_try_send_go_out_when_the_producer_is_dropped() {
+    let (tower, towers) = tower().await;
+    let producer = ProducerNode::start("d", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let consumer = ConsumerNode::start(
+        &["d"],
+        fast(&towers),
+        ConsumerOptions::default()
+            .with_start_offset("d", producer.partition(), 0)
+            .with_fetch_retry(Duration::from_millis(50), Duration::from_millis(400)),
+    )
+    .await
+    .unwrap();
+    // Let the consumer connect and subscribe.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let values: Vec<Bytes> = (0..5u8).map(|i| Bytes::from(vec![i; 4])).collect();
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(producer.try_send(v.clone()).unwrap().unwrap(), i as u64);
+    }
+    drop(producer);
+    let got: Vec<Bytes> = collect(&consumer, values.len())
+        .await
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    assert_eq!(got, values);
+    consumer.close().await;
+    tower.close().await;
+}

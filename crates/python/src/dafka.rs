@@ -394,7 +394,13 @@ impl PyProducer {
     fn send(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
         let value = one_value(value)?;
         let node = self.node.get("producer")?;
-        match node.try_send(value).map_err(errors::node)? {
+        // Never wait for the producer's lock holding the GIL: the node's task holds it while
+        // publishing, and a log record there may need the GIL (pyo3-log).
+        let value = match node.try_send_uncontended(value).map_err(errors::node)? {
+            Ok(offset) => return Ok(offset),
+            Err(value) => value,
+        };
+        match py.detach(|| node.try_send(value)).map_err(errors::node)? {
             Ok(offset) => Ok(offset),
             Err(value) => {
                 runtime::wait_for(py, async move { node.send(value).await })?.map_err(errors::node)
