@@ -21,11 +21,6 @@ use crate::format::{
 use crate::recovery::{self, RecoveryReport};
 use crate::{PartitionId, PartitionKey};
 
-/// Bounds of the chunk [`Store::read`] reads a segment in: from what the sparse index says
-/// the records asked for span, at most 1 MiB.
-const MIN_READ_CHUNK: usize = 0x1000;
-const MAX_READ_CHUNK: usize = 0x10_0000;
-
 /// The hard ceiling on [`Config::max_record_bytes`]; recovery treats a longer entry as
 /// damage, so a record this size can never be mistaken for garbage.
 pub const MAX_RECORD_BYTES_LIMIT: usize = 64 << 20;
@@ -631,14 +626,6 @@ impl Store {
             0 => first_base,
             i => p.index[i - 1].1.max(first_base),
         };
-        // Where the first record past the ones asked for starts, if the index knows: the
-        // records wanted lie in `[start, stop)`, so no more than that is read per chunk
-        // (a 1024-record FETCH chunk of 100 B values is ~250 KiB of a segment two partitions
-        // share; reading 1 MiB per call copied and zeroed four times what was used).
-        let stop = from
-            .checked_add(max_records as u64)
-            .and_then(|past| p.index.get(p.index.partition_point(|&(o, _)| o < past)))
-            .map(|&(_, pos)| pos);
         let segments: Vec<(u64, String, Arc<dyn SegmentFile>, u64)> = st
             .segments
             .iter()
@@ -647,13 +634,7 @@ impl Store {
             .collect();
         drop(st);
 
-        let chunk = match stop {
-            Some(stop) => usize::try_from(stop.saturating_sub(start))
-                .unwrap_or(usize::MAX)
-                .min(max_bytes)
-                .clamp(MIN_READ_CHUNK, MAX_READ_CHUNK),
-            None => max_bytes.clamp(64 << 10, MAX_READ_CHUNK),
-        };
+        let chunk = max_bytes.clamp(64 << 10, 1 << 20);
         let mut out = Vec::new();
         let mut next = from;
         let mut bytes = 0usize;
