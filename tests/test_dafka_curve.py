@@ -90,11 +90,6 @@ def test_encrypted_cluster_round_trip_and_outsiders_get_nothing(
     assert any("security mechanism" in m for m in logged), logged
 
 
-@pytest.mark.skip(
-    reason="known bug, open under issue 13: in a clean-clone CI run at load ~2 the ZRE mailbox "
-    "connections of nodes sharing the member key kept taking over each other's routing ids, "
-    "50 records stayed unacknowledged, and the churn used up ports for later tests"
-)
 def test_encrypted_cluster_over_zre_discovery(tmp_path: Path) -> None:
     """`towers="zre://..."` with keys: the ZRE discovery runs in CURVE mode with the member
     keys and the cluster's allow-list, so the store, producer and consumer meet; a plaintext

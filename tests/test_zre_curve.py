@@ -7,6 +7,7 @@ Every node beacons to 127.255.255.255 on a UDP port picked per test (never 5670)
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -125,3 +126,28 @@ def test_cli_curve_flags() -> None:
         timeout=TIMEOUT,
     )
     assert bad.returncode == 2 and "--curve-secret" in bad.stderr
+
+
+def test_a_public_key_starting_with_0x00_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """zyre drops version-3 beacons whose key starts with 0x00 (docs/zre.md): a node with such
+    a key warns at start; one with another key does not."""
+    import zmq.utils.z85
+
+    def pair(zero: bool) -> str:
+        while True:  # 1 key pair in 256 starts with 0x00
+            public, secret = curve_keypair()
+            if (zmq.utils.z85.decode(public)[0] == 0) == zero:
+                return secret
+
+    caplog.set_level(logging.WARNING)
+    port = free_udp_port()
+    for zero in (False, True):
+        caplog.clear()
+        with lo("z", port, curve_secretkey=pair(zero)):
+            pass
+        warned = [r for r in caplog.records if "starts with 0x00" in r.getMessage()]
+        assert len(warned) == int(zero), [r.getMessage() for r in caplog.records]
+        if zero:
+            assert "zyre" in warned[0].getMessage() and warned[0].levelno == logging.WARNING

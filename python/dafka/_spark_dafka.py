@@ -39,6 +39,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from dafka import _spark_keys
 from dafka.errors import DafkaError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ __all__ = ["DAFKA_SCHEMA", "DafkaDataSource", "DafkaPartition"]
 DAFKA_SCHEMA = "topic string, partition string, offset bigint, value binary, timestamp timestamp"
 
 # Options, lower case as Spark hands them over, per use.
-_COMMON = {"towers", "offsetstimeout"}
+_COMMON = {"towers", "offsetstimeout"} | _spark_keys.OPTIONS
 _READ = _COMMON | {
     "subscribe",
     "startingoffsets",
@@ -113,7 +114,7 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         if value not in allowed_words:
             _offsets_json(name, value, topics)
     return _Options(
-        towers=towers,
+        towers=_spark_keys.parse(opts, towers),
         topics=topics,
         starting=starting,
         ending=ending,
@@ -207,7 +208,7 @@ def _reader(towers: str, topic: str | None = None, timeout: float = 10.0) -> Par
     with _LOCK:
         reader = _READERS.get(towers)
         if reader is None or reader.closed:
-            reader = PartitionReader(towers)
+            reader = PartitionReader(towers, curve=_spark_keys.curve_of(towers))
             if topic is not None:
                 reader.offsets(topic, timeout=timeout)
             _READERS[towers] = reader
@@ -231,7 +232,8 @@ def _producer(towers: str, topic: str, min_acks: int) -> Producer:
         key = (towers, topic, min_acks)
         producer = _PRODUCERS.get(key)
         if producer is None or producer.closed:
-            producer = Producer(topic, towers=towers, min_acks=min_acks)
+            curve = _spark_keys.curve_of(towers)
+            producer = Producer(topic, towers=towers, min_acks=min_acks, curve=curve)
             _PRODUCERS[key] = producer
         return producer
 
@@ -251,6 +253,8 @@ def _bounds(o: _Options) -> dict[str, dict[str, tuple[int, int]]]:
             return {t: reader.offsets(t, timeout=o.offsets_timeout) for t in o.topics}
     except DafkaError as e:
         msg = f"dafka source: cannot list the partitions of {list(o.topics)}: {e}"
+        if _spark_keys.curve_of(o.towers) is None:
+            msg += " (an encrypted cluster answers only with the curve.* options)"
         raise type(e)(msg) from e
 
 

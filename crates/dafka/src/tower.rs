@@ -23,8 +23,11 @@ use crate::error::Error;
 use crate::node::{Control, NodeStats, NodeTask, TowerAddress, split_tcp};
 use crate::security::ClusterKeys;
 
-/// Attempts at finding two consecutive free ports when the XSUB port is 0.
-const PORT_PAIR_ATTEMPTS: usize = 32;
+/// Attempts at finding two consecutive free ports when the XSUB port is 0. Linux gives
+/// `bind` odd ephemeral ports and `connect` even ones, so the XPUB's (the next one) is one
+/// that outgoing connections, and their `TIME_WAIT`, may hold: many connections at once (a
+/// busy test run) can take many of them. Each attempt is one bind and one unbind.
+const PORT_PAIR_ATTEMPTS: usize = 256;
 
 /// Settings of a [`Tower`].
 #[derive(Debug, Clone)]
@@ -165,13 +168,16 @@ async fn bind_pair(
         }
         xsub.unbind(&sub).await?;
     }
-    Err(last.map_or(
-        Error::Endpoint {
-            endpoint: config.sub.clone(),
-            reason: "no free port after the XSUB's",
-        },
-        Error::from,
-    ))
+    if let Some(e) = last {
+        tracing::warn!(
+            "tower: no free port after the XSUB's in {attempts} attempts, the last: {e}"
+        );
+    }
+    Err(Error::Endpoint {
+        endpoint: config.sub.clone(),
+        reason: "no free port after the XSUB's for the XPUB in any attempt: \
+                 give the XPUB's endpoint too (`pub`) or free some ephemeral ports",
+    })
 }
 
 /// A bound endpoint as a peer can connect to it (`0.0.0.0` becomes `127.0.0.1`).

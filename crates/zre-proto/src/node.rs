@@ -14,7 +14,9 @@
 //!   another endpoint is a restarted peer: the old one leaves (EXIT), the new one is created.
 //! * A HELLO from an unknown peer is discovery too (it often arrives before the sender's
 //!   beacon): the peer is created from the HELLO's endpoint. A HELLO from a peer that already
-//!   said HELLO is a restart: EXIT, then the new peer.
+//!   said HELLO, from another mailbox, is a restart: EXIT, then the new peer; from the same
+//!   mailbox it keeps the peer and is answered on its DEALER at most once per
+//!   [`HELLO_ANSWER`] (zyre takes it for a restart too, which can loop forever).
 //! * ENTER goes to the application when the peer's HELLO arrives, followed by a JOIN per group
 //!   in it. Any other command from a peer before its HELLO is ignored.
 //! * Sequence numbers: HELLO is 1, then each message one more (wrapping). A gap means lost
@@ -357,11 +359,30 @@ struct Peer {
     /// CURVE mode: when a port-0 beacon said this ready peer leaves; it was sent PING and is
     /// dropped at [`LEAVE_CHECK`] after that unless it says something first.
     leaving_since: Option<Instant>,
+    /// When this node last answered a second HELLO of this (ready) peer with its own
+    /// ([`HELLO_ANSWER`]).
+    answered: Option<Instant>,
 }
 
 /// CURVE mode: how long a ready peer announced as leaving by a port-0 beacon (which anyone
 /// can forge, the key being public) has to answer the PING sent then before it is dropped.
 pub const LEAVE_CHECK: Duration = Duration::from_secs(1);
+
+/// A ready peer's second HELLO from the same mailbox is answered with this node's HELLO, on
+/// the DEALER the peer already has, at most once in this time.
+///
+/// Such a HELLO comes from a peer that dropped this node without this node noticing (a
+/// waiting entry dropped for another UUID's HELLO with the same key, a sequence gap, a failed
+/// connection) and met it again: it may wait for this node's HELLO (it met it again by a
+/// beacon), or not (it met it again by this node's HELLO, and its own is the answer). Which,
+/// this node cannot tell; taking it for a restart (EXIT, a new DEALER, a HELLO on it) as zyre
+/// does made two nodes trade HELLOs and DEALERs forever when the peer did not wait, each
+/// taking the other's answer for a restart: a connection per round trip (issue 13's CI run:
+/// ROUTER handovers, then no ephemeral port left). Answering on the existing DEALER, at most
+/// once per `HELLO_ANSWER`, gives a waiting peer its HELLO and ends the exchange otherwise
+/// (the second answer is not answered). A restarted peer announces another mailbox (its port
+/// is ephemeral): that is still EXIT and a new peer.
+pub const HELLO_ANSWER: Duration = Duration::from_secs(5);
 
 impl Peer {
     fn deadline(&self, cfg: &Config) -> Instant {
@@ -737,8 +758,12 @@ impl Node {
                     self.remove_peer(other);
                 }
             }
-            if self.peers.get(&id).is_some_and(|p| p.ready) {
-                // A second HELLO: the peer restarted with the same UUID.
+            let again = self.peers.get(&id).filter(|p| p.ready).map(|p| {
+                // The same mailbox: the peer met this node again; another one: it restarted.
+                p.endpoint == hello.endpoint.as_str()
+            });
+            if again == Some(false) {
+                // A second HELLO from another mailbox: the peer restarted with the same UUID.
                 self.remove_peer(id);
             }
             self.require_peer(id, hello.endpoint.to_string(), key, now)?;
@@ -772,7 +797,7 @@ impl Node {
         refresh(p, now);
         let name = p.name.clone();
         match msg.body {
-            Body::Hello(hello) => self.on_hello(id, hello),
+            Body::Hello(hello) => self.on_hello(id, hello, now),
             Body::Whisper { content } => match crate::gossip::decode(&content) {
                 // Gossip: nodes to find, as known endpoints (any peer may gossip). In CURVE
                 // mode it names no keys: ignored.
@@ -864,11 +889,34 @@ impl Node {
         Ok(Some(key))
     }
 
-    fn on_hello(&mut self, id: Uuid, hello: Hello) {
+    fn on_hello(&mut self, id: Uuid, hello: Hello, now: Instant) {
         let Some(p) = self.peers.get_mut(&id) else {
             return;
         };
-        p.ready = true;
+        // A ready peer's HELLO from its mailbox ([`HELLO_ANSWER`]): it stays (no EXIT or
+        // ENTER), its groups become those the HELLO lists (the difference as JOIN and LEAVE),
+        // and it is sent this node's HELLO on its DEALER, unless it was answered lately.
+        let again = std::mem::replace(&mut p.ready, true);
+        let left: Vec<String> = match again {
+            true => p
+                .groups
+                .iter()
+                .filter(|g| !hello.groups.contains(g))
+                .cloned()
+                .collect(),
+            false => Vec::new(),
+        };
+        for g in &left {
+            p.groups.remove(g);
+        }
+        let answer = again
+            && p.answered
+                .is_none_or(|t| now.saturating_duration_since(t) >= HELLO_ANSWER);
+        if answer {
+            p.answered = Some(now);
+            // HELLO starts the count again on that connection.
+            p.sent_sequence = 0;
+        }
         p.name = hello.name.to_string();
         p.headers = hello
             .headers
@@ -889,9 +937,23 @@ impl Node {
             address: p.endpoint.clone(),
         };
         let endpoint = p.endpoint.clone();
-        self.event(enter);
-        if self.cfg.gossip_hub {
-            self.gossip_about(id, &endpoint);
+        for group in left {
+            self.drop_from_group(&group, id);
+            self.event(Event::Leave {
+                peer: id,
+                name: name.clone(),
+                group,
+            });
+        }
+        if answer {
+            let hello = self.hello();
+            self.send(id, Body::Hello(hello));
+        }
+        if !again {
+            self.event(enter);
+            if self.cfg.gossip_hub {
+                self.gossip_about(id, &endpoint);
+            }
         }
         for group in joined {
             self.peer_groups
@@ -1166,6 +1228,7 @@ impl Node {
                 blocked_since: None,
                 curve_key,
                 leaving_since: None,
+                answered: None,
             },
         );
         if let Some(groups_then) = self.probes.remove(&endpoint) {

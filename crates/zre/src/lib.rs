@@ -67,6 +67,9 @@ pub const DEFAULT_PORT: u16 = 5670;
 /// How long a closed DEALER may still flush (a GOODBYE at stop).
 const DEALER_LINGER: Duration = Duration::from_millis(200);
 
+/// The longest wait between a DEALER's reconnection attempts (from 100 ms, doubling).
+const DEALER_RECONNECT_MAX: Duration = Duration::from_secs(2);
+
 /// What went wrong.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -995,6 +998,9 @@ impl Driver {
                 &self.node.uuid().dealer_identity(),
             )))
             .with_sndhwm(self.sndhwm)
+            // A peer that does not listen (gone, or a forged beacon's address) is retried
+            // ever less often, not every 100 ms until it expires.
+            .with_reconnect_ivl_max(Some(DEALER_RECONNECT_MAX))
             // Long enough to flush a GOODBYE at stop, short enough for a dead peer.
             .with_linger(Some(DEALER_LINGER));
         let dealer = match Socket::new(SocketType::Dealer, options) {
