@@ -35,6 +35,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
+use std::ffi::c_int;
 use std::ptr::NonNull;
 use std::sync::{Once, OnceLock};
 
@@ -207,9 +208,21 @@ unsafe impl Send for OpensslPoly1305 {}
 // SAFETY: as above, nothing mutates it after the fetch.
 unsafe impl Sync for OpensslPoly1305 {}
 
+// OPENSSL_init_crypto(3), public since OpenSSL 1.1.0; `openssl-sys` binds only the libssl one.
+unsafe extern "C" {
+    fn OPENSSL_init_crypto(opts: u64, settings: *const ossl::OPENSSL_INIT_SETTINGS) -> c_int;
+}
+/// `OPENSSL_INIT_NO_ATEXIT` (include/openssl/crypto.h).
+const OPENSSL_INIT_NO_ATEXIT: u64 = 0x0008_0000;
+
 fn openssl_poly1305() -> &'static OpensslPoly1305 {
     static MAC: OnceLock<OpensslPoly1305> = OnceLock::new();
     MAC.get_or_init(|| {
+        // SAFETY: a documented OpenSSL entry point; NULL settings. Without an atexit handler:
+        // OPENSSL_cleanup would tear OpenSSL down under threads still sealing boxes while the
+        // process exits (openssl-sys's own init passes the same flag).
+        let rc = unsafe { OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, std::ptr::null()) };
+        assert_eq!(rc, 1, "OpenSSL initialises");
         // SAFETY: no arguments; returns a new library context or NULL.
         let libctx = unsafe { ossl::OSSL_LIB_CTX_new() };
         assert!(!libctx.is_null(), "OpenSSL cannot create a library context");
@@ -447,6 +460,44 @@ mod tests {
         ) {
             check_against_sodium(key, nonce, &msg, flip);
         }
+    }
+
+    /// An `openssl.cnf` (`OPENSSL_CONF`) that configures providers, here only one that does not
+    /// exist, leaves OpenSSL's default library context without Poly1305; boxes must not care,
+    /// since the MAC comes from a library context of our own. Run in a child process, since
+    /// OpenSSL initialises once per process.
+    #[test]
+    fn openssl_cnf_cannot_take_poly1305_away() {
+        const CHILD: &str = "DAFKA_NACL_CONFIG_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            check_against_sodium([3; 32], [4; 24], &[5; 1000], 7);
+            return;
+        }
+        let conf = std::env::temp_dir().join(format!("dafka-nacl-{}.cnf", std::process::id()));
+        std::fs::write(
+            &conf,
+            "openssl_conf = openssl_init\nconfig_diagnostics = 1\n\n[openssl_init]\n\
+             providers = provider_sect\n\n[provider_sect]\nnowhere = nowhere_sect\n\n\
+             [nowhere_sect]\nactivate = 1\n",
+        )
+        .unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "nacl::tests::openssl_cnf_cannot_take_poly1305_away",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .env("OPENSSL_CONF", &conf)
+            .output()
+            .unwrap();
+        std::fs::remove_file(&conf).unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "child: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]
