@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests, demo and benchmarks need, only when
 # they are absent, so a second run costs nothing. Non-Debian machines: install
-# the equivalents by hand (libzmq headers + pkg-config, a Java 17+ runtime).
+# the equivalents by hand (libzmq headers + pkg-config, a Java 17+ runtime,
+# perl with its core modules for the OpenSSL build).
 set -euo pipefail
 
 need=()
 have_pkgconfig_zmq() { command -v pkg-config >/dev/null && pkg-config --exists libzmq; }
 have_pkgconfig_zmq || need+=(libzmq3-dev pkg-config)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+# openssl-sys builds OpenSSL from source (feature `vendored`): perl with its core modules.
+perl -MIPC::Cmd -e 1 2>/dev/null || need+=(perl)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 

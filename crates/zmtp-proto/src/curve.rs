@@ -1,5 +1,6 @@
 //! CURVE (25/ZMTP-CURVE over 26/CurveZMQ): X25519 key agreement and XSalsa20-Poly1305 boxes
-//! (NaCl `crypto_box`, from libsodium through `crate::nacl`), as libzmq speaks it.
+//! (NaCl `crypto_box`, from libsodium and OpenSSL's Poly1305 through `crate::nacl`), as libzmq
+//! speaks it.
 //!
 //! Keys: the client knows the server's long-term public key `S`; each side also has a
 //! long-term key pair (`C`/`c`, `S`/`s`) and makes a short-term one per connection (`C'`/`c'`,
