@@ -64,7 +64,9 @@ def timed(fn: Any) -> float:
     return time.perf_counter() - t
 
 
-def batch_cases(spark: Any, towers: str, topic: str, rows: int, reps: int) -> dict[str, Any]:
+def batch_cases(
+    spark: Any, towers: str, topic: str, rows: int, reps: int, warmup: int
+) -> dict[str, Any]:
     import pyarrow as pa
 
     import dafka
@@ -99,10 +101,18 @@ def batch_cases(spark: Any, towers: str, topic: str, rows: int, reps: int) -> di
     def from_arrow() -> None:
         spark.createDataFrame(table).write.format("noop").mode("overwrite").save()
 
-    def from_rows() -> None:
-        spark.createDataFrame(listed, schema).write.format("noop").mode("overwrite").save()
+    def from_rows(n: int | None = None) -> None:
+        rows = listed if n is None else listed[:n]
+        spark.createDataFrame(rows, schema).write.format("noop").mode("overwrite").save()
 
-    dafka_read()  # warm: Python workers, their readers, the JVM's code paths
+    # Warm every path the same number of times before timing: the Python workers and their
+    # readers, and the JVM's JIT (C2 still compiled 0.3-0.5 CPU-s per run in the first 3-4
+    # runs of a path, about 0.1 after). The list path is warmed on a tenth of the rows (its
+    # run is long: it warms itself as it goes).
+    for _ in range(warmup):
+        dafka_read()
+        from_arrow()
+        from_rows(max(1, rows // 10))
     out: dict[str, Any] = {}
     for name, fn, n in (
         ("dafka", dafka_read, reps),
@@ -323,9 +333,11 @@ def render(d: dict[str, Any]) -> str:
         f"{d['size']} B in {PARTITIONS} Dafka partitions on a `dafka.LocalCluster` (sync "
         f"`never`: the read side is measured), Spark {d['spark']} `local[2]` in the same "
         f"process, every read forced with the `noop` sink. Rows/s from the median of the "
-        f'timed runs, after one untimed `format("dafka")` read that warms the JVM and the '
-        f"Python workers; the list path is timed once (its run is long enough that warming "
-        f"does not matter). {d['note']} Load average at the start: {d.get('load', 'n/a')}.",
+        f"timed runs, after {d.get('warmup', 1)} untimed runs of each path (the dafka read "
+        f"and `createDataFrame(pyarrow.Table)` on all the records, the list path on a tenth "
+        f"of them) that warm the Python workers and the JVM's JIT; the list path is timed "
+        f"once (its run is long: it warms itself as it goes). {d['note']} "
+        f"Load average at the start: {d.get('load', 'n/a')}.",
         "",
         "| into Spark | rows/s | seconds (runs) |",
         "|---|---:|---|",
@@ -379,7 +391,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument(
+        "--warmup", type=int, default=3, help="untimed runs of each batch path before timing"
+    )
+    ap.add_argument(
+        "--driver-memory",
+        default="4g",
+        help="the driver JVM's heap (every createDataFrame(pyarrow.Table) ships the table to "
+        "it; 1g ran out after a few)",
+    )
     ap.add_argument("--stream-seconds", type=float, default=20.0)
     ap.add_argument(
         "--stream-rate",
@@ -426,6 +447,9 @@ def main() -> int:
     import dafka
     import dafka.spark
 
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", f"--driver-memory {args.driver_memory} pyspark-shell"
+    )
     spark = dafka.spark.local_session("dafka-bench")
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     try:
@@ -441,7 +465,10 @@ def main() -> int:
                 "note": args.note,
                 "command": "python3 benches/spark.py " + " ".join(sys.argv[1:]),
             }
-            data["batch"] = batch_cases(spark, cluster.towers, topic, args.rows, args.reps)
+            data["batch"] = batch_cases(
+                spark, cluster.towers, topic, args.rows, args.reps, args.warmup
+            )
+            data["warmup"] = args.warmup
             data["stream_seconds"] = args.stream_seconds
             # The sustained rate without per-row instrumentation, then the latency, paced.
             runs = [("stream", args.stream_seconds, args.stream_rate, False)]
