@@ -8,6 +8,9 @@ which benches/run.py carries over when it rewrites the rest).
     python3 benches/spark.py                          # 1,000,000 rows of 100 B; 20 s streaming
     python3 benches/spark.py --rows 200000 --stream-seconds 8 --reps 1   # a short check
 
+Streaming runs twice: the sustained rate (producers as fast as the query reads, no per-row
+instrumentation), then the latency (producers paced at --latency-rate, send times observed).
+
 Everything runs on loopback: a dafka.LocalCluster (sync "never": the read side is measured)
 and a local[2] SparkSession in this process.
 """
@@ -61,7 +64,9 @@ def timed(fn: Any) -> float:
     return time.perf_counter() - t
 
 
-def batch_cases(spark: Any, towers: str, topic: str, rows: int, reps: int) -> dict[str, Any]:
+def batch_cases(
+    spark: Any, towers: str, topic: str, rows: int, reps: int, warmup: int
+) -> dict[str, Any]:
     import pyarrow as pa
 
     import dafka
@@ -96,10 +101,18 @@ def batch_cases(spark: Any, towers: str, topic: str, rows: int, reps: int) -> di
     def from_arrow() -> None:
         spark.createDataFrame(table).write.format("noop").mode("overwrite").save()
 
-    def from_rows() -> None:
-        spark.createDataFrame(listed, schema).write.format("noop").mode("overwrite").save()
+    def from_rows(n: int | None = None) -> None:
+        rows = listed if n is None else listed[:n]
+        spark.createDataFrame(rows, schema).write.format("noop").mode("overwrite").save()
 
-    dafka_read()  # warm: Python workers, their readers, the JVM's code paths
+    # Warm every path the same number of times before timing: the Python workers and their
+    # readers, and the JVM's JIT (C2 still compiled 0.3-0.5 CPU-s per run in the first 3-4
+    # runs of a path, about 0.1 after). The list path is warmed on a tenth of the rows (its
+    # run is long: it warms itself as it goes).
+    for _ in range(warmup):
+        dafka_read()
+        from_arrow()
+        from_rows(max(1, rows // 10))
     out: dict[str, Any] = {}
     for name, fn, n in (
         ("dafka", dafka_read, reps),
@@ -160,13 +173,22 @@ class Producers:
 
 
 def stream_case(
-    spark: Any, towers: str, size: int, seconds: float, rate: float, window: int, work: Path
+    spark: Any,
+    towers: str,
+    size: int,
+    seconds: float,
+    rate: float,
+    window: int,
+    work: Path,
+    observe: bool = True,
 ) -> dict[str, Any]:
     """A query over a topic producers write for `seconds` (at `rate` records/s, or with
     `rate` 0 as fast as the query reads: at most `window` records ahead of it); then waits
     (up to 60 s) until the query has every record. Rows/s over the whole run (first trigger
-    start to last commit), and per micro-batch the latency from send to the batch's commit
-    in the sink (oldest and newest row of the batch)."""
+    start to last commit), and with `observe` per micro-batch the latency from send to the
+    batch's commit in the sink (oldest and newest row of the batch), taken with
+    `DataFrame.observe` (min and max of the send times in the values: JVM work per row, so
+    the throughput run goes without it)."""
     from pyspark.sql import functions as F
 
     topic = f"stream-{time.time_ns()}"
@@ -178,8 +200,12 @@ def stream_case(
         .option("startingOffsets", "earliest")
         .load()
     )
-    sent_us = F.substring(F.col("value"), 1, 16).cast("string").cast("long")
-    observed = df.observe("lat", F.min(sent_us).alias("first_us"), F.max(sent_us).alias("last_us"))
+    observed = df
+    if observe:
+        sent_us = F.substring(F.col("value"), 1, 16).cast("string").cast("long")
+        observed = df.observe(
+            "lat", F.min(sent_us).alias("first_us"), F.max(sent_us).alias("last_us")
+        )
     query = (
         observed.writeStream.format("noop")
         .option("checkpointLocation", str(work / f"ckpt-{topic}"))
@@ -221,6 +247,8 @@ def stream_case(
     stages = {k: statistics.median(p["durationMs"].get(k, 0) for p in rows) for k in STAGES}
     return {
         "rate_target": rate,
+        "seconds": seconds,
+        "observe": observe,
         "window": window,
         "produced": produced,
         "consumed": consumed_rows,
@@ -251,6 +279,49 @@ def fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
     return "n/a" if v is None else f"{v:,.{digits}f}{unit}"
 
 
+def stream_table(s: dict[str, Any], seconds: float) -> list[str]:
+    """One streaming run as a table (the latency rows only when it observed send times)."""
+    send_rate = s["produced"] / seconds
+    kept = (s["rows_per_s"] or 0) >= 0.95 * send_rate
+    if s["rate_target"]:
+        how = f"producers paced at {fmt(s['rate_target'])} records/s"
+        verdict = "kept up" if kept else "fell behind, caught up after the producers stopped"
+    else:
+        how = (
+            "producers writing as fast as the query reads (at most "
+            f"{s.get('window', 0):,} records ahead of it)"
+        )
+        verdict = f"{fmt(send_rate)} records/s sent"
+    observed = s.get("observe", True)
+    what = (
+        "latency run, send times observed per row"
+        if observed
+        else "throughput run, no per-row instrumentation"
+    )
+    st = s.get("stage_ms_median", {})
+    lines = [
+        "",
+        f"| streaming ({what}): {how}, for {seconds:.0f} s | value |",
+        "|---|---:|",
+        f"| records sent / rows the query read | {s['produced']:,} / {s['consumed']:,} "
+        f"({verdict}) |",
+        f"| rows/s, first trigger to last commit ({s['batches']} micro-batches, median "
+        f"{fmt(s['batch_rows_median'])} rows) | {fmt(s['rows_per_s'])} |",
+        "| per micro-batch, median ms: latestOffset / addBatch (the read) / walCommit / "
+        "commitOffsets / whole trigger "
+        f"| {' / '.join(fmt(st.get(k)) for k in STAGES)} |",
+    ]
+    if observed:
+        lines += [
+            "| send -> committed in the sink, newest row of a batch (median) "
+            f"| {fmt(s['latency_newest_s'], ' s', 2)} |",
+            "| send -> committed in the sink, oldest row of a batch (median / max) "
+            f"| {fmt(s['latency_oldest_s'], ' s', 2)} / "
+            f"{fmt(s['latency_oldest_max_s'], ' s', 2)} |",
+        ]
+    return lines
+
+
 def render(d: dict[str, Any]) -> str:
     b, s, f = d["batch"], d["stream"], d["first_batch"]
     naive, arrow, ours = (b[k]["rows_per_s"] for k in ("list_of_rows", "arrow_table", "dafka"))
@@ -262,9 +333,11 @@ def render(d: dict[str, Any]) -> str:
         f"{d['size']} B in {PARTITIONS} Dafka partitions on a `dafka.LocalCluster` (sync "
         f"`never`: the read side is measured), Spark {d['spark']} `local[2]` in the same "
         f"process, every read forced with the `noop` sink. Rows/s from the median of the "
-        f'timed runs, after one untimed `format("dafka")` read that warms the JVM and the '
-        f"Python workers; the list path is timed once (its run is long enough that warming "
-        f"does not matter). {d['note']} Load average at the start: {d.get('load', 'n/a')}.",
+        f"timed runs, after {d.get('warmup', 1)} untimed runs of each path (the dafka read "
+        f"and `createDataFrame(pyarrow.Table)` on all the records, the list path on a tenth "
+        f"of them) that warm the Python workers and the JVM's JIT; the list path is timed "
+        f"once (its run is long: it warms itself as it goes). {d['note']} "
+        f"Load average at the start: {d.get('load', 'n/a')}.",
         "",
         "| into Spark | rows/s | seconds (runs) |",
         "|---|---:|---|",
@@ -276,35 +349,13 @@ def render(d: dict[str, Any]) -> str:
     ):
         times = ", ".join(f"{t:.2f}" for t in b[key]["seconds"])
         lines.append(f"| {label} | {fmt(b[key]['rows_per_s'])} | {times} |")
-    send_rate = s["produced"] / d["stream_seconds"]
-    kept = (s["rows_per_s"] or 0) >= 0.95 * send_rate
-    if s["rate_target"]:
-        how = f"producers paced at {fmt(s['rate_target'])} records/s"
-        verdict = "kept up" if kept else "fell behind, caught up after the producers stopped"
-    else:
-        how = (
-            "producers writing as fast as the query reads (at most "
-            f"{s.get('window', 0):,} records ahead of it)"
-        )
-        verdict = f"{fmt(send_rate)} records/s sent"
-    st = s.get("stage_ms_median", {})
+    lines += stream_table(s, d["stream_seconds"])
+    if d.get("latency"):
+        lines += stream_table(d["latency"], d["latency"]["seconds"])
     lines += [
         "",
-        f"| streaming: {how}, for {d['stream_seconds']:.0f} s | value |",
+        "| every read of the run (batch and streaming) | value |",
         "|---|---:|",
-        f"| records sent / rows the query read | {s['produced']:,} / {s['consumed']:,} "
-        f"({verdict}) |",
-        f"| rows/s, first trigger to last commit ({s['batches']} micro-batches, median "
-        f"{fmt(s['batch_rows_median'])} rows) | {fmt(s['rows_per_s'])} |",
-        "| per micro-batch, median ms: latestOffset / addBatch (the read) / walCommit / "
-        "commitOffsets / whole trigger "
-        f"| {' / '.join(fmt(st.get(k)) for k in STAGES)} |",
-        "| send -> committed in the sink, newest row of a batch (median) "
-        f"| {fmt(s['latency_newest_s'], ' s', 2)} |",
-        "| send -> committed in the sink, oldest row of a batch (median / max) "
-        f"| {fmt(s['latency_oldest_s'], ' s', 2)} / {fmt(s['latency_oldest_max_s'], ' s', 2)} |",
-    ]
-    lines += [
         f"| task start -> first Arrow batch, new reader (median / max of {f['new']['tasks']}) "
         f"| {fmt(f['new']['median_s'], ' s', 2)} / {fmt(f['new']['max_s'], ' s', 2)} |",
         "| task start -> first Arrow batch, reader cached in the worker "
@@ -326,9 +377,11 @@ def render(d: dict[str, Any]) -> str:
     lines += [
         "",
         "A task's first batch closes at `maxRecordsPerBatch` (65,536) records or 0.5 s, so "
-        "the first-batch time includes filling it. The streaming latency is taken per "
-        "micro-batch from the send times carried in the values (min and max observed with "
-        "`DataFrame.observe`) to the end of the batch's trigger.",
+        "the first-batch time includes filling it. Streaming is measured in two runs: the "
+        "sustained rate with producers as fast as the query reads and no per-row "
+        "instrumentation; the latency with producers paced below that rate, per micro-batch "
+        "from the send times carried in the values (min and max observed with "
+        "`DataFrame.observe`, JVM work per row) to the end of the batch's trigger.",
         run.SECTIONS["spark"][1],
     ]
     return "\n".join(lines) + "\n"
@@ -338,7 +391,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument(
+        "--warmup", type=int, default=3, help="untimed runs of each batch path before timing"
+    )
+    ap.add_argument(
+        "--driver-memory",
+        default="4g",
+        help="the driver JVM's heap (every createDataFrame(pyarrow.Table) ships the table to "
+        "it; 1g ran out after a few)",
+    )
     ap.add_argument("--stream-seconds", type=float, default=20.0)
     ap.add_argument(
         "--stream-rate",
@@ -352,6 +414,13 @@ def main() -> int:
         default=2_000_000,
         help="with --stream-rate 0: most records sent and not yet read by the query",
     )
+    ap.add_argument(
+        "--latency-rate",
+        type=float,
+        default=250_000,
+        help="records/s of the latency run (send times observed per row); 0: no latency run",
+    )
+    ap.add_argument("--latency-seconds", type=float, default=15.0)
     ap.add_argument(
         "--note",
         default="Taken on a shared 2-core machine while other work was compiling: the figures "
@@ -378,6 +447,9 @@ def main() -> int:
     import dafka
     import dafka.spark
 
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", f"--driver-memory {args.driver_memory} pyspark-shell"
+    )
     spark = dafka.spark.local_session("dafka-bench")
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     try:
@@ -393,18 +465,27 @@ def main() -> int:
                 "note": args.note,
                 "command": "python3 benches/spark.py " + " ".join(sys.argv[1:]),
             }
-            data["batch"] = batch_cases(spark, cluster.towers, topic, args.rows, args.reps)
-            data["stream_seconds"] = args.stream_seconds
-            data["stream"] = stream_case(
-                spark,
-                cluster.towers,
-                args.size,
-                args.stream_seconds,
-                args.stream_rate,
-                args.stream_window,
-                work,
+            data["batch"] = batch_cases(
+                spark, cluster.towers, topic, args.rows, args.reps, args.warmup
             )
-            print("stream:", data["stream"], flush=True)
+            data["warmup"] = args.warmup
+            data["stream_seconds"] = args.stream_seconds
+            # The sustained rate without per-row instrumentation, then the latency, paced.
+            runs = [("stream", args.stream_seconds, args.stream_rate, False)]
+            if args.latency_rate > 0:
+                runs.append(("latency", args.latency_seconds, args.latency_rate, True))
+            for key, seconds, rate, observe in runs:
+                data[key] = stream_case(
+                    spark,
+                    cluster.towers,
+                    args.size,
+                    seconds,
+                    rate,
+                    args.stream_window,
+                    work,
+                    observe=observe,
+                )
+                print(f"{key}:", data[key], flush=True)
             data["first_batch"] = first_batch(timing)
             print("first batch:", data["first_batch"], flush=True)
     finally:

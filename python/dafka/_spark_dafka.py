@@ -398,15 +398,18 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
 
 class _Heads:
     """The stores' bounds of a stream's topics, kept fresh by a thread of the process that
-    hosts the stream reader: it asks again as soon as an answer is in (each offsets query
-    waits out its settle time, ~150 ms), so ``latestOffset`` takes the newest answer at once
-    instead of paying a query per trigger. An answer is used only if the query behind it
-    started after the call asking for it began minus `FRESH` seconds. The thread ends after
-    `IDLE` seconds without a `get` (no GET-HEADS to every store for a stream that is not
-    triggered) and on an unexpected error; the next `get` starts it again."""
+    hosts the stream reader: it asks again as soon as an answer is in, at most every `EVERY`
+    seconds (a query ends when every store has sent its HEADS-END, a few ms; with a store
+    that sends none, a reference store, it waits out the 150 ms settle time), so
+    ``latestOffset`` takes the newest answer at once instead of paying a query per trigger.
+    An answer is used only if the query behind it started after the call asking for it began
+    minus `FRESH` seconds. The thread ends after `IDLE` seconds without a `get` (no GET-HEADS
+    to every store for a stream that is not triggered) and on an unexpected error; the next
+    `get` starts it again."""
 
     FRESH = 0.5
     IDLE = 5.0
+    EVERY = 0.05
 
     def __init__(self, o: _Options) -> None:
         self._o = o
@@ -446,6 +449,9 @@ class _Heads:
                     self._thread = None
                     return
             started = time.monotonic()
+            if self._answer is not None and started - self._answer[0] < self.EVERY:
+                time.sleep(self.EVERY - (started - self._answer[0]))
+                continue
             try:
                 bounds = _bounds(self._o)
             except Exception as e:

@@ -21,7 +21,10 @@
 //! * [`Consumer::query_offsets`] asks the stores for the partitions of a topic and their bounds
 //!   (the first offset held and one past the last) without subscribing to it: GET-HEADS, sent
 //!   again to every store reader that becomes reachable, answered by DIRECT-HEADs and
-//!   DIRECT-LOW-WATERs (see [`Consumer::offsets`]). Spark's source plans offset ranges with it.
+//!   DIRECT-LOW-WATERs (see [`Consumer::offsets`]), each followed by a HEADS-QUERY (extension)
+//!   that our store readers end with a HEADS-END, so the query knows when every reachable
+//!   store has answered ([`Consumer::query_answered`]). Spark's source plans offset ranges
+//!   with it.
 //!
 //! Time is passed in; the driver calls [`Consumer::handle_timeout`] at
 //! [`Consumer::poll_timeout`], publishes every [`Consumer::poll_transmit`] message on its XPUB
@@ -34,7 +37,7 @@ use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
-use crate::message::{ConsumerHello, GetHeads, Kind, Message, Record};
+use crate::message::{ConsumerHello, GetHeads, HeadsQuery, Kind, Message, Record};
 use crate::retry::{self, Gapped, Partitions, Retry};
 use crate::subscription;
 
@@ -153,12 +156,25 @@ pub struct Consumer {
     deliveries: VecDeque<Delivery>,
     transmit: VecDeque<Message>,
     dropped: u64,
-    /// Topics with an offsets query running, and the bounds heard so far per partition.
-    queries: HashMap<Topic, BTreeMap<NodeId, Bounds>>,
+    /// Topics with an offsets query running, and what it heard so far.
+    queries: HashMap<Topic, Query>,
+    /// The number of the next offsets query (HEADS-QUERY, HEADS-END).
+    next_query: u64,
     /// Store readers heard from: `'W'` + id seen on the XPUB (it hears us) and STORE-HELLO
     /// received (we hear it). Bounded by [`MAX_STORES`].
     heard_by: HashSet<NodeId>,
     heard_from: HashSet<NodeId>,
+}
+
+/// A running offsets query.
+#[derive(Debug)]
+struct Query {
+    /// The bounds heard so far per partition.
+    bounds: BTreeMap<NodeId, Bounds>,
+    /// Its number, sent in HEADS-QUERY and echoed by the HEADS-ENDs that answer it.
+    number: u64,
+    /// Store readers whose HEADS-END of this query arrived (bounded by [`MAX_STORES`]).
+    ended: HashSet<NodeId>,
 }
 
 /// Most store readers [`Consumer`] tracks for [`Consumer::stores_reachable`].
@@ -186,20 +202,22 @@ impl Consumer {
             transmit: VecDeque::new(),
             dropped: 0,
             queries: HashMap::new(),
+            next_query: 0,
             heard_by: HashSet::new(),
             heard_from: HashSet::new(),
         })
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
-    /// `'D'`, `'E'`, `'L'` and (the low-water extension) `'O'` + its id.
-    pub fn subscriptions(&self) -> [Bytes; 4] {
+    /// `'D'`, `'E'`, `'L'` and (the extensions) `'O'` and `'R'` + its id.
+    pub fn subscriptions(&self) -> [Bytes; 5] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
             subscription::node(Kind::DirectLowWater, id),
+            subscription::node(Kind::HeadsEnd, id),
         ]
     }
 
@@ -322,6 +340,16 @@ impl Consumer {
                 self.answer(&l.topic, l.producer, |b| b.low = b.low.max(l.sequence));
                 self.on_low_water(&l.topic, l.producer, l.sequence, now)
             }
+            Message::HeadsEnd(e) => {
+                self.check_to(Kind::HeadsEnd, &e.to)?;
+                if let Some(q) = self.queries.get_mut(&e.topic)
+                    && q.number == e.query
+                    && q.ended.len() < MAX_STORES
+                {
+                    q.ended.insert(e.store);
+                }
+                Ok(())
+            }
             Message::StoreHello(s) => {
                 self.check_to(Kind::StoreHello, &s.consumer)?;
                 self.hello(s.store);
@@ -355,15 +383,50 @@ impl Consumer {
     }
 
     /// Starts (or restarts, forgetting what was heard) a query of `topic`'s partitions and
-    /// their [`Bounds`]: sends GET-HEADS now, and again to every store reader that becomes
-    /// reachable (see [`stores_reachable`](Self::stores_reachable)) while the query runs. The
-    /// topic need not be subscribed; the answers do not create positions for it unless it is.
+    /// their [`Bounds`]: sends GET-HEADS and a HEADS-QUERY with a new number now, and again to
+    /// every store reader that becomes reachable (see
+    /// [`stores_reachable`](Self::stores_reachable)) while the query runs. The topic need not
+    /// be subscribed; the answers do not create positions for it unless it is.
     pub fn query_offsets(&mut self, topic: Topic) {
+        let number = self.next_query;
+        self.next_query = self.next_query.wrapping_add(1);
+        self.queries.insert(
+            topic.clone(),
+            Query {
+                bounds: BTreeMap::new(),
+                number,
+                ended: HashSet::new(),
+            },
+        );
+        self.ask_heads(topic, number);
+    }
+
+    /// GET-HEADS (every store answers it) then HEADS-QUERY `number` (ours answer it again,
+    /// then end with HEADS-END).
+    fn ask_heads(&mut self, topic: Topic, number: u64) {
         self.transmit.push_back(Message::GetHeads(GetHeads {
             topic: topic.clone(),
             consumer: self.config.id,
         }));
-        self.queries.insert(topic, BTreeMap::new());
+        self.transmit.push_back(Message::HeadsQuery(HeadsQuery {
+            consumer: self.config.id,
+            topic,
+            query: number,
+        }));
+    }
+
+    /// Whether every store reader reachable now (at least one) has ended its answers to the
+    /// running query of `topic` with a HEADS-END: then nothing more is coming from the stores
+    /// that count, and the query can finish at once. A reference store never sends HEADS-END,
+    /// so with one reachable this stays `false` and the caller waits for late answers instead.
+    /// A HEADS-END follows its store's answers on the same connection and is sent only when
+    /// none of them was dropped, so they are all in when it is.
+    pub fn query_answered(&self, topic: &Topic) -> bool {
+        let Some(q) = self.queries.get(topic) else {
+            return false;
+        };
+        let mut reachable = self.heard_by.intersection(&self.heard_from).peekable();
+        reachable.peek().is_some() && reachable.all(|s| q.ended.contains(s))
     }
 
     /// What the query of `topic` heard so far: per partition, the highest low-water mark and
@@ -372,12 +435,12 @@ impl Consumer {
     /// it may be lost to it even if another store still holds them. `None` when no query of
     /// `topic` runs.
     pub fn offsets(&self, topic: &Topic) -> Option<&BTreeMap<NodeId, Bounds>> {
-        self.queries.get(topic)
+        self.queries.get(topic).map(|q| &q.bounds)
     }
 
     /// Ends the query of `topic` and returns what it heard.
     pub fn finish_query(&mut self, topic: &Topic) -> Option<BTreeMap<NodeId, Bounds>> {
-        self.queries.remove(topic)
+        self.queries.remove(topic).map(|q| q.bounds)
     }
 
     /// Store readers known to both hear this consumer (their `'W'` + id subscription reached
@@ -404,11 +467,13 @@ impl Consumer {
             return;
         }
         if self.heard_by.contains(&store) && self.heard_from.contains(&store) {
-            for topic in self.queries.keys() {
-                self.transmit.push_back(Message::GetHeads(GetHeads {
-                    topic: topic.clone(),
-                    consumer: self.config.id,
-                }));
+            let running: Vec<(Topic, u64)> = self
+                .queries
+                .iter()
+                .map(|(t, q)| (t.clone(), q.number))
+                .collect();
+            for (topic, number) in running {
+                self.ask_heads(topic, number);
             }
         }
     }
@@ -416,7 +481,7 @@ impl Consumer {
     /// Records an answer to a running query (at most `max_partitions` partitions per topic).
     fn answer(&mut self, topic: &Topic, producer: NodeId, update: impl FnOnce(&mut Bounds)) {
         let max = self.config.max_partitions;
-        let Some(query) = self.queries.get_mut(topic) else {
+        let Some(query) = self.queries.get_mut(topic).map(|q| &mut q.bounds) else {
             return;
         };
         if !query.contains_key(&producer) && query.len() >= max {

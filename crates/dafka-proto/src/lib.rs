@@ -32,6 +32,8 @@
 //! | STORE-HELLO | 1 | store reader XPUB | consumer SUB | `'L'` + consumer |
 //! | STORE-ACK (extension) | 1 | store writer PUB | producer SUB (`min_acks` > 1) | `'A'` + producer |
 //! | DIRECT-LOW-WATER (extension) | 1 | store reader XPUB | consumer SUB | `'O'` + consumer |
+//! | HEADS-QUERY (extension) | 1 | consumer XPUB | store reader SUB | `'Q'` |
+//! | HEADS-END (extension) | 1 | store reader XPUB | consumer SUB | `'R'` + consumer |
 //! | node beacon | 4 | node beacon PUB | tower XSUB | `"B"` |
 //! | tower beacon, welcome | 3, 1 | tower XPUB | node beacon SUB | `"B"`, `"W"` |
 //!
@@ -69,8 +71,8 @@ pub use error::{
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
-    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads, Head, Kind,
-    Limits, Message, PREFIX_END, Record, StoreAck, StoreHello, VERSION,
+    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads, Head, HeadsEnd,
+    HeadsQuery, Kind, Limits, Message, PREFIX_END, Record, StoreAck, StoreHello, VERSION,
 };
 pub use producer::{Producer, ProducerConfig};
 pub use store::{StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig};

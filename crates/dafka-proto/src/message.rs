@@ -33,6 +33,8 @@
 //! | `0x4C` 'L' | STORE-HELLO | consumer's UUID | address = store reader | 1 |
 //! | `0x41` 'A' | STORE-ACK (extension) | producer's UUID | address = store writer, subject, sequence (8) | 1 |
 //! | `0x4F` 'O' | DIRECT-LOW-WATER (extension) | requesting consumer's UUID | address = producer, subject, sequence (8) = first offset held | 1 |
+//! | `0x51` 'Q' | HEADS-QUERY (extension) | topic name | address = consumer, subject = topic, sequence (8) = query number | 1 |
+//! | `0x52` 'R' | HEADS-END (extension) | requesting consumer's UUID | address = store reader, subject = topic, sequence (8) = query number | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
 //! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
@@ -184,6 +186,8 @@ kinds! {
     StoreHello = 0x4C, "STORE-HELLO", 1;
     DirectLowWater = 0x4F, "DIRECT-LOW-WATER", 1;
     StoreAck = 0x41, "STORE-ACK", 1;
+    HeadsQuery = 0x51, "HEADS-QUERY", 1;
+    HeadsEnd = 0x52, "HEADS-END", 1;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -282,6 +286,36 @@ pub struct DirectLowWater {
     pub low: Head,
 }
 
+/// An extension (not in 46/DAFKA, not sent by the reference): GET-HEADS with a query number,
+/// answered like GET-HEADS and then with a HEADS-END carrying the same number: HEADS-QUERY
+/// (`'Q'`). A consumer sends it right after the GET-HEADS of an offsets query, so that it
+/// knows when a store's answers are all in instead of waiting for late ones. No reference
+/// node subscribes to `'Q'`, so none receives it (their GET-HEADS answers it for them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadsQuery {
+    /// The consumer that asks: its answers go to `'E'`, `'O'` and `'R'` + this id.
+    pub consumer: NodeId,
+    /// The topic: the topic prefix.
+    pub topic: Topic,
+    /// The consumer's number for the query, echoed in HEADS-END.
+    pub query: u64,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a store reader's last answer to
+/// one HEADS-QUERY, sent after its DIRECT-LOW-WATER and DIRECT-HEAD answers to it (on the same
+/// connection, so after them) and only when every one of them was queued: HEADS-END (`'R'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadsEnd {
+    /// The consumer that asked: the topic prefix.
+    pub to: NodeId,
+    /// The store reader that answered.
+    pub store: NodeId,
+    /// The topic asked about.
+    pub topic: Topic,
+    /// The query number of the HEADS-QUERY answered.
+    pub query: u64,
+}
+
 /// A consumer's request for the heads of a topic's partitions: GET-HEADS (`'G'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetHeads {
@@ -334,6 +368,8 @@ impl Message {
             Message::Record(r) => Prefix::Topic(&r.topic),
             Message::Head(h) => Prefix::Topic(&h.topic),
             Message::GetHeads(g) => Prefix::Topic(&g.topic),
+            Message::HeadsQuery(q) => Prefix::Topic(&q.topic),
+            Message::HeadsEnd(e) => Prefix::Node(&e.to),
             Message::DirectRecord(d) => Prefix::Node(&d.to),
             Message::DirectHead(d) => Prefix::Node(&d.to),
             Message::DirectLowWater(d) => Prefix::Node(&d.to),
@@ -366,7 +402,9 @@ impl Message {
             | Message::DirectLowWater(DirectLowWater {
                 low: Head { topic, .. },
                 ..
-            }) => ADDRESS + 1 + topic.len() + 8,
+            })
+            | Message::HeadsQuery(HeadsQuery { topic, .. })
+            | Message::HeadsEnd(HeadsEnd { topic, .. }) => ADDRESS + 1 + topic.len() + 8,
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
             Message::Ack(a) => 1 + a.topic.len() + 8,
             Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
@@ -407,6 +445,8 @@ impl Message {
                 out.put_u64(a.sequence);
             }
             Message::StoreAck(a) => put_position(out, &a.store, &a.ack.topic, a.ack.sequence),
+            Message::HeadsQuery(q) => put_position(out, &q.consumer, &q.topic, q.query),
+            Message::HeadsEnd(e) => put_position(out, &e.store, &e.topic, e.query),
             Message::GetHeads(g) => g.consumer.put_string(out),
             Message::ConsumerHello(c) => {
                 c.consumer.put_string(out);
@@ -467,12 +507,18 @@ impl Message {
             return Err(MalformedError::Version { version }.into());
         }
         let message = match kind {
-            Kind::Record | Kind::Head => {
+            Kind::Record | Kind::Head | Kind::HeadsQuery => {
                 let (producer, topic, sequence) = position(&mut r)?;
                 if prefix != topic.as_bytes() {
                     return Err(MalformedError::TopicMismatch { kind: kind.name() }.into());
                 }
-                if kind == Kind::Record {
+                if kind == Kind::HeadsQuery {
+                    Message::HeadsQuery(HeadsQuery {
+                        consumer: producer,
+                        topic,
+                        query: sequence,
+                    })
+                } else if kind == Kind::Record {
                     Message::Record(Record {
                         producer,
                         topic,
@@ -513,6 +559,16 @@ impl Message {
                 } else {
                     Message::DirectLowWater(DirectLowWater { to, low: head })
                 }
+            }
+            Kind::HeadsEnd => {
+                let to = NodeId::decode(&prefix, "topic prefix")?;
+                let (store, topic, query) = position(&mut r)?;
+                Message::HeadsEnd(HeadsEnd {
+                    to,
+                    store,
+                    topic,
+                    query,
+                })
             }
             Kind::Fetch => {
                 let producer = NodeId::decode(&prefix, "topic prefix")?;

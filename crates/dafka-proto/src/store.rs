@@ -19,7 +19,8 @@
 //!   [`StoreReaderConfig::read_chunk`] records (so an answer of a million records holds one
 //!   chunk in memory), GET-HEADS and CONSUMER-HELLO with one DIRECT-HEAD per partition of the
 //!   topic it holds (preceded by a DIRECT-LOW-WATER, an extension, when retention dropped the
-//!   partition's first records), and a `'L'` + consumer subscription reaching its XPUB with STORE-HELLO. It
+//!   partition's first records), HEADS-QUERY (an extension, `'Q'`) the same way followed by a
+//!   HEADS-END, and a `'L'` + consumer subscription reaching its XPUB with STORE-HELLO. It
 //!   ignores FETCHes from its own writer (the reference does too).
 //!
 //! # Engine access
@@ -36,7 +37,7 @@
 //! Time is passed in; the driver calls `handle_timeout` at `poll_timeout`, and publishes
 //! every `poll_transmit` message on the node's publisher.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -44,8 +45,8 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, Kind, Message, Record, StoreAck,
-    StoreHello,
+    Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, HeadsEnd, Kind, Message, Record,
+    StoreAck, StoreHello,
 };
 use crate::retry::{self, Gapped, Partitions, Retry};
 use crate::subscription;
@@ -420,6 +421,23 @@ pub struct StoreReader {
     transmit: VecDeque<Message>,
     dropped: u64,
     read_errors: u64,
+    /// Per consumer, which of `'E'`, `'O'`, `'R'` + its id reached the XPUB (bits 0, 1, 2):
+    /// a HEADS-END goes only to a consumer that receives the answers it follows.
+    listening: HashMap<NodeId, u8>,
+}
+
+/// Most consumers a [`StoreReader`] tracks the subscriptions of (HEADS-END); past it, new
+/// consumers get no HEADS-END and wait for late answers instead.
+pub const MAX_LISTENING: usize = 4096;
+const LISTENS_ALL: u8 = 0b111;
+
+fn listen_bit(kind: Kind) -> Option<u8> {
+    match kind {
+        Kind::DirectHead => Some(0b001),
+        Kind::DirectLowWater => Some(0b010),
+        Kind::HeadsEnd => Some(0b100),
+        _ => None,
+    }
 }
 
 impl StoreReader {
@@ -437,6 +455,7 @@ impl StoreReader {
             transmit: VecDeque::new(),
             dropped: 0,
             read_errors: 0,
+            listening: HashMap::new(),
         })
     }
 
@@ -445,16 +464,18 @@ impl StoreReader {
         &self.config
     }
 
-    /// The subscriptions of the reader's SUB: `'F'`, `'G'` (every one) and `'W'` + its id.
-    pub fn subscriptions(&self) -> [Bytes; 3] {
+    /// The subscriptions of the reader's SUB: `'F'`, `'G'` (every one), `'W'` + its id (as
+    /// the reference's) and `'Q'` (every HEADS-QUERY, the extension).
+    pub fn subscriptions(&self) -> [Bytes; 4] {
         [
             subscription::all(Kind::Fetch),
             subscription::all(Kind::GetHeads),
             subscription::node(Kind::ConsumerHello, &self.config.id),
+            subscription::all(Kind::HeadsQuery),
         ]
     }
 
-    /// Handles FETCH, GET-HEADS and CONSUMER-HELLO; anything else is ignored.
+    /// Handles FETCH, GET-HEADS, HEADS-QUERY and CONSUMER-HELLO; anything else is ignored.
     pub fn handle_message<L: StoreLog>(
         &mut self,
         message: &Message,
@@ -467,6 +488,25 @@ impl StoreReader {
             }
             Message::GetHeads(g) => {
                 self.heads(&g.topic, g.consumer, log);
+                Ok(())
+            }
+            Message::HeadsQuery(q) => {
+                // The end marker tells the consumer it has every answer: never send it when
+                // one of them was dropped (queue full), or when the XPUB may still filter the
+                // answers out (the consumer's `'E'` and `'O'` subscriptions not seen yet while
+                // its `'R'` is: a new connection's subscriptions arrive in any order), so it
+                // then waits as for a reference store.
+                let dropped = self.dropped;
+                self.heads(&q.topic, q.consumer, log);
+                let listens = self.listening.get(&q.consumer) == Some(&LISTENS_ALL);
+                if listens && self.dropped == dropped {
+                    self.queue(Message::HeadsEnd(HeadsEnd {
+                        to: q.consumer,
+                        store: self.config.id,
+                        topic: q.topic.clone(),
+                        query: q.query,
+                    }));
+                }
                 Ok(())
             }
             Message::ConsumerHello(h) => {
@@ -485,13 +525,37 @@ impl StoreReader {
         }
     }
 
-    /// A subscription that reached the reader's XPUB: `'L'` + consumer asks for STORE-HELLO.
+    /// A subscription that reached the reader's XPUB: `'L'` + consumer asks for STORE-HELLO;
+    /// `'E'`, `'O'` and `'R'` + consumer are noted (HEADS-END).
     pub fn handle_subscription(&mut self, prefix: &[u8]) {
-        if let Some((Kind::StoreHello, consumer)) = subscription::parse_node(prefix) {
-            self.queue(Message::StoreHello(StoreHello {
+        match subscription::parse_node(prefix) {
+            Some((Kind::StoreHello, consumer)) => self.queue(Message::StoreHello(StoreHello {
                 consumer,
                 store: self.config.id,
-            }));
+            })),
+            Some((kind, consumer)) => {
+                if let Some(bit) = listen_bit(kind)
+                    && (self.listening.len() < MAX_LISTENING
+                        || self.listening.contains_key(&consumer))
+                {
+                    *self.listening.entry(consumer).or_insert(0) |= bit;
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// A subscription cancelled on the reader's XPUB (every subscriber of it gone): a consumer
+    /// no longer receiving `'E'`, `'O'` or `'R'` gets no HEADS-END.
+    pub fn handle_unsubscription(&mut self, prefix: &[u8]) {
+        if let Some((kind, consumer)) = subscription::parse_node(prefix)
+            && let Some(bit) = listen_bit(kind)
+            && let Some(bits) = self.listening.get_mut(&consumer)
+        {
+            *bits &= !bit;
+            if *bits == 0 {
+                self.listening.remove(&consumer);
+            }
         }
     }
 

@@ -15,6 +15,8 @@
 //! | `'F'`, `'G'` | store reader | every FETCH, every GET-HEADS |
 //! | `'A'` + own UUID | producer with `min_acks` > 1 (instead of `'K'`) | STORE-ACKs (extension) |
 //! | `'O'` + own UUID | consumer | DIRECT-LOW-WATERs (extension) |
+//! | `'R'` + own UUID | consumer | HEADS-ENDs (extension) |
+//! | `'Q'` | store reader | every HEADS-QUERY (extension) |
 //! | `'E'` + own UUID | producer resuming | DIRECT-HEADs of its partition |
 //! | `'W'` + own UUID | store reader | CONSUMER-HELLOs to it; arriving at a consumer's XPUB it asks for one |
 //! | `"B"`, `"W"` | beacon SUB | tower beacons, the welcome |

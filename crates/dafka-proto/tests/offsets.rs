@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Message, NodeId, StoreHello, StoreLog, StoreReader,
+    Bounds, Consumer, ConsumerConfig, Kind, Message, NodeId, StoreHello, StoreLog, StoreReader,
     StoreReaderConfig, Topic, subscription,
 };
 
@@ -56,7 +56,7 @@ fn reader(me: &str, writer: &str) -> StoreReader {
 /// GET-HEADS to every reader, DIRECT-* addressed to the consumer).
 fn to_reader(c: &mut Consumer, r: &mut StoreReader, log: &MapLog) {
     while let Some(m) = c.poll_transmit() {
-        if matches!(m, Message::GetHeads(_)) {
+        if matches!(m, Message::GetHeads(_) | Message::HeadsQuery(_)) {
             r.handle_message(&m, log).unwrap();
         }
     }
@@ -77,6 +77,112 @@ fn connect(c: &mut Consumer, r: &mut StoreReader, me: &str, log: &MapLog, now: I
     ));
     r.handle_subscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
     to_consumer(r, log, c, now);
+}
+
+/// The consumer's SUB subscriptions that carry the answers reach reader `r`'s XPUB.
+fn listen(r: &mut StoreReader, kinds: &[Kind]) {
+    for &k in kinds {
+        r.handle_subscription(&subscription::node(k, &id(C1)));
+    }
+}
+
+const ANSWERS: [Kind; 3] = [Kind::DirectHead, Kind::DirectLowWater, Kind::HeadsEnd];
+
+#[test]
+fn a_query_is_answered_once_every_reachable_store_sent_heads_end() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = MapLog(BTreeMap::from([(id(P2), (3, 7))]), golden.clone());
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
+    listen(&mut r1, &ANSWERS);
+    listen(&mut r2, &ANSWERS);
+    connect(&mut c, &mut r1, S1_READER, &log1, now);
+    connect(&mut c, &mut r2, S2_READER, &log2, now);
+    while c.poll_transmit().is_some() {}
+    assert!(!c.query_answered(&golden), "no query runs");
+    c.query_offsets(golden.clone());
+    assert!(!c.query_answered(&golden));
+    let asked: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    for m in &asked {
+        r1.handle_message(m, &log1).unwrap();
+        r2.handle_message(m, &log2).unwrap();
+    }
+    to_consumer(&mut r1, &log1, &mut c, now);
+    assert!(
+        !c.query_answered(&golden),
+        "the second reachable store has not ended yet"
+    );
+    // Its answers come before its HEADS-END: all in when the query is answered.
+    let mut last = None;
+    while let Some(m) = r2.poll_transmit(&log2) {
+        assert!(!c.query_answered(&golden));
+        c.handle_message(&m, now).unwrap();
+        last = Some(m.kind());
+    }
+    assert_eq!(last, Some(Kind::HeadsEnd));
+    assert!(c.query_answered(&golden));
+    assert_eq!(
+        c.finish_query(&golden).unwrap(),
+        BTreeMap::from([
+            (id(P1), Bounds { low: 0, end: 10 }),
+            (id(P2), Bounds { low: 3, end: 7 }),
+        ])
+    );
+    assert!(!c.query_answered(&golden), "the query ended");
+}
+
+#[test]
+fn a_heads_end_of_an_earlier_query_does_not_answer_the_next() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let mut r = reader(S1_READER, S1_WRITER);
+    listen(&mut r, &ANSWERS);
+    connect(&mut c, &mut r, S1_READER, &log, now);
+    while c.poll_transmit().is_some() {}
+    c.query_offsets(golden.clone());
+    to_reader(&mut c, &mut r, &log);
+    // The first query's answers are still on their way when the query starts again.
+    c.query_offsets(golden.clone());
+    to_consumer(&mut r, &log, &mut c, now);
+    assert!(
+        !c.query_answered(&golden),
+        "the HEADS-END answered the earlier query"
+    );
+    to_reader(&mut c, &mut r, &log);
+    to_consumer(&mut r, &log, &mut c, now);
+    assert!(c.query_answered(&golden));
+}
+
+#[test]
+fn a_store_sending_no_heads_end_keeps_the_query_unanswered() {
+    // A reference store (no HEADS-QUERY: it answers GET-HEADS only), or one of ours whose
+    // XPUB may still filter out the answers (the consumer's 'E' not seen yet).
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    for heard in [
+        &[][..],
+        &[Kind::DirectLowWater, Kind::HeadsEnd][..],
+        &ANSWERS[..],
+    ] {
+        let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+        let mut r = reader(S1_READER, S1_WRITER);
+        listen(&mut r, heard);
+        if heard.len() == ANSWERS.len() {
+            // ... and one that heard them all, then lost the consumer's 'E' (cancelled).
+            r.handle_unsubscription(&subscription::node(Kind::DirectHead, &id(C1)));
+        }
+        connect(&mut c, &mut r, S1_READER, &log, now);
+        c.query_offsets(golden.clone());
+        to_reader(&mut c, &mut r, &log);
+        to_consumer(&mut r, &log, &mut c, now);
+        assert_eq!(c.offsets(&golden).unwrap().len(), 1, "it answered");
+        assert!(!c.query_answered(&golden), "subscriptions heard: {heard:?}");
+    }
 }
 
 #[test]

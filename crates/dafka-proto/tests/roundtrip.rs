@@ -4,7 +4,8 @@
 use bytes::Bytes;
 use dafka_proto::{
     Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads,
-    Head, Limits, Message, NodeBeacon, NodeId, Record, StoreAck, StoreHello, Topic, TowerBeacon,
+    Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon, NodeId, Record, StoreAck, StoreHello,
+    Topic, TowerBeacon,
 };
 use proptest::prelude::*;
 
@@ -62,6 +63,19 @@ fn message() -> impl Strategy<Value = Message> {
         head().prop_map(Message::Head),
         (node_id(), head()).prop_map(|(to, head)| DirectHead { to, head }.into()),
         (node_id(), head()).prop_map(|(to, low)| DirectLowWater { to, low }.into()),
+        head().prop_map(|h| HeadsQuery {
+            consumer: h.producer,
+            topic: h.topic,
+            query: h.sequence
+        }
+        .into()),
+        (node_id(), head()).prop_map(|(to, h)| HeadsEnd {
+            to,
+            store: h.producer,
+            topic: h.topic,
+            query: h.sequence
+        }
+        .into()),
         (node_id(), head()).prop_map(|(store, h)| StoreAck {
             store,
             ack: Ack {

@@ -167,6 +167,7 @@ fn subscriptions_are_the_references() {
     assert_eq!(subs[0], &b"F"[..]);
     assert_eq!(subs[1], &b"G"[..]);
     assert_eq!(subs[2], format!("W{S1_READER}").as_bytes());
+    assert_eq!(subs[3], &b"Q"[..], "the extension, after the reference's");
 }
 
 #[test]

@@ -389,10 +389,12 @@ impl ConsumerNode {
     /// The partitions of `topic` the stores hold, with their [`Bounds`] (first offset held, one
     /// past the last), by partition id; the topic need not be subscribed.
     ///
-    /// Sends GET-HEADS and waits for a store reader to be reachable both ways (its STORE-HELLO
-    /// heard, its `'W'` subscription seen: it then has the question and its answers reach us),
-    /// then until [`OFFSETS_SETTLE`] passes with no new answer (a store sends all its answers at
-    /// once; others may be slower). Fails with [`Error::NoStore`] when no store became reachable
+    /// Sends GET-HEADS (and HEADS-QUERY) and waits for a store reader to be reachable both ways
+    /// (its STORE-HELLO heard, its `'W'` subscription seen: it then has the question and its
+    /// answers reach us), then until every reachable store ended its answers with a HEADS-END
+    /// (our stores do), or else until [`OFFSETS_SETTLE`] passes with no new answer (a
+    /// reference store sends no HEADS-END: it sends all its answers at once, others may be
+    /// slower). Fails with [`Error::NoStore`] when no store became reachable
     /// within `timeout` (towers unreachable, or no store running). A store out of reach then
     /// is not counted: its partitions may be missing.
     pub async fn offsets(
@@ -417,11 +419,19 @@ impl ConsumerNode {
                 return Err(Error::Closed);
             }
             let now = tokio::time::Instant::now();
-            let (reachable, heard) = {
+            let (reachable, heard, answered) = {
                 let state = shared.lock();
                 let c = &state.consumer;
-                (c.stores_reachable(), c.offsets(&topic).cloned())
+                (
+                    c.stores_reachable(),
+                    c.offsets(&topic).cloned(),
+                    c.query_answered(&topic),
+                )
             };
+            if answered {
+                let heard = finish(shared).unwrap_or_default();
+                return Ok(heard.into_iter().collect());
+            }
             if reachable == 0 {
                 if now >= deadline {
                     finish(shared);

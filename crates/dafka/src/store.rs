@@ -442,6 +442,10 @@ impl Role for ReaderRole {
         self.reader.handle_subscription(prefix);
     }
 
+    fn on_unsubscription(&mut self, prefix: &[u8]) {
+        self.reader.handle_unsubscription(prefix);
+    }
+
     fn on_timeout(&mut self, _now: Instant) {}
 
     fn poll_timeout(&self) -> Option<Instant> {
