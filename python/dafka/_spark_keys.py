@@ -43,7 +43,8 @@ class Towers(str):
 
     Equal, and hashed, by both: the per-process caches of readers and producers keyed by the
     towers keep keyed and plaintext nodes (or nodes with other keys) apart. Its ``repr`` is the
-    towers string's: no key shows in a plan or a log."""
+    towers string's: no key shows in a plan or a log. Any ``str`` operation (slicing,
+    ``strip``, ``+``, ``str(...)``) returns a plain ``str`` and drops the keys."""
 
     keys: Keys | None
 
@@ -62,6 +63,9 @@ class Towers(str):
         return not self == other
 
     def __hash__(self) -> int:
+        # Equal objects hash equally: a keyless Towers equals the plain str, so hashes as it.
+        if self.keys is None:
+            return str.__hash__(self)
         return hash((str(self), self.keys))
 
     def cluster_keys(self) -> ClusterKeys | None:
@@ -98,14 +102,19 @@ def parse(opts: dict[str, str], towers: str) -> Towers:
             ) from None
     allowed = tuple(a.strip() for a in given[ALLOWED].split(",") if a.strip())
     towers_with_keys = Towers(towers, (given[CLUSTER], given[MEMBER], allowed))
-    try:
-        # The secrets are valid by now: what is refused is a public key of the list.
-        towers_with_keys.cluster_keys()
-    except ValueError as e:
-        raise InvalidArgumentError(
-            f"option {NAMES[ALLOWED]} must be public keys in Z85 (40 characters), "
-            f"comma-separated: {e}"
-        ) from None
+    import dafka
+
+    # The secrets are valid by now: what is refused is a public key of the list. Only the
+    # entry's index is named: the native error text might echo a secret pasted there.
+    for i, a in enumerate(allowed):
+        try:
+            dafka.ClusterKeys(given[CLUSTER], given[MEMBER], [a])
+        except ValueError:
+            raise InvalidArgumentError(
+                f"option {NAMES[ALLOWED]} must be public keys in Z85 (40 characters), "
+                f"comma-separated: entry {i} is not"
+            ) from None
+    towers_with_keys.cluster_keys()
     return towers_with_keys
 
 
