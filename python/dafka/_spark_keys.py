@@ -114,7 +114,6 @@ def parse(opts: dict[str, str], towers: str) -> Towers:
                 f"option {NAMES[ALLOWED]} must be public keys in Z85 (40 characters), "
                 f"comma-separated: entry {i} is not"
             ) from None
-    towers_with_keys.cluster_keys()
     return towers_with_keys
 
 
