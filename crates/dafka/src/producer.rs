@@ -518,7 +518,10 @@ impl Role for ProducerRole {
     fn on_stop(&mut self) {
         // Stopped without `close` (dropped, or a socket closed): the RECORDs `try_send` queued
         // since the last turn still go out. `try_send` checks for the stop under the lock this
-        // takes, so none is queued after the drain.
+        // takes, so none is queued after the drain. Then a HEAD, as `close` sends one: a node
+        // that is gone sends no periodic HEAD any more, so a consumer or store that lost the
+        // last RECORDs would never learn they exist.
+        self.shared.lock().announce_head();
         let mut out = Vec::new();
         while self.transmit(&mut out, TRANSMIT_CHUNK) {}
     }

@@ -607,3 +607,41 @@ async fn records_queued_by_try_send_go_out_when_the_producer_is_dropped() {
     consumer.close().await;
     tower.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_producer_announces_its_head_as_close_does() {
+    // A producer dropped without `close` (a Python object collected, a task aborted) must say
+    // where its partition ends, as `close` does: a consumer or store that lost the last
+    // RECORDs otherwise never FETCHes them (no HEAD comes any more from a node that is gone).
+    let (tower, towers) = tower().await;
+    let producer = ProducerNode::start(
+        "dh",
+        fast(&towers),
+        // No periodic HEAD within the test: only the one announced at the end can come.
+        dafka_node::ProducerOptions::default().with_head_interval(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let heads = Socket::new(SocketType::Sub, Options::default()).unwrap();
+    heads.subscribe(b"H").unwrap();
+    heads
+        .connect(&format!("tcp://127.0.0.1:{}", producer.publisher_port()))
+        .await
+        .unwrap();
+    // Let the subscription reach the producer's publisher.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3u8 {
+        producer.try_send(Bytes::from(vec![i; 4])).unwrap().unwrap();
+    }
+    drop(producer);
+    let m = tokio::time::timeout(PATIENCE, heads.recv())
+        .await
+        .expect("no HEAD from the dropped producer")
+        .unwrap();
+    let Message::Head(h) = Message::decode(m.frames(), &Limits::DEFAULT).unwrap() else {
+        panic!("not a HEAD");
+    };
+    assert_eq!((h.topic.as_bytes(), h.sequence), (&b"dh"[..], 2));
+    heads.close().await;
+    tower.close().await;
+}
