@@ -211,13 +211,14 @@ impl Cipher {
         out.extend_from_slice(&nonce.to_be_bytes());
         let at = out.len();
         out.extend_from_slice(&[0u8; TAG]);
-        out.extend_from_slice(&[flags]);
-        out.extend_from_slice(body);
-        seal_in_place(
-            &self.key,
+        // Encrypted from `body` straight into `out`: a 64 KiB frame is not copied first.
+        let tag = self.key.seal_append(
             &nonce24(self.send_prefix, &nonce.to_be_bytes()),
-            &mut out[at..],
+            &[flags],
+            body,
+            out,
         );
+        out[at..at + TAG].copy_from_slice(&tag);
     }
 
     /// Opens a MESSAGE frame body, in place, into its flags and the frame it carries.

@@ -17,6 +17,7 @@
 //! | [`BoxKey::precompute`] | `crypto_box_beforenm` (X25519 + HSalsa20) | `Box[..](A->B)`, once per key pair |
 //! | [`BoxKey::secret`] | (the key itself) | `SecretBox[..](K)`, the server's cookie |
 //! | [`BoxKey::seal_in_place`] | see below | every box |
+//! | [`BoxKey::seal_append`] | see below, from the caller's bytes into the output | every CURVE MESSAGE |
 //! | [`BoxKey::open_in_place`] | see below, then `crypto_verify_16` on the tags | every box |
 //!
 //! A box is NaCl's `crypto_secretbox` (= `crypto_box_afternm`), assembled here from its parts
@@ -39,6 +40,7 @@ use std::ffi::c_int;
 use std::ptr::NonNull;
 use std::sync::{Once, OnceLock};
 
+use bytes::BytesMut;
 use libsodium_sys as sodium;
 use openssl_sys as ossl;
 
@@ -134,23 +136,87 @@ impl BoxKey {
         for (b, k) in head.iter_mut().zip(&first.block0[32..]) {
             *b ^= k;
         }
-        if tail.is_empty() {
+        let ptr = tail.as_mut_ptr();
+        // SAFETY: source and destination are the same `tail.len()` bytes (libsodium supports
+        // c == m).
+        unsafe { Self::xor_from_block1(first, nonce, ptr, ptr, tail.len()) }
+    }
+
+    /// XORs keystream blocks 1.. (message bytes 32..) over `len` bytes from `src` into `dst`.
+    ///
+    /// # Safety
+    /// `src` must be readable and `dst` writable for `len` bytes; they are the same pointer
+    /// or do not overlap.
+    unsafe fn xor_from_block1(
+        first: &FirstBlock,
+        nonce: &[u8; 24],
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+    ) {
+        if len == 0 {
             return;
         }
-        let ptr = tail.as_mut_ptr();
-        // SAFETY: c and m are the same `tail.len()` bytes (libsodium supports c == m), n the
-        // nonce's last 8 bytes, k the 32-byte subkey; ic = 1 starts at keystream block 1.
+        // SAFETY: c and m as the caller promises; n the nonce's last 8 bytes, k the 32-byte
+        // subkey; ic = 1 starts at keystream block 1.
         let rc = unsafe {
             sodium::crypto_stream_salsa20_xor_ic(
-                ptr,
-                ptr,
-                tail.len() as u64,
+                dst,
+                src,
+                len as u64,
                 nonce[16..].as_ptr(),
                 1,
                 first.subkey.as_ptr(),
             )
         };
         assert_eq!(rc, 0, "Salsa20 encrypts any frame size");
+    }
+
+    /// Appends the encryption of `head ++ body` to `out` and returns its Poly1305 tag: the
+    /// same bytes and tag as [`seal_in_place`](Self::seal_in_place) over a copy of
+    /// `head ++ body`, without that copy (the keystream is XORed from the caller's bytes
+    /// straight into `out`, one pass fewer over a large frame). `head` is at most 32 bytes
+    /// (the CURVE MESSAGE flags byte).
+    pub(crate) fn seal_append(
+        &self,
+        nonce: &[u8; 24],
+        head: &[u8],
+        body: &[u8],
+        out: &mut BytesMut,
+    ) -> [u8; TAG] {
+        assert!(head.len() <= 32, "head within keystream block 0");
+        let len = head.len() + body.len();
+        let first = self.first_block(nonce);
+        let at = out.len();
+        // Message bytes 0..32 (block 0's second half of keystream): few, so a plain loop.
+        let split = len.min(32);
+        let mut start = [0u8; 32];
+        for ((c, m), k) in start
+            .iter_mut()
+            .zip(head.iter().chain(body))
+            .zip(&first.block0[32..])
+        {
+            *c = m ^ k;
+        }
+        out.reserve(len);
+        out.extend_from_slice(&start[..split]);
+        let rest = len - split;
+        let spare = &mut out.spare_capacity_mut()[..rest];
+        // SAFETY: `spare` is `rest` writable bytes of `out`'s spare capacity; the source is the
+        // last `rest` bytes of `body` (message bytes 32.., since `head` is at most 32 bytes),
+        // a caller's slice that cannot overlap `out`'s spare capacity. After the call all
+        // `rest` bytes are written, so `out` may grow over them.
+        unsafe {
+            Self::xor_from_block1(
+                &first,
+                nonce,
+                spare.as_mut_ptr().cast(),
+                body[body.len() - rest..].as_ptr(),
+                rest,
+            );
+            out.set_len(at + len);
+        }
+        poly1305(first.one_time_key(), &out[at..])
     }
 
     /// Encrypts `buf` in place and returns its Poly1305 tag (`crypto_secretbox_detached`).
@@ -426,6 +492,22 @@ mod tests {
         other_nonce[flip % 24] ^= 1;
         let mut wrong = ct.clone();
         assert!(!ours.open_in_place(&other_nonce, &tag, &mut wrong));
+
+        // Appended from a head and a body (every split a CURVE MESSAGE could make, and more),
+        // after bytes already in the output, which stay as they were.
+        for head_len in [0, 1, 2, 31, 32] {
+            let head_len = head_len.min(msg.len());
+            let (head, body) = msg.split_at(head_len);
+            let mut out = bytes::BytesMut::from(&b"already"[..]);
+            let appended_tag = ours.seal_append(&nonce, head, body, &mut out);
+            assert_eq!(&out[..7], b"already");
+            assert!(
+                out[7..] == reference[..],
+                "appended, head {head_len}, {} bytes",
+                msg.len()
+            );
+            assert_eq!(appended_tag, reference_tag, "appended tag, head {head_len}");
+        }
     }
 
     #[test]
