@@ -41,5 +41,5 @@ pub use error::{
     BeaconError, CallerError, DecodeError, LimitError, MalformedError, PeerError, StringError,
 };
 pub use message::{Body, Hello, Limits, Message, VERSION};
-pub use node::{Config, Event, HELLO_ANSWER, LEAVE_CHECK, Node, Output};
+pub use node::{Config, Event, HELLO_ANSWERS, LEAVE_CHECK, Node, Output};
 pub use types::{IDENTITY_PREFIX, MAX_SHORT_STR, ParseUuidError, ShortStr, Uuid};

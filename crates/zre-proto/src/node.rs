@@ -15,8 +15,9 @@
 //! * A HELLO from an unknown peer is discovery too (it often arrives before the sender's
 //!   beacon): the peer is created from the HELLO's endpoint. A HELLO from a peer that already
 //!   said HELLO, from another mailbox, is a restart: EXIT, then the new peer; from the same
-//!   mailbox it keeps the peer and is answered on its DEALER at most once per
-//!   [`HELLO_ANSWER`] (zyre takes it for a restart too, which can loop forever).
+//!   mailbox, in CURVE mode, it keeps the peer and is answered on its DEALER, at most
+//!   [`HELLO_ANSWERS`] times in a row (zyre takes it for a restart, which can loop forever
+//!   when nodes share a key pair); in plain mode it is a restart, as in zyre.
 //! * ENTER goes to the application when the peer's HELLO arrives, followed by a JOIN per group
 //!   in it. Any other command from a peer before its HELLO is ignored.
 //! * Sequence numbers: HELLO is 1, then each message one more (wrapping). A gap means lost
@@ -359,30 +360,34 @@ struct Peer {
     /// CURVE mode: when a port-0 beacon said this ready peer leaves; it was sent PING and is
     /// dropped at [`LEAVE_CHECK`] after that unless it says something first.
     leaving_since: Option<Instant>,
-    /// When this node last answered a second HELLO of this (ready) peer with its own
-    /// ([`HELLO_ANSWER`]).
-    answered: Option<Instant>,
+    /// Second HELLOs of this (ready) peer answered with this node's HELLO since the peer
+    /// last sent anything else ([`HELLO_ANSWERS`]).
+    answers: u8,
 }
 
 /// CURVE mode: how long a ready peer announced as leaving by a port-0 beacon (which anyone
 /// can forge, the key being public) has to answer the PING sent then before it is dropped.
 pub const LEAVE_CHECK: Duration = Duration::from_secs(1);
 
-/// A ready peer's second HELLO from the same mailbox is answered with this node's HELLO, on
-/// the DEALER the peer already has, at most once in this time.
+/// CURVE mode: a ready peer's second HELLO from the same mailbox is answered with this node's
+/// HELLO, on the DEALER the peer already has, at most this many times in a row: the count
+/// starts again when the peer sends anything other than HELLO.
 ///
 /// Such a HELLO comes from a peer that dropped this node without this node noticing (a
 /// waiting entry dropped for another UUID's HELLO with the same key, a sequence gap, a failed
 /// connection) and met it again: it may wait for this node's HELLO (it met it again by a
 /// beacon), or not (it met it again by this node's HELLO, and its own is the answer). Which,
-/// this node cannot tell; taking it for a restart (EXIT, a new DEALER, a HELLO on it) as zyre
+/// this node cannot tell. Taking it for a restart (EXIT, a new DEALER, a HELLO on it) as zyre
 /// does made two nodes trade HELLOs and DEALERs forever when the peer did not wait, each
 /// taking the other's answer for a restart: a connection per round trip (issue 13's CI run:
-/// ROUTER handovers, then no ephemeral port left). Answering on the existing DEALER, at most
-/// once per `HELLO_ANSWER`, gives a waiting peer its HELLO and ends the exchange otherwise
-/// (the second answer is not answered). A restarted peer announces another mailbox (its port
-/// is ephemeral): that is still EXIT and a new peer.
-pub const HELLO_ANSWER: Duration = Duration::from_secs(5);
+/// ROUTER handovers, then no ephemeral port left). Answering on the existing DEALER gives a
+/// waiting peer its HELLO; two answers in a row let a peer that drops this node twice before
+/// saying anything else still get one each time, and end an exchange of answers after two
+/// rounds (an answer answers an answer only while the count allows). A time limit instead
+/// left a peer that dropped this node twice within it waiting until it expired this node.
+/// A restarted peer announces another mailbox (its port is ephemeral): that is still EXIT
+/// and a new peer.
+pub const HELLO_ANSWERS: u8 = 2;
 
 impl Peer {
     fn deadline(&self, cfg: &Config) -> Instant {
@@ -762,8 +767,11 @@ impl Node {
                 // The same mailbox: the peer met this node again; another one: it restarted.
                 p.endpoint == hello.endpoint.as_str()
             });
-            if again == Some(false) {
-                // A second HELLO from another mailbox: the peer restarted with the same UUID.
+            // A second HELLO from another mailbox: the peer restarted with the same UUID. From
+            // the same mailbox, in plain mode, too (zyre's rule; a restart that keeps its UUID
+            // and port shows as EXIT and ENTER); in CURVE mode the peer stays
+            // ([`HELLO_ANSWERS`]).
+            if again == Some(false) || (again == Some(true) && self.cfg.curve.is_none()) {
                 self.remove_peer(id);
             }
             self.require_peer(id, hello.endpoint.to_string(), key, now)?;
@@ -795,9 +803,12 @@ impl Node {
         }
         p.want_sequence = msg.sequence;
         refresh(p, now);
+        if !is_hello(&msg) {
+            p.answers = 0;
+        }
         let name = p.name.clone();
         match msg.body {
-            Body::Hello(hello) => self.on_hello(id, hello, now),
+            Body::Hello(hello) => self.on_hello(id, hello),
             Body::Whisper { content } => match crate::gossip::decode(&content) {
                 // Gossip: nodes to find, as known endpoints (any peer may gossip). In CURVE
                 // mode it names no keys: ignored.
@@ -889,13 +900,14 @@ impl Node {
         Ok(Some(key))
     }
 
-    fn on_hello(&mut self, id: Uuid, hello: Hello, now: Instant) {
+    fn on_hello(&mut self, id: Uuid, hello: Hello) {
         let Some(p) = self.peers.get_mut(&id) else {
             return;
         };
-        // A ready peer's HELLO from its mailbox ([`HELLO_ANSWER`]): it stays (no EXIT or
-        // ENTER), its groups become those the HELLO lists (the difference as JOIN and LEAVE),
-        // and it is sent this node's HELLO on its DEALER, unless it was answered lately.
+        // A ready peer's HELLO from its mailbox (CURVE mode, [`HELLO_ANSWERS`]): it stays (no
+        // EXIT or ENTER), its groups become those the HELLO lists (the difference as JOIN and
+        // LEAVE), and it is sent this node's HELLO on its DEALER, unless it was answered
+        // [`HELLO_ANSWERS`] times since it last sent anything else.
         let again = std::mem::replace(&mut p.ready, true);
         let left: Vec<String> = match again {
             true => p
@@ -909,11 +921,9 @@ impl Node {
         for g in &left {
             p.groups.remove(g);
         }
-        let answer = again
-            && p.answered
-                .is_none_or(|t| now.saturating_duration_since(t) >= HELLO_ANSWER);
+        let answer = again && p.answers < HELLO_ANSWERS;
         if answer {
-            p.answered = Some(now);
+            p.answers += 1;
             // HELLO starts the count again on that connection.
             p.sent_sequence = 0;
         }
@@ -1228,7 +1238,7 @@ impl Node {
                 blocked_since: None,
                 curve_key,
                 leaving_since: None,
-                answered: None,
+                answers: 0,
             },
         );
         if let Some(groups_then) = self.probes.remove(&endpoint) {

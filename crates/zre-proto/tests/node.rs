@@ -494,6 +494,55 @@ fn restart_with_a_new_port_is_exit_then_enter() {
     ));
 }
 
+/// Plain mode keeps zyre's rule: a ready peer's second HELLO, even from the same mailbox, is
+/// a restart (EXIT, then the peer anew: a DEALER, this node's HELLO, ENTER), so a node that
+/// restarts with the same UUID and port is seen to (CURVE mode keeps the peer instead:
+/// shared_keys.rs).
+#[test]
+fn plain_second_hello_from_the_same_mailbox_is_a_restart() {
+    let mut net = met(2);
+    let hello = Message {
+        sequence: 1,
+        body: Body::Hello(dafka_zre_proto::Hello {
+            endpoint: s(&net.endpoint(1)),
+            groups: vec![],
+            status: 0,
+            name: s("n2"),
+            headers: vec![],
+        }),
+    }
+    .to_frames();
+    let now = net.now;
+    net.nodes[0]
+        .handle_message(&id(2).dealer_identity(), &hello, now)
+        .unwrap();
+    let mut outs = Vec::new();
+    while let Some(o) = net.nodes[0].poll_output() {
+        outs.push(match o {
+            Output::Disconnect { .. } => "DISCONNECT".to_owned(),
+            Output::Event(Event::Exit { .. }) => "EXIT".to_owned(),
+            Output::Connect { endpoint, .. } => format!("CONNECT {endpoint}"),
+            Output::Send { frames, .. } => {
+                let m = Message::decode(&frames, &Default::default()).unwrap();
+                format!("SEND {} {}", m.body.name(), m.sequence)
+            }
+            Output::Event(Event::Enter { .. }) => "ENTER".to_owned(),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(
+        outs,
+        [
+            "DISCONNECT".to_owned(),
+            "EXIT".to_owned(),
+            format!("CONNECT {}", net.endpoint(1)),
+            "SEND HELLO 1".to_owned(),
+            "ENTER".to_owned(),
+        ]
+    );
+    assert_eq!(net.nodes[0].peers(), [id(2)]);
+}
+
 #[test]
 fn sequence_gap_drops_the_peer_and_it_returns() {
     let mut net = met(2);
