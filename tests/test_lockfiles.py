@@ -41,3 +41,18 @@ def test_cc_has_the_fuzz_workspaces_features_in_the_root() -> None:
     # too (root Cargo.toml, `cc`), or every C build script's hash differs between the two.
     root = versions(ROOT / "Cargo.lock")
     assert "jobserver" in root, "the root Cargo.toml no longer asks for cc's `parallel` feature"
+
+
+def test_the_fuzz_workspace_builds_build_scripts_with_the_roots_profile() -> None:
+    # A profile that differs for build scripts (or for openssl-sys) gives the C builds other
+    # hashes in fuzz/ than in the root, and `make fuzz-build` compiles them again.
+    def profiles(path: Path) -> dict:
+        dev = tomllib.loads(path.read_text()).get("profile", {}).get("dev", {})
+        return {
+            "build-override": dev.get("build-override"),
+            "openssl-sys": dev.get("package", {}).get("openssl-sys"),
+        }
+
+    root = profiles(ROOT / "Cargo.toml")
+    assert root["build-override"] == {"debug": True}, root
+    assert profiles(ROOT / "fuzz" / "Cargo.toml") == root
