@@ -501,7 +501,16 @@ impl Message {
             }
             .into());
         }
-        let prefix = r.until(PREFIX_END, "topic prefix")?;
+        // A node id's hex is parsed from the borrowed bytes (no shared handle made and dropped
+        // per message); its error waits for the kind's turn, after the version check.
+        let prefix = match kind {
+            Kind::Record | Kind::Head | Kind::HeadsQuery | Kind::GetHeads => {
+                ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?)
+            }
+            _ => ReadPrefix::Node(r.until_with(PREFIX_END, "topic prefix", |hex| {
+                NodeId::decode(hex, "topic prefix")
+            })?),
+        };
         let version = r.u8("version")?;
         if version != VERSION {
             return Err(MalformedError::Version { version }.into());
@@ -509,7 +518,7 @@ impl Message {
         let message = match kind {
             Kind::Record | Kind::Head | Kind::HeadsQuery => {
                 let (producer, topic, sequence) = position(&mut r)?;
-                if prefix != topic.as_bytes() {
+                if prefix.topic()? != topic.as_bytes() {
                     return Err(MalformedError::TopicMismatch { kind: kind.name() }.into());
                 }
                 if kind == Kind::HeadsQuery {
@@ -534,7 +543,7 @@ impl Message {
                 }
             }
             Kind::DirectRecord => {
-                let to = NodeId::decode(&prefix, "topic prefix")?;
+                let to = prefix.node()?;
                 let (producer, topic, sequence) = position(&mut r)?;
                 Message::DirectRecord(DirectRecord {
                     to,
@@ -547,7 +556,7 @@ impl Message {
                 })
             }
             Kind::DirectHead | Kind::DirectLowWater => {
-                let to = NodeId::decode(&prefix, "topic prefix")?;
+                let to = prefix.node()?;
                 let (producer, topic, sequence) = position(&mut r)?;
                 let head = Head {
                     producer,
@@ -561,7 +570,7 @@ impl Message {
                 }
             }
             Kind::HeadsEnd => {
-                let to = NodeId::decode(&prefix, "topic prefix")?;
+                let to = prefix.node()?;
                 let (store, topic, query) = position(&mut r)?;
                 Message::HeadsEnd(HeadsEnd {
                     to,
@@ -571,7 +580,7 @@ impl Message {
                 })
             }
             Kind::Fetch => {
-                let producer = NodeId::decode(&prefix, "topic prefix")?;
+                let producer = prefix.node()?;
                 let (sender, topic, sequence) = position(&mut r)?;
                 let count = r.u32("count")?;
                 Message::Fetch(Fetch {
@@ -583,7 +592,7 @@ impl Message {
                 })
             }
             Kind::Ack => {
-                let producer = NodeId::decode(&prefix, "topic prefix")?;
+                let producer = prefix.node()?;
                 let topic = Topic::decode(r.short_bytes("subject")?, "subject")?;
                 let sequence = r.u64("sequence")?;
                 Message::Ack(Ack {
@@ -593,7 +602,7 @@ impl Message {
                 })
             }
             Kind::StoreAck => {
-                let producer = NodeId::decode(&prefix, "topic prefix")?;
+                let producer = prefix.node()?;
                 let (store, topic, sequence) = position(&mut r)?;
                 Message::StoreAck(StoreAck {
                     store,
@@ -605,11 +614,11 @@ impl Message {
                 })
             }
             Kind::GetHeads => Message::GetHeads(GetHeads {
-                topic: Topic::decode(prefix, "topic prefix")?,
+                topic: Topic::decode(prefix.topic()?, "topic prefix")?,
                 consumer: address(&mut r)?,
             }),
             Kind::ConsumerHello => {
-                let store = NodeId::decode(&prefix, "topic prefix")?;
+                let store = prefix.node()?;
                 let consumer = address(&mut r)?;
                 let count = r.u32("subjects count")?;
                 if usize::try_from(count).map_or(true, |n| n > limits.max_topics) {
@@ -631,7 +640,7 @@ impl Message {
                 })
             }
             Kind::StoreHello => Message::StoreHello(StoreHello {
-                consumer: NodeId::decode(&prefix, "topic prefix")?,
+                consumer: prefix.node()?,
                 store: address(&mut r)?,
             }),
         };
@@ -647,7 +656,32 @@ fn put_position(out: &mut BytesMut, node: &NodeId, topic: &Topic, sequence: u64)
 }
 
 fn address(r: &mut Reader) -> Result<NodeId, DecodeError> {
-    Ok(NodeId::decode(&r.short_bytes("address")?, "address")?)
+    Ok(r.short_with("address", |hex| NodeId::decode(hex, "address"))??)
+}
+
+/// Frame 1's topic prefix as read: a topic's name, or a node's id (parsed as it was read).
+enum ReadPrefix {
+    Topic(Bytes),
+    Node(Result<NodeId, MalformedError>),
+}
+
+impl ReadPrefix {
+    fn topic(self) -> Result<Bytes, MalformedError> {
+        match self {
+            ReadPrefix::Topic(name) => Ok(name),
+            // Not reached: `decode` reads a topic for exactly the kinds that ask for one.
+            ReadPrefix::Node(_) => Err(MalformedError::TopicMismatch {
+                kind: "topic prefix",
+            }),
+        }
+    }
+
+    fn node(self) -> Result<NodeId, MalformedError> {
+        match self {
+            ReadPrefix::Node(node) => node,
+            ReadPrefix::Topic(hex) => NodeId::decode(&hex, "topic prefix"),
+        }
+    }
 }
 
 /// `address`, `subject`, `sequence`: the fields RECORD, HEAD and their direct forms share,
