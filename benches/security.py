@@ -79,7 +79,13 @@ def fmt(v: float | None, unit: str = "") -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True, help="the dafka-bench binary (release)")
-    ap.add_argument("--reps", type=int, default=5, help="runs per pairing (median kept)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=15,
+        help="runs per pairing (median kept); 15, as the CURVE/NULL ratio at 64 KiB moved "
+        "0.47-0.52x between two runs of 5 a minute apart",
+    )
     ap.add_argument("--quick", action="store_true", help="a tenth of the counts, 1 rep")
     ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
     ap.add_argument("--note", default="", help="a line about the machine's load")
