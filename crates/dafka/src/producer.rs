@@ -450,15 +450,10 @@ impl ProducerNode {
         &self.task.stats
     }
 
-    /// Stops the node: pending calls fail with [`Error::Closed`]; the publisher keeps
-    /// flushing for [`NodeConfig::linger`] in the background.
+    /// Stops the node: pending calls fail with [`Error::Closed`]; what was queued and a final
+    /// HEAD go out as the task stops (`ProducerRole::on_stop`, every way out), and the
+    /// publisher keeps flushing for [`NodeConfig::linger`] in the background.
     pub async fn close(mut self) {
-        let refused = {
-            let mut producer = self.shared.lock();
-            producer.announce_head();
-            self.shared.publish_records(&mut producer, true)
-        };
-        log_refused(refused);
         self.task.close().await;
     }
 }
@@ -516,11 +511,11 @@ impl Role for ProducerRole {
     }
 
     fn on_stop(&mut self) {
-        // Stopped without `close` (dropped, or a socket closed): the RECORDs `try_send` queued
-        // since the last turn still go out. `try_send` checks for the stop under the lock this
-        // takes, so none is queued after the drain. Then a HEAD, as `close` sends one: a node
-        // that is gone sends no periodic HEAD any more, so a consumer or store that lost the
-        // last RECORDs would never learn they exist.
+        // Stopped (closed, dropped, or a socket closed): the RECORDs queued since the last turn
+        // still go out. `try_send` checks for the stop under the lock this
+        // takes, so none is queued after the drain. Then a HEAD, closed or dropped: a node that
+        // is gone sends no periodic HEAD any more, so a consumer or store that lost the last
+        // RECORDs would never learn they exist.
         self.shared.lock().announce_head();
         let mut out = Vec::new();
         while self.transmit(&mut out, TRANSMIT_CHUNK) {}

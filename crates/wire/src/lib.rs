@@ -121,8 +121,26 @@ impl Reader {
     /// A field prefixed by its 1-byte length (the `string` of ZRE and Dafka:
     /// `number-1 *OCTET`), without copying.
     pub fn short_bytes(&mut self, what: &'static str) -> Result<Bytes, ReadError> {
-        let len = self.u8(what)?;
-        self.take(usize::from(len), what)
+        let len = self.short_len(what)?;
+        Ok(self.rest.split_to(len))
+    }
+
+    /// Reads a 1-byte length and checks that many bytes are left (the field itself is not
+    /// consumed yet).
+    #[inline]
+    fn short_len(&mut self, what: &'static str) -> Result<usize, ReadError> {
+        let len = usize::from(self.u8(what)?);
+        self.need(len, what)?;
+        Ok(len)
+    }
+
+    /// Where `terminator` is in what is left (nothing consumed).
+    #[inline]
+    fn terminator_at(&self, terminator: u8, what: &'static str) -> Result<usize, ReadError> {
+        self.rest
+            .iter()
+            .position(|&b| b == terminator)
+            .ok_or(ReadError::Unterminated { what, terminator })
     }
 
     /// A field prefixed by its 4-byte big-endian length (the `longstr` of ZRE and Dafka:
@@ -138,9 +156,7 @@ impl Reader {
     /// The bytes before the first `terminator`, without copying; the terminator is consumed
     /// and not returned. Fails if the body has no such byte.
     pub fn until(&mut self, terminator: u8, what: &'static str) -> Result<Bytes, ReadError> {
-        let Some(end) = self.rest.iter().position(|&b| b == terminator) else {
-            return Err(ReadError::Unterminated { what, terminator });
-        };
+        let end = self.terminator_at(terminator, what)?;
         let field = self.rest.split_to(end);
         self.rest.advance(1);
         Ok(field)
@@ -155,8 +171,7 @@ impl Reader {
         what: &'static str,
         parse: impl FnOnce(&[u8]) -> T,
     ) -> Result<T, ReadError> {
-        let len = usize::from(self.u8(what)?);
-        self.need(len, what)?;
+        let len = self.short_len(what)?;
         let out = parse(&self.rest[..len]);
         self.rest.advance(len);
         Ok(out)
@@ -171,9 +186,7 @@ impl Reader {
         what: &'static str,
         parse: impl FnOnce(&[u8]) -> T,
     ) -> Result<T, ReadError> {
-        let Some(end) = self.rest.iter().position(|&b| b == terminator) else {
-            return Err(ReadError::Unterminated { what, terminator });
-        };
+        let end = self.terminator_at(terminator, what)?;
         let out = parse(&self.rest[..end]);
         self.rest.advance(end + 1);
         Ok(out)

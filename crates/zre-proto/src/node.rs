@@ -771,7 +771,7 @@ impl Node {
             // the same mailbox, in plain mode, too (zyre's rule; a restart that keeps its UUID
             // and port shows as EXIT and ENTER); in CURVE mode the peer stays
             // ([`HELLO_ANSWERS`]).
-            if again == Some(false) || (again == Some(true) && self.cfg.curve.is_none()) {
+            if again.is_some_and(|same_mailbox| !same_mailbox || self.cfg.curve.is_none()) {
                 self.remove_peer(id);
             }
             self.require_peer(id, hello.endpoint.to_string(), key, now)?;
