@@ -52,6 +52,29 @@ def test_offsets_and_assigned_ranges(cluster: dafka.LocalCluster) -> None:
     assert reader.closed
 
 
+def test_a_range_ends_at_its_end_while_the_partition_grows(cluster: dafka.LocalCluster) -> None:
+    """A range read takes only the stores' answers to it: records the producer sends while it
+    runs (the live stream, which a range reader does not subscribe to) are not delivered,
+    neither past the end nor held for later."""
+    t = _topic()
+    with dafka.Producer(t, towers=cluster.towers) as p:
+        p.send_many([b"v%d" % i for i in range(100)])
+        p.flush(timeout=20)
+        with dafka.PartitionReader(cluster.towers) as reader:
+            assert reader.offsets(t) == {p.partition: (0, 100)}
+            reader.assign(t, p.partition, 40, end=60)
+            p.send_many([b"v%d" % i for i in range(100, 300)])
+            p.flush(timeout=20)
+            table = _read_range(reader, 60)
+            # Records sent after the assign had every chance to arrive.
+            time.sleep(0.5)
+            late = reader.poll(max_records=1000, timeout=0.5)
+            assert table.column("offset").to_pylist() == list(range(40, 60))
+            assert table.column("value").to_pylist() == [b"v%d" % i for i in range(40, 60)]
+            assert late.num_rows == 0, late.column("offset").to_pylist()[:5]
+            assert reader.position(t, p.partition) == 60
+
+
 def test_offsets_fail_in_bounded_time_when_the_towers_are_unreachable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -73,19 +96,20 @@ def test_position_moves_past_records_retention_dropped(retained: Retained) -> No
     r = retained
     with dafka.PartitionReader(r.towers) as reader:
         assert reader.position(r.topic, r.partition) is None
-        reader.assign(r.topic, r.partition, 0, end=10)
-        assert reader.position(r.topic, r.partition) is not None
-        # The store answers DIRECT-LOW-WATER: the position skips to the first offset held.
-        deadline = time.monotonic() + 10
-        while reader.position(r.topic, r.partition) == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        # (and on: the records from there on are fetched and delivered).
-        assert reader.position(r.topic, r.partition) >= r.low
-        assert reader.poll(max_records=5, timeout=5).column("offset").to_pylist() == list(
-            range(r.low, r.low + 5)
-        )
-        reader.unassign(r.topic, r.partition)
-        assert reader.position(r.topic, r.partition) is None
+        for end in (10, r.low + 5):
+            reader.assign(r.topic, r.partition, 0, end=end)
+            assert reader.position(r.topic, r.partition) is not None
+            # The store answers DIRECT-LOW-WATER: the position skips to the first offset held.
+            deadline = time.monotonic() + 10
+            while reader.position(r.topic, r.partition) == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert reader.position(r.topic, r.partition) >= r.low
+            # The records held from there to the range's end are fetched and delivered: none
+            # of a range retention took whole, the first 5 held of the other.
+            got = reader.poll(max_records=1000, timeout=2).column("offset").to_pylist()
+            assert got == list(range(r.low, max(r.low, end)))
+            reader.unassign(r.topic, r.partition)
+            assert reader.position(r.topic, r.partition) is None
 
 
 def _range_read(r: Retained, start: int, end: int, fail: str) -> list[pa.RecordBatch]:

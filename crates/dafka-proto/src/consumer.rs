@@ -115,6 +115,9 @@ struct Partition {
     head: Option<u64>,
     reorder: BTreeMap<u64, Bytes>,
     retry: Option<Retry>,
+    /// One past the last offset to deliver, for a range read ([`Consumer::assign`] with an
+    /// end): nothing at or past it is delivered, held or FETCHed.
+    until: Option<u64>,
 }
 
 impl Partition {
@@ -124,6 +127,7 @@ impl Partition {
             head: None,
             reorder: BTreeMap::new(),
             retry: None,
+            until: None,
         }
     }
 }
@@ -134,6 +138,7 @@ impl Gapped for Partition {
             Some(&first) => first,
             None => self.head?.checked_add(1)?,
         };
+        let end = self.until.map_or(end, |u| end.min(u));
         (end > self.next).then_some((self.next, end))
     }
 
@@ -268,6 +273,7 @@ impl Consumer {
             .or_insert_with(|| Partition::new(next));
         p.next = next;
         p.retry = None;
+        p.until = None;
         let stale: Vec<u64> = p.reorder.range(..next).map(|(&o, _)| o).collect();
         for o in stale {
             if let Some(c) = p.reorder.remove(&o) {
@@ -276,11 +282,18 @@ impl Consumer {
         }
     }
 
-    /// Reads `partition` of a subscribed `topic` from offset `next`, at once: with `end` (one
-    /// past the last offset wanted, e.g. from [`offsets`](Self::offsets)) the gap up to it is
-    /// FETCHed now instead of at the partition's next HEAD; GET-HEADS is sent too, so a store
-    /// that dropped the first offsets (retention) answers with its low-water mark, which moves
-    /// the partition up to it (the caller sees the first offset delivered above `next`).
+    /// Reads `partition` of `topic` from offset `next`, at once: with `end` (one past the last
+    /// offset wanted, e.g. from [`offsets`](Self::offsets)) the partition becomes a range read,
+    /// `next..end`: the range is FETCHed now instead of at the partition's next HEAD, and
+    /// nothing at or past `end` is delivered, held or FETCHed. GET-HEADS is sent too, so a
+    /// store that dropped the first offsets (retention) answers with its low-water mark, which
+    /// moves the partition up to it (the caller sees the first offset delivered above `next`).
+    ///
+    /// Returns the SUB subscriptions to add, as [`subscribe`](Self::subscribe) does: the topic
+    /// is subscribed (if it is not yet) unless this is a range read of an
+    /// [`OffsetReset::Assigned`] consumer. Such a read needs only the answers addressed to
+    /// the consumer (DIRECT-RECORD, DIRECT-LOW-WATER): a range read (Spark's tasks) that also
+    /// took every live RECORD of the topic would receive the whole stream to drop it.
     pub fn assign(
         &mut self,
         topic: Topic,
@@ -288,20 +301,24 @@ impl Consumer {
         next: u64,
         end: Option<u64>,
         now: Instant,
-    ) {
+    ) -> Option<[Bytes; 2]> {
+        let range_only = end.is_some() && self.config.offset_reset == OffsetReset::Assigned;
+        let subscriptions =
+            (!range_only && !self.topics.contains(&topic)).then(|| self.subscribe(topic.clone()));
         self.set_position(topic.clone(), partition, next);
         let key = (topic.clone(), partition);
-        if let (Some(p), Some(head)) = (
-            self.partitions.get_mut(&key),
-            end.and_then(|e| e.checked_sub(1)),
-        ) {
-            p.head = Some(p.head.map_or(head, |h| h.max(head)));
+        if let Some(p) = self.partitions.get_mut(&key) {
+            p.until = end;
+            if let Some(last) = end.and_then(|e| e.checked_sub(1)) {
+                p.head = Some(p.head.map_or(last, |h| h.max(last)));
+            }
         }
         self.transmit.push_back(Message::GetHeads(GetHeads {
             topic,
             consumer: self.config.id,
         }));
         self.refetch(&key, now);
+        subscriptions
     }
 
     /// Forgets `partition` of `topic` (its position and the records held out of order): with
@@ -511,35 +528,36 @@ impl Consumer {
         }
     }
 
-    /// The key of a message's partition, created at `start` if new. `None`: the topic is not
-    /// subscribed (exact match), so the message is dropped.
+    /// The key of a message's partition, created at `start` if new. `None`: the partition is
+    /// not tracked and its topic not subscribed (exact match), so the message is dropped.
     fn partition(
         &mut self,
         topic: &Topic,
         producer: NodeId,
         start: u64,
     ) -> Result<Option<(Topic, NodeId)>, PeerError> {
+        let key = (topic.clone(), producer);
+        if self.partitions.contains_key(&key) {
+            return Ok(Some(key));
+        }
         if !self.topics.contains(topic) {
             self.dropped += 1;
             return Ok(None);
         }
-        let key = (topic.clone(), producer);
-        if !self.partitions.contains_key(&key) {
-            if self.partitions.len() >= self.config.max_partitions {
-                return Err(PeerError::PartitionLimit {
-                    max: self.config.max_partitions,
-                });
-            }
-            let next = match self.config.offset_reset {
-                OffsetReset::Earliest => 0,
-                OffsetReset::Latest => start,
-                OffsetReset::Assigned => {
-                    self.dropped += 1;
-                    return Ok(None);
-                }
-            };
-            self.partitions.insert(key.clone(), Partition::new(next));
+        if self.partitions.len() >= self.config.max_partitions {
+            return Err(PeerError::PartitionLimit {
+                max: self.config.max_partitions,
+            });
         }
+        let next = match self.config.offset_reset {
+            OffsetReset::Earliest => 0,
+            OffsetReset::Latest => start,
+            OffsetReset::Assigned => {
+                self.dropped += 1;
+                return Ok(None);
+            }
+        };
+        self.partitions.insert(key.clone(), Partition::new(next));
         Ok(Some(key))
     }
 
@@ -608,29 +626,33 @@ impl Consumer {
     }
 
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
-        if !self.topics.contains(&record.topic) {
-            self.dropped += 1;
-            return Ok(());
-        }
         let key = (record.topic.clone(), record.producer);
         let max = self.config.max_partitions;
+        // A record of a subscribed topic may start a partition (but for an "assigned"
+        // consumer); any other record must be of a partition tracked already (an assigned
+        // range, read without subscribing).
         let start = match self.config.offset_reset {
-            OffsetReset::Earliest => 0,
-            OffsetReset::Latest => record.sequence,
-            // Only the assigned partitions are read: a record of any other is dropped.
-            OffsetReset::Assigned => {
-                if !self.partitions.contains_key(&key) {
+            _ if !self.topics.contains(&record.topic) => None,
+            OffsetReset::Earliest => Some(0),
+            OffsetReset::Latest => Some(record.sequence),
+            OffsetReset::Assigned => None,
+        };
+        let p = match start {
+            Some(start) => {
+                retry::partition_entry(&mut self.partitions, key, max, || Partition::new(start))
+                    .ok_or(PeerError::PartitionLimit { max })?
+            }
+            None => match self.partitions.get_mut(&key) {
+                Some(p) => p,
+                None => {
                     self.dropped += 1;
                     return Ok(());
                 }
-                0
-            }
+            },
         };
-        let p = retry::partition_entry(&mut self.partitions, key, max, || Partition::new(start))
-            .ok_or(PeerError::PartitionLimit { max })?;
         let seq = record.sequence;
         p.head = Some(p.head.map_or(seq, |h| h.max(seq)));
-        if seq < p.next || p.reorder.contains_key(&seq) {
+        if seq < p.next || p.until.is_some_and(|u| seq >= u) || p.reorder.contains_key(&seq) {
             self.dropped += 1;
             return Ok(());
         }

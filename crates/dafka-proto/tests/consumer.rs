@@ -423,3 +423,111 @@ fn lossy_reordering_network_delivers_everything_once_in_order() {
         }
     }
 }
+
+/// An "assigned" consumer, subscribed to nothing.
+fn assigned() -> Consumer {
+    let mut cfg = ConsumerConfig::new(id(C1));
+    cfg.offset_reset = OffsetReset::Assigned;
+    Consumer::new(cfg).unwrap()
+}
+
+fn direct(seq: u64) -> Message {
+    let Message::Record(record) = record(seq) else {
+        unreachable!()
+    };
+    Message::DirectRecord(DirectRecord { to: id(C1), record })
+}
+
+/// A range read of an "assigned" consumer (Spark's tasks): no subscription to the topic's live
+/// RECORDs and HEADs, the range FETCHed at once, nothing past its end delivered or FETCHed
+/// (a DIRECT-HEAD further on, the retry timer), a RECORD of another partition dropped.
+#[test]
+fn an_assigned_range_is_read_from_the_answers_alone() {
+    let t0 = Instant::now();
+    let mut c = assigned();
+    assert_eq!(c.assign(topic("golden"), id(P1), 10, Some(20), t0), None);
+    assert!(c.topics().is_empty());
+    let out = sent(&mut c);
+    assert!(matches!(
+        &out[..],
+        [Message::GetHeads(_), Message::Fetch(_)]
+    ));
+    let Message::Fetch(f) = &out[1] else {
+        unreachable!()
+    };
+    assert_eq!((f.sequence, f.count), (10, 10));
+
+    // The store's head, far past the range: nothing more is asked for.
+    let far = Message::DirectHead(dafka_proto::DirectHead {
+        to: id(C1),
+        head: Head {
+            producer: id(P1),
+            topic: topic("golden"),
+            sequence: 500,
+        },
+    });
+    c.handle_message(&far, t0).unwrap();
+    assert_eq!(fetches(&mut c), vec![]);
+    // Answers (one ahead of its turn), then records past the end: only 10..20 delivered, none
+    // held out of order.
+    c.handle_message(&direct(12), t0).unwrap();
+    for seq in [10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 25] {
+        c.handle_message(&direct(seq), t0).unwrap();
+    }
+    assert_eq!(delivered(&mut c), (10..20).collect::<Vec<_>>());
+    assert_eq!(c.reorder_bytes(), 0);
+    assert_eq!(c.dropped(), 3);
+    assert_eq!(c.poll_timeout(), None, "the range is complete: no retry");
+    c.handle_timeout(t0 + Duration::from_secs(60));
+    assert_eq!(fetches(&mut c), vec![]);
+
+    // A live RECORD of a partition not assigned is dropped; the partition is not created.
+    let mut other = record(0);
+    if let Message::Record(r) = &mut other {
+        r.producer = id(C2);
+    }
+    c.handle_message(&other, t0).unwrap();
+    assert_eq!(c.positions().count(), 1);
+    assert_eq!(c.dropped(), 4);
+}
+
+/// A range cut short by retention: the DIRECT-LOW-WATER answering the assign's GET-HEADS moves
+/// the unsubscribed partition up, and the retry asks for the rest of the range only.
+#[test]
+fn an_assigned_range_follows_the_low_water_mark() {
+    let t0 = Instant::now();
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), 0, Some(8), t0);
+    sent(&mut c);
+    let low = Message::DirectLowWater(dafka_proto::DirectLowWater {
+        to: id(C1),
+        low: Head {
+            producer: id(P1),
+            topic: topic("golden"),
+            sequence: 5,
+        },
+    });
+    c.handle_message(&low, t0).unwrap();
+    assert_eq!(fetches(&mut c), vec![(5, 3)]);
+    for seq in 5..9 {
+        c.handle_message(&direct(seq), t0).unwrap();
+    }
+    assert_eq!(delivered(&mut c), vec![5, 6, 7]);
+}
+
+/// Every other assign subscribes to the topic (once): a consumer reading from a position on
+/// (no end), or a subscribing consumer.
+#[test]
+fn an_open_assign_subscribes() {
+    let t0 = Instant::now();
+    let mut c = assigned();
+    let subs = c.assign(topic("golden"), id(P1), 0, None, t0).unwrap();
+    assert_eq!(subs[0].as_ref(), b"Mgolden\0");
+    assert_eq!(c.assign(topic("golden"), id(P1), 0, None, t0), None);
+    let mut latest = Consumer::new(ConsumerConfig::new(id(C2))).unwrap();
+    let subs = latest
+        .assign(topic("golden"), id(P1), 0, Some(5), t0)
+        .unwrap();
+    assert_eq!(subs[1].as_ref(), b"Hgolden\0");
+    assert_eq!(latest.topics(), &[topic("golden")]);
+}

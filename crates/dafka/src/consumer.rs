@@ -342,9 +342,11 @@ impl ConsumerNode {
     }
 
     /// Reads `partition` of `topic` from offset `next` at once (see
-    /// [`Consumer::assign`](dafka_proto::Consumer::assign)): subscribes to the topic if needed,
-    /// drops records of the partition already queued, and FETCHes up to `end` (exclusive) when
-    /// given. With [`OffsetReset::Assigned`] only assigned partitions are delivered.
+    /// [`Consumer::assign`](dafka_proto::Consumer::assign)): drops records of the partition
+    /// already queued and, with `end`, reads the range `next..end` (FETCHed at once, nothing
+    /// past it delivered). Subscribes to the topic if needed, except for a range of an
+    /// [`OffsetReset::Assigned`] consumer, which reads only the stores' answers to it. With
+    /// [`OffsetReset::Assigned`] only assigned partitions are delivered.
     pub fn assign(
         &self,
         topic: &str,
@@ -352,16 +354,18 @@ impl ConsumerNode {
         next: u64,
         end: Option<u64>,
     ) -> Result<(), Error> {
-        self.subscribe(topic)?;
         let topic = Topic::try_from(topic)?;
         let shared = &self.shared;
         let mut state = shared.lock();
         state
             .records
             .retain(|r| r.topic != topic || r.partition != partition);
-        state
+        let subscriptions = state
             .consumer
             .assign(topic, partition, next, end, crate::node::now());
+        for s in subscriptions.iter().flatten() {
+            shared.subscriber.subscribe(s)?;
+        }
         let refused = shared.publish_queued(&mut state);
         drop(state);
         log_refused(refused);

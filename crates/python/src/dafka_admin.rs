@@ -66,8 +66,10 @@ impl PyPartitionReader {
         Ok(out)
     }
 
-    /// Reads `partition` of `topic` from `offset` on (FETCHing up to `end`, exclusive, at
-    /// once when given); records of the partition already received are dropped.
+    /// Reads `partition` of `topic` from `offset` on; with `end` (exclusive) only the range
+    /// `offset..end`, FETCHed at once from the stores (the topic's live records are not
+    /// received, nothing past `end` is delivered). Records of the partition already received
+    /// are dropped.
     #[pyo3(signature = (topic, partition, offset, end = None))]
     fn assign(&self, topic: &str, partition: &str, offset: u64, end: Option<u64>) -> PyResult<()> {
         let partition = partition_id(partition)?;
