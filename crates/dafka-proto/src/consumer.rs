@@ -214,8 +214,9 @@ impl Consumer {
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
-    /// `'D'`, `'E'`, `'L'` and (the extensions) `'O'` and `'R'` + its id.
-    pub fn subscriptions(&self) -> [Bytes; 5] {
+    /// `'D'`, `'E'`, `'L'` and (the extensions) `'O'`, `'R'` and `'B'` + its id. The last
+    /// one, reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
+    pub fn subscriptions(&self) -> [Bytes; 6] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
@@ -223,6 +224,7 @@ impl Consumer {
             subscription::node(Kind::StoreHello, id),
             subscription::node(Kind::DirectLowWater, id),
             subscription::node(Kind::HeadsEnd, id),
+            subscription::node(Kind::DirectRecords, id),
         ]
     }
 
@@ -341,6 +343,10 @@ impl Consumer {
             Message::DirectRecord(d) => {
                 self.check_to(Kind::DirectRecord, &d.to)?;
                 self.on_record(&d.record, now)
+            }
+            Message::DirectRecords(d) => {
+                self.check_to(Kind::DirectRecords, &d.to)?;
+                self.on_run(&d.topic, d.producer, d.first, &d.contents, now)
             }
             Message::Head(h) => self.on_head(&h.topic, h.producer, h.sequence, now),
             Message::DirectHead(d) => {
@@ -626,15 +632,42 @@ impl Consumer {
     }
 
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
-        let key = (record.topic.clone(), record.producer);
+        let content = std::slice::from_ref(&record.content);
+        self.on_run(
+            &record.topic,
+            record.producer,
+            record.sequence,
+            content,
+            now,
+        )
+    }
+
+    /// Records `first`, `first + 1`, ... of one partition: one (RECORD, DIRECT-RECORD) or a run
+    /// (DIRECT-RECORDS), taken as that many records one after the other, with the partition
+    /// looked up and its FETCH state updated once.
+    fn on_run(
+        &mut self,
+        topic: &Topic,
+        producer: NodeId,
+        first: u64,
+        contents: &[Bytes],
+        now: Instant,
+    ) -> Result<(), PeerError> {
+        let Some(last) = (contents.len() as u64)
+            .checked_sub(1)
+            .and_then(|n| first.checked_add(n))
+        else {
+            return Ok(());
+        };
+        let key = (topic.clone(), producer);
         let max = self.config.max_partitions;
         // A record of a subscribed topic may start a partition (but for an "assigned"
         // consumer); any other record must be of a partition tracked already (an assigned
         // range, read without subscribing).
         let start = match self.config.offset_reset {
-            _ if !self.topics.contains(&record.topic) => None,
+            _ if !self.topics.contains(topic) => None,
             OffsetReset::Earliest => Some(0),
-            OffsetReset::Latest => Some(record.sequence),
+            OffsetReset::Latest => Some(first),
             OffsetReset::Assigned => None,
         };
         let p = match start {
@@ -645,32 +678,33 @@ impl Consumer {
             None => match self.partitions.get_mut(&key) {
                 Some(p) => p,
                 None => {
-                    self.dropped += 1;
+                    self.dropped += contents.len() as u64;
                     return Ok(());
                 }
             },
         };
-        let seq = record.sequence;
-        p.head = Some(p.head.map_or(seq, |h| h.max(seq)));
-        if seq < p.next || p.until.is_some_and(|u| seq >= u) || p.reorder.contains_key(&seq) {
-            self.dropped += 1;
-            return Ok(());
-        }
-        if seq > p.next {
-            let room = self.config.max_reorder_bytes - self.reorder_bytes;
-            if p.reorder.len() < self.config.max_reorder && record.content.len() <= room {
-                p.reorder.insert(seq, record.content.clone());
-                self.reorder_bytes += record.content.len();
-            } else {
-                // No room: it is fetched again once the gap before it closes.
+        p.head = Some(p.head.map_or(last, |h| h.max(last)));
+        for (seq, content) in (first..=last).zip(contents) {
+            if seq < p.next || p.until.is_some_and(|u| seq >= u) || p.reorder.contains_key(&seq) {
                 self.dropped += 1;
+                continue;
             }
-        } else {
-            let mut content = record.content.clone();
+            if seq > p.next {
+                let room = self.config.max_reorder_bytes - self.reorder_bytes;
+                if p.reorder.len() < self.config.max_reorder && content.len() <= room {
+                    p.reorder.insert(seq, content.clone());
+                    self.reorder_bytes += content.len();
+                } else {
+                    // No room: it is fetched again once the gap before it closes.
+                    self.dropped += 1;
+                }
+                continue;
+            }
+            let mut content = content.clone();
             loop {
                 self.deliveries.push_back(Delivery {
-                    topic: record.topic.clone(),
-                    partition: record.producer,
+                    topic: topic.clone(),
+                    partition: producer,
                     offset: p.next,
                     content,
                 });
@@ -684,9 +718,8 @@ impl Consumer {
                 }
             }
         }
-        let part = (&record.topic, record.producer);
         let fetch = (self.config.fetch_retry, self.config.id);
-        retry::refetch_in(p, part, now, fetch, &mut self.transmit);
+        retry::refetch_in(p, (topic, producer), now, fetch, &mut self.transmit);
         Ok(())
     }
 

@@ -86,6 +86,9 @@ pub enum MalformedError {
         /// The message kind.
         kind: &'static str,
     },
+    /// A DIRECT-RECORDS whose records would run past the largest offset (`u64::MAX`).
+    #[error("DIRECT-RECORDS: the offsets of its records run past 2^64 - 1")]
+    OffsetOverflow,
     /// A beacon frame that should be text is not UTF-8.
     #[error("beacon {what} is not UTF-8")]
     NotUtf8 {

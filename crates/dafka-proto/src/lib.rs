@@ -71,8 +71,9 @@ pub use error::{
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
-    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads, Head, HeadsEnd,
-    HeadsQuery, Kind, Limits, Message, PREFIX_END, Record, StoreAck, StoreHello, VERSION,
+    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, DirectRecords, Fetch, GetHeads,
+    Head, HeadsEnd, HeadsQuery, Kind, Limits, Message, PREFIX_END, Record, StoreAck, StoreHello,
+    VERSION,
 };
 pub use producer::{Producer, ProducerConfig};
 pub use store::{StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig};

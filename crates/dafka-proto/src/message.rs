@@ -1,11 +1,13 @@
 //! The Dafka messages as the reference implementation puts them on the wire.
 //!
 //! Every message is one ZeroMQ multipart message. Frame 1 is the header; RECORD and
-//! DIRECT-RECORD add frame 2, the record's content, exactly as sent (zero-copy both ways):
+//! DIRECT-RECORD add frame 2, the record's content, exactly as sent (zero-copy both ways);
+//! DIRECT-RECORDS (an extension) adds one such frame per record:
 //!
 //! ```text
-//! frame 1: | id (1) | topic prefix (n, no 0x00) | 0x00 | version 0x01 | fields ... |
-//! frame 2: | content (RECORD and DIRECT-RECORD only)                               |
+//! frame 1:     | id (1) | topic prefix (n, no 0x00) | 0x00 | version 0x01 | fields ... |
+//! frame 2:     | content (RECORD and DIRECT-RECORD; DIRECT-RECORDS: the first record) |
+//! frame 3 ...: | content of the next records (DIRECT-RECORDS only)                    |
 //! ```
 //!
 //! The id byte plus the topic prefix is what a ZeroMQ subscriber matches (PUB/SUB prefix
@@ -35,6 +37,7 @@
 //! | `0x4F` 'O' | DIRECT-LOW-WATER (extension) | requesting consumer's UUID | address = producer, subject, sequence (8) = first offset held | 1 |
 //! | `0x51` 'Q' | HEADS-QUERY (extension) | topic name | address = consumer, subject = topic, sequence (8) = query number | 1 |
 //! | `0x52` 'R' | HEADS-END (extension) | requesting consumer's UUID | address = store reader, subject = topic, sequence (8) = query number | 1 |
+//! | `0x42` 'B' | DIRECT-RECORDS (extension) | requester's UUID | address = producer, subject, sequence (8) = offset of the first record | 1 + records (at least 2) |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
 //! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
@@ -97,8 +100,9 @@ impl Default for Limits {
     }
 }
 
-/// Declares [`Kind`] and [`Message`] from one table, so the kinds (the reference's nine, then our two extensions) are listed once:
-/// variant (also the name of the body type), id byte, the RFC's name, frames on the wire.
+/// Declares [`Kind`] and [`Message`] from one table, so the kinds (the reference's nine, then our
+/// extensions) are listed once: variant (also the name of the body type), id byte, the RFC's
+/// name, frames on the wire (the least number for DIRECT-RECORDS).
 macro_rules! kinds {
     ($($variant:ident = $id:literal, $name:literal, $frames:literal;)*) => {
         /// The kinds of Dafka message, with their id bytes.
@@ -137,7 +141,8 @@ macro_rules! kinds {
                 }
             }
 
-            /// Frames on the wire: 2 for the kinds that carry content, else 1.
+            /// Frames on the wire: 2 for the kinds that carry content, else 1; for
+            /// DIRECT-RECORDS, the least (one record), as it carries one per record.
             pub const fn frames(self) -> usize {
                 match self {
                     $(Kind::$variant => $frames,)*
@@ -188,6 +193,7 @@ kinds! {
     StoreAck = 0x41, "STORE-ACK", 1;
     HeadsQuery = 0x51, "HEADS-QUERY", 1;
     HeadsEnd = 0x52, "HEADS-END", 1;
+    DirectRecords = 0x42, "DIRECT-RECORDS", 2;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -210,6 +216,28 @@ pub struct DirectRecord {
     pub to: NodeId,
     /// The record.
     pub record: Record,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): consecutive records of one
+/// partition sent to one node in answer to a FETCH, one content frame each after a header
+/// laid out as DIRECT-RECORD's with the first record's offset: DIRECT-RECORDS (`'B'`). The
+/// per-record header of DIRECT-RECORD (two node ids in hex, the topic, the offset: 80 bytes
+/// and more, as much as a small record) and its decoding are paid once per run of records.
+/// A store reader sends it only to a node whose `'B'` + id subscription reached its XPUB,
+/// which a reference consumer never is: it gets DIRECT-RECORDs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectRecords {
+    /// The node that asked for them: the topic prefix.
+    pub to: NodeId,
+    /// The producer (partition).
+    pub producer: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// The offset of the first record; the others follow it one by one.
+    pub first: u64,
+    /// The records' values, from offset `first` on (at least one), each shared with its
+    /// received frame.
+    pub contents: Vec<Bytes>,
 }
 
 /// A request for missing records: FETCH (`'F'`).
@@ -371,6 +399,7 @@ impl Message {
             Message::HeadsQuery(q) => Prefix::Topic(&q.topic),
             Message::HeadsEnd(e) => Prefix::Node(&e.to),
             Message::DirectRecord(d) => Prefix::Node(&d.to),
+            Message::DirectRecords(d) => Prefix::Node(&d.to),
             Message::DirectHead(d) => Prefix::Node(&d.to),
             Message::DirectLowWater(d) => Prefix::Node(&d.to),
             Message::Fetch(f) => Prefix::Node(&f.producer),
@@ -404,7 +433,8 @@ impl Message {
                 ..
             })
             | Message::HeadsQuery(HeadsQuery { topic, .. })
-            | Message::HeadsEnd(HeadsEnd { topic, .. }) => ADDRESS + 1 + topic.len() + 8,
+            | Message::HeadsEnd(HeadsEnd { topic, .. })
+            | Message::DirectRecords(DirectRecords { topic, .. }) => ADDRESS + 1 + topic.len() + 8,
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
             Message::Ack(a) => 1 + a.topic.len() + 8,
             Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
@@ -447,6 +477,7 @@ impl Message {
             Message::StoreAck(a) => put_position(out, &a.store, &a.ack.topic, a.ack.sequence),
             Message::HeadsQuery(q) => put_position(out, &q.consumer, &q.topic, q.query),
             Message::HeadsEnd(e) => put_position(out, &e.store, &e.topic, e.query),
+            Message::DirectRecords(d) => put_position(out, &d.producer, &d.topic, d.first),
             Message::GetHeads(g) => g.consumer.put_string(out),
             Message::ConsumerHello(c) => {
                 c.consumer.put_string(out);
@@ -476,6 +507,12 @@ impl Message {
         self.encode_header(buf);
         // `split` leaves `buf` empty with the rest of its capacity for the next message.
         let header = buf.split().split_off(start).freeze();
+        if let Message::DirectRecords(d) = self {
+            let mut frames = Vec::with_capacity(1 + d.contents.len());
+            frames.push(header);
+            frames.extend(d.contents.iter().cloned());
+            return frames;
+        }
         let mut frames = Vec::with_capacity(self.kind().frames());
         frames.push(header);
         if let Some(content) = self.content() {
@@ -493,7 +530,12 @@ impl Message {
         let mut r = Reader::new(header.clone());
         let id = r.u8("command id")?;
         let kind = Kind::from_id(id).ok_or(MalformedError::UnknownId { id })?;
-        if frames.len() != kind.frames() {
+        let frames_ok = match kind {
+            // One content frame per record, at least one record.
+            Kind::DirectRecords => frames.len() >= kind.frames(),
+            _ => frames.len() == kind.frames(),
+        };
+        if !frames_ok {
             return Err(MalformedError::FrameCount {
                 kind: kind.name(),
                 expected: kind.frames(),
@@ -553,6 +595,29 @@ impl Message {
                         sequence,
                         content: content(frames, limits)?,
                     },
+                })
+            }
+            Kind::DirectRecords => {
+                let to = prefix.node()?;
+                let (producer, topic, first) = position(&mut r)?;
+                let contents = &frames[1..];
+                // The offsets must fit: `first + contents.len() - 1` is the last one.
+                if first.checked_add(contents.len() as u64 - 1).is_none() {
+                    return Err(MalformedError::OffsetOverflow.into());
+                }
+                if let Some(big) = contents.iter().find(|c| c.len() > limits.max_content) {
+                    return Err(LimitError::ContentTooLarge {
+                        len: big.len(),
+                        max: limits.max_content,
+                    }
+                    .into());
+                }
+                Message::DirectRecords(DirectRecords {
+                    to,
+                    producer,
+                    topic,
+                    first,
+                    contents: contents.to_vec(),
                 })
             }
             Kind::DirectHead | Kind::DirectLowWater => {

@@ -17,11 +17,14 @@
 //!   (`'F'`, `'G'`) and to CONSUMER-HELLOs sent to it (`'W'` + its id). It answers FETCH with
 //!   DIRECT-RECORDs in ascending order, read from the engine lazily in chunks of
 //!   [`StoreReaderConfig::read_chunk`] records (so an answer of a million records holds one
-//!   chunk in memory), GET-HEADS and CONSUMER-HELLO with one DIRECT-HEAD per partition of the
-//!   topic it holds (preceded by a DIRECT-LOW-WATER, an extension, when retention dropped the
-//!   partition's first records), HEADS-QUERY (an extension, `'Q'`) the same way followed by a
-//!   HEADS-END, and a `'L'` + consumer subscription reaching its XPUB with STORE-HELLO. It
-//!   ignores FETCHes from its own writer (the reference does too).
+//!   chunk in memory); a node whose `'B'` + id subscription reached the XPUB (ours, not the
+//!   reference's) gets them as DIRECT-RECORDS instead, runs of records of at most
+//!   [`StoreReaderConfig::batch_bytes`] of content each. GET-HEADS and CONSUMER-HELLO with
+//!   one DIRECT-HEAD per partition of the topic it holds (preceded by a DIRECT-LOW-WATER, an
+//!   extension, when retention dropped the partition's first records), HEADS-QUERY (an
+//!   extension, `'Q'`) the same way followed by a HEADS-END, and a `'L'` + consumer
+//!   subscription reaching its XPUB with STORE-HELLO. It ignores FETCHes from its own writer
+//!   (the reference does too).
 //!
 //! # Engine access
 //!
@@ -45,8 +48,8 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectLowWater, DirectRecord, Fetch, Head, HeadsEnd, Kind, Message, Record,
-    StoreAck, StoreHello,
+    Ack, DirectHead, DirectLowWater, DirectRecord, DirectRecords, Fetch, Head, HeadsEnd, Kind,
+    Message, Record, StoreAck, StoreHello,
 };
 use crate::retry::{self, Gapped, Partitions, Retry};
 use crate::subscription;
@@ -387,10 +390,15 @@ pub struct StoreReaderConfig {
     pub max_pending_answers: usize,
     /// Most messages (DIRECT-HEADs, STORE-HELLOs) queued; further requests are dropped.
     pub max_queued: usize,
+    /// Most content bytes in one DIRECT-RECORDS (a larger record goes alone). A sender's HWM
+    /// counts messages, so this also bounds what a run of records can hold up in a pipe: as
+    /// much as one DIRECT-RECORD of this size.
+    pub batch_bytes: usize,
 }
 
 impl StoreReaderConfig {
-    /// Defaults: chunks of 1024 records, 256 pending answers, 65 536 queued messages.
+    /// Defaults: chunks of 1024 records, 256 pending answers, 65 536 queued messages,
+    /// DIRECT-RECORDS of at most 16 KiB of content.
     pub fn new(id: NodeId, writer: NodeId) -> Self {
         StoreReaderConfig {
             id,
@@ -398,7 +406,30 @@ impl StoreReaderConfig {
             read_chunk: 1024,
             max_pending_answers: 256,
             max_queued: 65_536,
+            batch_bytes: 16 << 10,
         }
+    }
+}
+
+/// A DIRECT-RECORDS being filled from a chunk read for an [`Answer`].
+#[derive(Debug, Default)]
+struct Run {
+    first: u64,
+    bytes: usize,
+    contents: Vec<Bytes>,
+}
+
+impl Run {
+    /// The DIRECT-RECORDS of the records gathered; the run is left empty.
+    fn take(&mut self, answer: &Answer) -> Message {
+        self.bytes = 0;
+        Message::DirectRecords(DirectRecords {
+            to: answer.to,
+            producer: answer.producer,
+            topic: answer.topic.clone(),
+            first: self.first,
+            contents: std::mem::take(&mut self.contents),
+        })
     }
 }
 
@@ -421,21 +452,26 @@ pub struct StoreReader {
     transmit: VecDeque<Message>,
     dropped: u64,
     read_errors: u64,
-    /// Per consumer, which of `'E'`, `'O'`, `'R'` + its id reached the XPUB (bits 0, 1, 2):
-    /// a HEADS-END goes only to a consumer that receives the answers it follows.
+    /// Per consumer, which of `'E'`, `'O'`, `'R'`, `'B'` + its id reached the XPUB (bits 0 to
+    /// 3): a HEADS-END goes only to a consumer that receives the answers it follows, and
+    /// DIRECT-RECORDS only to one that receives them.
     listening: HashMap<NodeId, u8>,
 }
 
 /// Most consumers a [`StoreReader`] tracks the subscriptions of (HEADS-END); past it, new
 /// consumers get no HEADS-END and wait for late answers instead.
 pub const MAX_LISTENING: usize = 4096;
-const LISTENS_ALL: u8 = 0b111;
+/// `'E'`, `'O'` and `'R'`: every answer to a HEADS-QUERY.
+const LISTENS_HEADS: u8 = 0b0111;
+/// `'B'`: DIRECT-RECORDS.
+const LISTENS_RUNS: u8 = 0b1000;
 
 fn listen_bit(kind: Kind) -> Option<u8> {
     match kind {
-        Kind::DirectHead => Some(0b001),
-        Kind::DirectLowWater => Some(0b010),
-        Kind::HeadsEnd => Some(0b100),
+        Kind::DirectHead => Some(0b0001),
+        Kind::DirectLowWater => Some(0b0010),
+        Kind::HeadsEnd => Some(0b0100),
+        Kind::DirectRecords => Some(LISTENS_RUNS),
         _ => None,
     }
 }
@@ -498,7 +534,10 @@ impl StoreReader {
                 // then waits as for a reference store.
                 let dropped = self.dropped;
                 self.heads(&q.topic, q.consumer, log);
-                let listens = self.listening.get(&q.consumer) == Some(&LISTENS_ALL);
+                let listens = self
+                    .listening
+                    .get(&q.consumer)
+                    .is_some_and(|bits| bits & LISTENS_HEADS == LISTENS_HEADS);
                 if listens && self.dropped == dropped {
                     self.queue(Message::HeadsEnd(HeadsEnd {
                         to: q.consumer,
@@ -526,7 +565,8 @@ impl StoreReader {
     }
 
     /// A subscription that reached the reader's XPUB: `'L'` + consumer asks for STORE-HELLO;
-    /// `'E'`, `'O'` and `'R'` + consumer are noted (HEADS-END).
+    /// `'E'`, `'O'` and `'R'` + consumer are noted (HEADS-END), and `'B'` + consumer
+    /// (DIRECT-RECORDS).
     pub fn handle_subscription(&mut self, prefix: &[u8]) {
         match subscription::parse_node(prefix) {
             Some((Kind::StoreHello, consumer)) => self.queue(Message::StoreHello(StoreHello {
@@ -546,7 +586,8 @@ impl StoreReader {
     }
 
     /// A subscription cancelled on the reader's XPUB (every subscriber of it gone): a consumer
-    /// no longer receiving `'E'`, `'O'` or `'R'` gets no HEADS-END.
+    /// no longer receiving `'E'`, `'O'` or `'R'` gets no HEADS-END, one no longer receiving
+    /// `'B'` DIRECT-RECORDs again.
     pub fn handle_unsubscription(&mut self, prefix: &[u8]) {
         if let Some((kind, consumer)) = subscription::parse_node(prefix)
             && let Some(bit) = listen_bit(kind)
@@ -667,6 +708,11 @@ impl StoreReader {
                 .min(self.config.read_chunk);
             match log.read(&answer.topic, &answer.producer, answer.next, want) {
                 Ok(records) => {
+                    let runs = self
+                        .listening
+                        .get(&answer.to)
+                        .is_some_and(|bits| bits & LISTENS_RUNS != 0);
+                    let mut run = Run::default();
                     let mut expected = answer.next;
                     for (offset, content) in records {
                         // Only the contiguous run from the offset asked for: an answer never
@@ -675,15 +721,31 @@ impl StoreReader {
                             break;
                         }
                         expected += 1;
-                        self.chunk.push_back(Message::DirectRecord(DirectRecord {
-                            to: answer.to,
-                            record: Record {
-                                producer: answer.producer,
-                                topic: answer.topic.clone(),
-                                sequence: offset,
-                                content,
-                            },
-                        }));
+                        if !runs {
+                            self.chunk.push_back(Message::DirectRecord(DirectRecord {
+                                to: answer.to,
+                                record: Record {
+                                    producer: answer.producer,
+                                    topic: answer.topic.clone(),
+                                    sequence: offset,
+                                    content,
+                                },
+                            }));
+                            continue;
+                        }
+                        if !run.contents.is_empty()
+                            && run.bytes + content.len() > self.config.batch_bytes
+                        {
+                            self.chunk.push_back(run.take(answer));
+                        }
+                        if run.contents.is_empty() {
+                            run.first = offset;
+                        }
+                        run.bytes += content.len();
+                        run.contents.push(content);
+                    }
+                    if !run.contents.is_empty() {
+                        self.chunk.push_back(run.take(answer));
                     }
                     if expected == answer.next {
                         // Nothing there (retention went past it): give up on the rest.

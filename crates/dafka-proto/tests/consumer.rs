@@ -531,3 +531,58 @@ fn an_open_assign_subscribes() {
     assert_eq!(subs[1].as_ref(), b"Hgolden\0");
     assert_eq!(latest.topics(), &[topic("golden")]);
 }
+
+fn run(to: &str, first: u64, n: u64) -> Message {
+    Message::DirectRecords(dafka_proto::DirectRecords {
+        to: id(to),
+        producer: id(P1),
+        topic: topic("golden"),
+        first,
+        contents: (first..first + n)
+            .map(|s| Bytes::from(format!("golden-r{s:03}")))
+            .collect(),
+    })
+}
+
+/// DIRECT-RECORDS (our stores' answers to a consumer subscribed to `'B'` + its id) are taken
+/// as their records one after the other: a run ahead of the next offset is held, one that
+/// overlaps what was delivered has its duplicates dropped, a range read stops at its end; each
+/// value is that of its offset.
+#[test]
+fn runs_of_records_are_taken_record_by_record() {
+    let t0 = Instant::now();
+    let mut c = earliest();
+    assert!(c.subscriptions().contains(&subscription::node(
+        dafka_proto::Kind::DirectRecords,
+        &id(C1)
+    )));
+    c.handle_message(&run(C1, 3, 3), t0).unwrap();
+    assert_eq!(delivered(&mut c), vec![]);
+    assert_eq!(fetches(&mut c), vec![(0, 3)]);
+    c.handle_message(&run(C1, 0, 4), t0).unwrap();
+    let got: Vec<Delivery> = std::iter::from_fn(|| c.poll_record()).collect();
+    assert_eq!(
+        got.iter().map(|d| d.offset).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5]
+    );
+    for d in &got {
+        assert_eq!(d.content, Bytes::from(format!("golden-r{:03}", d.offset)));
+    }
+    assert_eq!((c.dropped(), c.reorder_bytes()), (1, 0));
+    assert_eq!(
+        c.handle_message(&run(C2, 6, 1), t0),
+        Err(PeerError::NotForUs {
+            kind: "DIRECT-RECORDS",
+            to: id(C2)
+        })
+    );
+
+    let mut a = assigned();
+    a.assign(topic("golden"), id(P1), 10, Some(20), t0);
+    sent(&mut a);
+    a.handle_message(&run(C1, 15, 10), t0).unwrap();
+    a.handle_message(&run(C1, 8, 7), t0).unwrap();
+    assert_eq!(delivered(&mut a), (10..20).collect::<Vec<_>>());
+    assert_eq!(a.dropped(), 5 + 2);
+    assert_eq!(a.poll_timeout(), None);
+}

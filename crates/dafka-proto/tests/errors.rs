@@ -85,6 +85,55 @@ fn frame_structure() {
     );
 }
 
+/// DIRECT-RECORDS (extension): frame 1 as DIRECT-RECORD's, then one frame per record, at
+/// least one; every content within the limit; offsets that fit in 64 bits.
+#[test]
+fn direct_records_frames_limits_and_offsets() {
+    let header = |first: u64| {
+        Bytes::from(
+            [
+                &b"B"[..],
+                C,
+                b"\x00\x01\x20",
+                P,
+                b"\x06golden",
+                &first.to_be_bytes(),
+            ]
+            .concat(),
+        )
+    };
+    let frames = vec![header(7), frame(&[b"a"]), frame(&[b""]), frame(&[b"ccc"])];
+    let Ok(Message::DirectRecords(d)) = decode(&frames) else {
+        panic!("{:?}", decode(&frames))
+    };
+    assert_eq!((d.first, d.topic.as_bytes()), (7, &b"golden"[..]));
+    assert_eq!(d.contents, frames[1..].to_vec());
+    assert_eq!(Message::DirectRecords(d).to_frames(), frames);
+    assert_eq!(
+        decode(&frames[..1]),
+        malformed(MalformedError::FrameCount {
+            kind: "DIRECT-RECORDS",
+            expected: 2,
+            got: 1
+        })
+    );
+    // The last record's offset is u64::MAX at most.
+    let mut last = frames.clone();
+    last[0] = header(u64::MAX - 2);
+    assert!(decode(&last).is_ok());
+    last[0] = header(u64::MAX - 1);
+    assert_eq!(decode(&last), malformed(MalformedError::OffsetOverflow));
+    // Any one content over the limit refuses the whole message.
+    let limits = Limits::DEFAULT.with_max_content(2);
+    assert_eq!(
+        Message::decode(&frames, &limits),
+        Err(DecodeError::Limit(LimitError::ContentTooLarge {
+            len: 3,
+            max: 2
+        }))
+    );
+}
+
 #[test]
 fn truncated_and_trailing_fields() {
     let full = head();

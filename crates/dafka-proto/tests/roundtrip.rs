@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use dafka_proto::{
-    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, Fetch, GetHeads,
-    Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon, NodeId, Record, StoreAck, StoreHello,
-    Topic, TowerBeacon,
+    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, DirectRecords,
+    Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon, NodeId, Record,
+    StoreAck, StoreHello, Topic, TowerBeacon,
 };
 use proptest::prelude::*;
 
@@ -95,6 +95,17 @@ fn message() -> impl Strategy<Value = Message> {
             .into()
         ),
         (node_id(), node_id()).prop_map(|(consumer, store)| StoreHello { consumer, store }.into()),
+        (node_id(), head(), prop::collection::vec(content(), 1..8)).prop_map(
+            |(to, h, contents)| DirectRecords {
+                to,
+                producer: h.producer,
+                topic: h.topic,
+                // Any first offset whose run still fits below 2^64.
+                first: h.sequence.min(u64::MAX - contents.len() as u64 + 1),
+                contents,
+            }
+            .into()
+        ),
     ]
 }
 
@@ -127,7 +138,10 @@ proptest! {
     #[test]
     fn messages_round_trip(m in message()) {
         let frames = m.to_frames();
-        prop_assert_eq!(frames.len(), m.kind().frames());
+        match &m {
+            Message::DirectRecords(d) => prop_assert_eq!(frames.len(), 1 + d.contents.len()),
+            _ => prop_assert_eq!(frames.len(), m.kind().frames()),
+        }
         prop_assert_eq!(frames[0].len(), m.header_len());
         prop_assert_eq!(Message::decode(&frames, &Limits::DEFAULT), Ok(m));
     }
@@ -169,6 +183,10 @@ proptest! {
             prop_assert_eq!(m.to_frames(), frames.clone());
             if let Some(content) = m.content() {
                 prop_assert!(content.len() <= 256);
+            }
+            if let Message::DirectRecords(d) = &m {
+                prop_assert!(d.contents.iter().all(|c| c.len() <= 256));
+                prop_assert!(d.first.checked_add(d.contents.len() as u64 - 1).is_some());
             }
             if let Message::ConsumerHello(c) = &m {
                 prop_assert!(c.topics.len() <= 4);

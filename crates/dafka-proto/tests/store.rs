@@ -15,7 +15,7 @@ use dafka_proto::{
     StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic, subscription,
 };
 
-use common::{C1, P1, Rng, S1_WRITER, S2_READER, S2_WRITER, id, topic};
+use common::{C1, C2, P1, Rng, S1_WRITER, S2_READER, S2_WRITER, id, topic};
 
 const S1_READER: &str = "C0AE384776F04AE29D3D0738F9CCD7A6";
 
@@ -366,6 +366,66 @@ fn fetch_is_answered_in_order_from_the_log_in_chunks() {
     assert!(sent_r(&mut r, &log).is_empty());
 }
 
+/// The runs of records in DIRECT-RECORDS answers: (to, offsets), each content checked.
+fn runs(messages: &[Message]) -> Vec<(NodeId, Vec<u64>)> {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::DirectRecords(d) => {
+                assert_eq!((d.producer, &d.topic), (id(P1), &topic("golden")));
+                let offsets: Vec<u64> = (d.first..).take(d.contents.len()).collect();
+                for (&o, c) in offsets.iter().zip(&d.contents) {
+                    assert_eq!(*c, record(o).content, "content of its own offset");
+                }
+                (d.to, offsets)
+            }
+            other => panic!("not a DIRECT-RECORDS: {other:?}"),
+        })
+        .collect()
+}
+
+/// A node whose `'B'` + id subscription reached the reader's XPUB (our consumers) gets its
+/// answers as DIRECT-RECORDS: runs of at most `batch_bytes` of content inside each chunk read,
+/// a record larger than that alone. Any other (a reference consumer, a store writer) gets
+/// DIRECT-RECORDs, and so does the first once its subscription is cancelled.
+#[test]
+fn fetch_is_answered_with_runs_to_a_node_that_subscribed_to_them() {
+    let log = log_with(10);
+    let len = record(0).content.len();
+    let mut cfg = StoreReaderConfig::new(id(S1_READER), id(S1_WRITER));
+    cfg.read_chunk = 4;
+    cfg.batch_bytes = 2 * len + 1;
+    let mut r = StoreReader::new(cfg).unwrap();
+    let runs_of_c1 = subscription::node(dafka_proto::Kind::DirectRecords, &id(C1));
+    r.handle_subscription(&runs_of_c1);
+    r.handle_message(&fetch(C1, 1, 100), &log).unwrap();
+    let want: Vec<(NodeId, Vec<u64>)> = [&[1, 2][..], &[3, 4], &[5, 6], &[7, 8], &[9]]
+        .iter()
+        .map(|o| (id(C1), o.to_vec()))
+        .collect();
+    assert_eq!(runs(&sent_r(&mut r, &log)), want);
+
+    r.handle_message(&fetch(C2, 8, 100), &log).unwrap();
+    assert_eq!(
+        direct_records(&sent_r(&mut r, &log)),
+        [(id(C2), 8), (id(C2), 9)]
+    );
+    r.handle_unsubscription(&runs_of_c1);
+    r.handle_message(&fetch(C1, 9, 1), &log).unwrap();
+    assert_eq!(direct_records(&sent_r(&mut r, &log)), [(id(C1), 9)]);
+
+    // Records larger than a run may hold go one by one.
+    let mut cfg = StoreReaderConfig::new(id(S1_READER), id(S1_WRITER));
+    cfg.batch_bytes = len - 1;
+    let mut r = StoreReader::new(cfg).unwrap();
+    r.handle_subscription(&runs_of_c1);
+    r.handle_message(&fetch(C1, 7, 2), &log).unwrap();
+    assert_eq!(
+        runs(&sent_r(&mut r, &log)),
+        [(id(C1), vec![7]), (id(C1), vec![8])]
+    );
+}
+
 /// Two consumers' answers pending at once take turns a chunk at a time: the second is not
 /// kept waiting until the first's whole range is sent (Spark's tasks read side by side).
 #[test]
@@ -497,6 +557,8 @@ struct Cluster {
     loss: u64,
     now: Instant,
     delivered: HashMap<usize, Vec<(NodeId, u64, Bytes)>>,
+    /// DIRECT-RECORDS that reached a node.
+    runs: usize,
 }
 
 impl Cluster {
@@ -576,6 +638,7 @@ impl Cluster {
                         let _ = r.handle_message(&m, &logs[*s]);
                     }
                     Node::Consumer(c) => {
+                        self.runs += usize::from(matches!(m, Message::DirectRecords(_)));
                         let _ = c.handle_message(&m, now);
                     }
                 }
@@ -639,6 +702,7 @@ fn cluster_replicates_and_serves_after_the_producers_are_gone() {
         loss: 10,
         now: t0,
         delivered: HashMap::new(),
+        runs: 0,
     };
     const N: u64 = 300;
     for n in 0..N {
@@ -680,10 +744,18 @@ fn cluster_replicates_and_serves_after_the_producers_are_gone() {
     let ci = c.nodes.len();
     c.nodes.push((Node::Consumer(consumer), subs));
     c.alive.push(true);
-    // The readers hear the consumer's `L` subscription (STORE-HELLO -> CONSUMER-HELLO).
+    // The readers hear the consumer's `L` subscription (STORE-HELLO -> CONSUMER-HELLO); the
+    // first one its `B` too: it answers with runs of records (DIRECT-RECORDS), the other
+    // record by record.
     for (node, _) in &mut c.nodes {
-        if let Node::Reader(r, _) = node {
+        if let Node::Reader(r, s) = node {
             r.handle_subscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
+            if *s == 0 {
+                r.handle_subscription(&subscription::node(
+                    dafka_proto::Kind::DirectRecords,
+                    &id(C1),
+                ));
+            }
         }
     }
     c.run(|c| {
@@ -707,6 +779,7 @@ fn cluster_replicates_and_serves_after_the_producers_are_gone() {
         c.step();
     }
     assert_eq!(c.delivered[&ci].len(), 2 * N as usize);
+    assert!(c.runs > 0, "the first reader answered with DIRECT-RECORDS");
 }
 
 /// Extension: after retention a store sends DIRECT-LOW-WATER before DIRECT-HEAD, and an
