@@ -214,17 +214,19 @@ impl Consumer {
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
-    /// `'D'`, `'E'`, `'L'` and (the extensions) `'O'`, `'R'` and `'B'` + its id. The last
-    /// one, reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
+    /// `'D'`, `'E'`, `'L'` and (the extensions) `'B'`, `'O'` and `'R'` + its id. `'B'`,
+    /// reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
     pub fn subscriptions(&self) -> [Bytes; 6] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
+            // Before `'L'`: a store reader that says hello (and so gets FETCHes answered)
+            // has seen it, and answers with runs from the first FETCH on.
+            subscription::node(Kind::DirectRecords, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
             subscription::node(Kind::DirectLowWater, id),
             subscription::node(Kind::HeadsEnd, id),
-            subscription::node(Kind::DirectRecords, id),
         ]
     }
 
@@ -376,7 +378,7 @@ impl Consumer {
             Message::StoreHello(s) => {
                 self.check_to(Kind::StoreHello, &s.consumer)?;
                 self.hello(s.store);
-                self.heard(s.store, false);
+                self.heard(s.store, false, now);
                 Ok(())
             }
             // Not for a consumer: the driver's subscriptions never let these through.
@@ -386,10 +388,10 @@ impl Consumer {
 
     /// A subscription reached the consumer's XPUB: `'W'` + a store reader's id asks for a
     /// CONSUMER-HELLO. Every other subscription is ignored.
-    pub fn handle_subscription(&mut self, subscription: &[u8]) {
+    pub fn handle_subscription(&mut self, subscription: &[u8], now: Instant) {
         if let Some((Kind::ConsumerHello, store)) = subscription::parse_node(subscription) {
             self.hello(store);
-            self.heard(store, true);
+            self.heard(store, true, now);
         }
     }
 
@@ -474,8 +476,11 @@ impl Consumer {
     }
 
     /// Notes a store reader seen through its subscription (`by`: it hears us) or its
-    /// STORE-HELLO; once it is both, every running query is sent again so it answers them.
-    fn heard(&mut self, store: NodeId, by: bool) {
+    /// STORE-HELLO; once it is both, every running query is sent again so it answers them,
+    /// and every gap is FETCHed at once with its backoff restarted: FETCHes sent before any
+    /// store heard us went nowhere, and their retry could be up to `fetch_retry_max` away (a
+    /// new reader's first range waited 0.6 to 1.4 s for it).
+    fn heard(&mut self, store: NodeId, by: bool, now: Instant) {
         if !by && self.heard_from.len() >= MAX_STORES {
             // Full of readers that said hello: forget those that no longer hear us (gone).
             let live = &self.heard_by;
@@ -498,6 +503,8 @@ impl Consumer {
             for (topic, number) in running {
                 self.ask_heads(topic, number);
             }
+            let (first, id) = (self.config.fetch_retry, self.config.id);
+            retry::fetch_all_now(&mut self.partitions, now, first, id, &mut self.transmit);
         }
     }
 

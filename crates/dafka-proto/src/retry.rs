@@ -167,6 +167,24 @@ pub(crate) fn retry_due<P: Gapped>(
     }
 }
 
+/// Queues on `transmit` a FETCH of every partition's gap now, with its backoff restarted at
+/// `first` (a store that can answer them just became reachable).
+pub(crate) fn fetch_all_now<P: Gapped>(
+    partitions: &mut Partitions<P>,
+    now: Instant,
+    first: Duration,
+    sender: NodeId,
+    transmit: &mut VecDeque<Message>,
+) {
+    for ((topic, producer), p) in partitions {
+        *p.retry() = None;
+        let gap = p.gap();
+        if let Some((from, end)) = Retry::on_change(p.retry(), gap, now, first) {
+            transmit.push_back(fetch_for(sender, topic, *producer, from, end));
+        }
+    }
+}
+
 /// The earliest FETCH retry of `partitions`.
 pub(crate) fn earliest<P: Gapped>(partitions: &Partitions<P>) -> Option<Instant> {
     partitions.values().filter_map(Gapped::retry_at).min()

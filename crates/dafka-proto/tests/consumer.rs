@@ -288,10 +288,10 @@ fn hellos_list_the_topics() {
     let t0 = Instant::now();
     let mut c = consumer(C1, OffsetReset::Latest);
     // A store reader's subscription W<reader> reaching our XPUB asks for a CONSUMER-HELLO.
-    c.handle_subscription(&subscription::node(
-        dafka_proto::Kind::ConsumerHello,
-        &id(S2_READER),
-    ));
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S2_READER)),
+        Instant::now(),
+    );
     // As captured: C1 -> S2.reader listing "golden".
     let captured = common::find("CONSUMER-HELLO", &[("topic_prefix", S2_READER)]);
     let out = sent(&mut c);
@@ -306,8 +306,8 @@ fn hellos_list_the_topics() {
         t0,
     )
     .unwrap();
-    c.handle_subscription(b"Mgolden");
-    c.handle_subscription(b"");
+    c.handle_subscription(b"Mgolden", Instant::now());
+    c.handle_subscription(b"", Instant::now());
     let out = sent(&mut c);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].to_frames(), captured.frames);
@@ -585,4 +585,41 @@ fn runs_of_records_are_taken_record_by_record() {
     assert_eq!(delivered(&mut a), (10..20).collect::<Vec<_>>());
     assert_eq!(a.dropped(), 5 + 2);
     assert_eq!(a.poll_timeout(), None);
+}
+
+/// The FETCHes a consumer sends before any store hears it go nowhere: when a store reader
+/// becomes reachable both ways (its `'W'` subscription seen, its STORE-HELLO received), every
+/// gap is FETCHed again at once with its backoff restarted, not at a retry up to
+/// `fetch_retry_max` away.
+#[test]
+fn gaps_are_fetched_again_when_a_store_becomes_reachable() {
+    let t0 = Instant::now();
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), 0, Some(50), t0);
+    sent(&mut c);
+    // Nobody answered: the retries back off to 1.6 s.
+    let mut t = t0;
+    for _ in 0..4 {
+        t = c.poll_timeout().unwrap();
+        c.handle_timeout(t);
+        assert_eq!(fetches(&mut c), vec![(0, 50)]);
+    }
+    assert_eq!(c.poll_timeout(), Some(t + Duration::from_millis(3200)));
+    let later = t + Duration::from_millis(10);
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S2_READER)),
+        later,
+    );
+    assert!(matches!(&sent(&mut c)[..], [Message::ConsumerHello(_)]));
+    let hello = Message::StoreHello(StoreHello {
+        consumer: id(C1),
+        store: id(S2_READER),
+    });
+    c.handle_message(&hello, later).unwrap();
+    let out = sent(&mut c);
+    let [Message::ConsumerHello(_), Message::Fetch(f)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!((f.sequence, f.count), (0, 50));
+    assert_eq!(c.poll_timeout(), Some(later + Duration::from_millis(200)));
 }

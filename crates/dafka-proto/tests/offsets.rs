@@ -71,10 +71,10 @@ fn to_consumer(r: &mut StoreReader, log: &MapLog, c: &mut Consumer, now: Instant
 /// Makes reader `r` reachable both ways: its `'W'` + id subscription reaches the consumer, the
 /// consumer's `'L'` + id reaches it (STORE-HELLO back).
 fn connect(c: &mut Consumer, r: &mut StoreReader, me: &str, log: &MapLog, now: Instant) {
-    c.handle_subscription(&subscription::node(
-        dafka_proto::Kind::ConsumerHello,
-        &id(me),
-    ));
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(me)),
+        Instant::now(),
+    );
     r.handle_subscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
     to_consumer(r, log, c, now);
 }
@@ -256,10 +256,10 @@ fn two_stores_give_the_highest_head_and_low_water() {
 fn reachable_needs_both_directions_and_answers_to_others_are_refused() {
     let now = Instant::now();
     let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
-    c.handle_subscription(&subscription::node(
-        dafka_proto::Kind::ConsumerHello,
-        &id(S1_READER),
-    ));
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S1_READER)),
+        Instant::now(),
+    );
     assert_eq!(
         c.stores_reachable(),
         0,
@@ -298,10 +298,10 @@ fn a_store_reader_whose_subscription_is_cancelled_is_no_longer_reachable() {
     // It reconnects: its `'W'` comes back and it counts again (its hello was heard before).
     c.query_offsets(golden.clone());
     while c.poll_transmit().is_some() {}
-    c.handle_subscription(&subscription::node(
-        dafka_proto::Kind::ConsumerHello,
-        &id(S1_READER),
-    ));
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S1_READER)),
+        Instant::now(),
+    );
     assert_eq!(c.stores_reachable(), 1);
     // And the running query is sent again to it.
     to_reader(&mut c, &mut r, &log);

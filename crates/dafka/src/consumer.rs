@@ -497,8 +497,8 @@ impl Role for ConsumerRole {
         }
     }
 
-    fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {
-        self.shared.lock().consumer.handle_subscription(prefix);
+    fn on_subscription(&mut self, prefix: &[u8], now: Instant) {
+        self.shared.lock().consumer.handle_subscription(prefix, now);
     }
 
     fn on_unsubscription(&mut self, prefix: &[u8]) {

@@ -11,7 +11,10 @@
 //!
 //! The node beacons its publisher at once, again each time a tower's XSUB subscribes to `"B"`
 //! (the reference's first beacon is often lost because it goes out before that subscription
-//! arrives), and every [`NodeConfig::beacon_interval`]. A peer not heard of for
+//! arrives), every [`NodeConfig::beacon_interval`], and soon after a tower announces a peer it
+//! did not know (at most once per [`ANSWER_BEACON_GAP`]): the newcomer then learns of it at
+//! once instead of at its next periodic beacon, up to a whole interval later (a Spark task's
+//! new reader waited about 1 s for the store's beacon before it could read). A peer not heard of for
 //! [`NodeConfig::peer_timeout`] is disconnected. Undecodable input and messages a state
 //! machine refuses are dropped, counted in [`NodeStats`] and logged at WARN, at most
 //! [`LOG_BURST`] lines a second.
@@ -34,6 +37,9 @@ use crate::zre_discovery::{Change, ZreCluster, ZreDiscovery};
 
 /// Most malformed-input warnings logged per second; the rest are counted and summed up.
 pub const LOG_BURST: u32 = 10;
+
+/// Least time between a beacon and the one that answers a newcomer (see the module docs).
+pub const ANSWER_BEACON_GAP: Duration = Duration::from_millis(100);
 
 /// Messages taken from a socket per wake-up.
 const BATCH: usize = 1024;
@@ -515,6 +521,8 @@ pub(crate) struct Plumbing {
     pub(crate) subscriber: Socket,
     peers: HashMap<NodeId, Peer>,
     next_beacon: Instant,
+    /// When the last beacon went out.
+    last_beacon: Option<Instant>,
     /// When silent peers are looked for next (every beacon interval).
     next_sweep: Instant,
     log: LogLimiter,
@@ -599,6 +607,7 @@ impl Plumbing {
             subscriber,
             peers: HashMap::new(),
             next_beacon: now,
+            last_beacon: None,
             next_sweep: now,
             log: LogLimiter::new(now),
             stats: Arc::new(NodeStats::default()),
@@ -618,6 +627,17 @@ impl Plumbing {
     fn send_beacon(&mut self, now: Instant) {
         let _ = self.beacon_pub.try_send(self.beacon.clone().into());
         self.next_beacon = now + self.config.beacon_interval;
+        self.last_beacon = Some(now);
+    }
+
+    /// A tower announced a peer new to us: beacon soon, so that it hears of us too (at once,
+    /// or [`ANSWER_BEACON_GAP`] after the last beacon: a node meeting many peers at once, or
+    /// many newcomers, beacons a few times, not once per peer).
+    fn answer_newcomer(&mut self, now: Instant) {
+        let soon = self
+            .last_beacon
+            .map_or(now, |last| (last + ANSWER_BEACON_GAP).max(now));
+        self.next_beacon = self.next_beacon.min(soon);
     }
 
     async fn on_beacon(&mut self, frames: &[Bytes], now: Instant) {
@@ -676,6 +696,9 @@ impl Plumbing {
             return;
         }
         tracing::debug!(peer = %node, endpoint = %endpoint, "peer connected");
+        if !by_zre {
+            self.answer_newcomer(now);
+        }
         self.peers.insert(
             node,
             Peer {

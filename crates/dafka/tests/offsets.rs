@@ -218,3 +218,50 @@ async fn assign_reads_a_range_of_one_partition_from_the_store_only() {
     store.close().await;
     tower.close().await;
 }
+
+/// A node that hears of a new peer from a tower beacons soon after (not at its next periodic
+/// beacon): with beacons every 30 s, a reader started after the store still reaches it (both
+/// ways: the offsets query needs the store's STORE-HELLO) within a few seconds, and reads a
+/// range at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_reaches_a_store_long_before_its_next_beacon() {
+    let (tower, towers) = tower().await;
+    let slow = || {
+        dafka_node::NodeConfig::new(towers.to_vec())
+            .with_beacon_interval(Duration::from_secs(30))
+            .with_peer_timeout(Duration::from_secs(60))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions::with_sync(SyncPolicy::Never);
+    let store = StoreNode::open(dir.path(), slow(), options).await.unwrap();
+    let p = ProducerNode::start("newcomer", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    p.send_many((0..10u8).map(|i| bytes::Bytes::from(vec![i])))
+        .await
+        .unwrap();
+    p.flush(Some(PATIENCE)).await.unwrap();
+    let partition = p.partition();
+    p.close().await;
+    // The store's first beacons are long gone when the reader arrives.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let options = ConsumerOptions::default().with_offset_reset(OffsetReset::Assigned);
+    let reader = ConsumerNode::start(&[], slow(), options).await.unwrap();
+    let started = Instant::now();
+    let bounds = reader
+        .offsets("newcomer", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(bounds, vec![(partition, Bounds { low: 0, end: 10 })]);
+    reader.assign("newcomer", partition, 0, Some(10)).unwrap();
+    let got = reader.poll(10, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(got.len(), 10);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    reader.close().await;
+    store.close().await;
+    tower.close().await;
+}
