@@ -159,12 +159,10 @@ pub(crate) fn retry_due<P: Gapped>(
     sender: NodeId,
     transmit: &mut VecDeque<Message>,
 ) {
-    for ((topic, producer), p) in partitions {
+    fetch_each(partitions, sender, transmit, |p| {
         let gap = p.gap();
-        if let Some((from, end)) = Retry::on_timeout(p.retry(), gap, now, max) {
-            transmit.push_back(fetch_for(sender, topic, *producer, from, end));
-        }
-    }
+        Retry::on_timeout(p.retry(), gap, now, max)
+    });
 }
 
 /// Queues on `transmit` a FETCH of every partition's gap now, with its backoff restarted at
@@ -176,10 +174,22 @@ pub(crate) fn fetch_all_now<P: Gapped>(
     sender: NodeId,
     transmit: &mut VecDeque<Message>,
 ) {
-    for ((topic, producer), p) in partitions {
+    fetch_each(partitions, sender, transmit, |p| {
         *p.retry() = None;
         let gap = p.gap();
-        if let Some((from, end)) = Retry::on_change(p.retry(), gap, now, first) {
+        Retry::on_change(p.retry(), gap, now, first)
+    });
+}
+
+/// Queues a FETCH (from `sender`) of the range `fetch` picks for each partition, if any.
+fn fetch_each<P: Gapped>(
+    partitions: &mut Partitions<P>,
+    sender: NodeId,
+    transmit: &mut VecDeque<Message>,
+    mut fetch: impl FnMut(&mut P) -> Option<(u64, u64)>,
+) {
+    for ((topic, producer), p) in partitions {
+        if let Some((from, end)) = fetch(p) {
             transmit.push_back(fetch_for(sender, topic, *producer, from, end));
         }
     }
