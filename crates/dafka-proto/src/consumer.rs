@@ -72,11 +72,17 @@ pub struct ConsumerConfig {
     pub fetch_retry_max: Duration,
     /// Most partitions tracked; messages of further partitions are refused.
     pub max_partitions: usize,
+    /// How often a consumer asks the stores for its topics' heads again (GET-HEADS), from the
+    /// moment a store is reachable: one that missed a partition's last records and also its
+    /// producer's last HEAD (both dropped at a full pipe, the producer gone since) learns of
+    /// them from the stores, instead of waiting for a HEAD that never comes. Zero: never.
+    pub heads_refresh: Duration,
 }
 
 impl ConsumerConfig {
     /// Defaults: offset reset "latest", 4096 records per partition and 64 MiB held out of
-    /// order, FETCH retried after 200 ms doubling up to 5 s, 65 536 partitions.
+    /// order, FETCH retried after 200 ms doubling up to 5 s, 65 536 partitions, heads asked
+    /// again every 5 s.
     pub fn new(id: NodeId) -> Self {
         ConsumerConfig {
             id,
@@ -86,6 +92,7 @@ impl ConsumerConfig {
             fetch_retry: Duration::from_millis(200),
             fetch_retry_max: Duration::from_secs(5),
             max_partitions: 65_536,
+            heads_refresh: Duration::from_secs(5),
         }
     }
 
@@ -169,6 +176,9 @@ pub struct Consumer {
     /// received (we hear it). Bounded by [`MAX_STORES`].
     heard_by: HashSet<NodeId>,
     heard_from: HashSet<NodeId>,
+    /// When the topics' heads are asked for again ([`ConsumerConfig::heads_refresh`]); set
+    /// once a store is reachable.
+    next_heads: Option<Instant>,
 }
 
 /// A running offsets query.
@@ -210,6 +220,7 @@ impl Consumer {
             next_query: 0,
             heard_by: HashSet::new(),
             heard_from: HashSet::new(),
+            next_heads: None,
         })
     }
 
@@ -505,6 +516,9 @@ impl Consumer {
             }
             let (first, id) = (self.config.fetch_retry, self.config.id);
             retry::fetch_all_now(&mut self.partitions, now, first, id, &mut self.transmit);
+            if self.next_heads.is_none() && !self.config.heads_refresh.is_zero() {
+                self.next_heads = Some(now + self.config.heads_refresh);
+            }
         }
     }
 
@@ -744,15 +758,29 @@ impl Consumer {
         );
     }
 
-    /// Retries every FETCH whose time has come, doubling its backoff.
+    /// Retries every FETCH whose time has come, doubling its backoff; asks the stores for the
+    /// topics' heads again when that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
         let (max, id) = (self.config.fetch_retry_max, self.config.id);
         retry::retry_due(&mut self.partitions, now, max, id, &mut self.transmit);
+        if self.next_heads.is_some_and(|at| now >= at) {
+            self.next_heads = Some(now + self.config.heads_refresh);
+            for topic in &self.topics {
+                self.transmit.push_back(Message::GetHeads(GetHeads {
+                    topic: topic.clone(),
+                    consumer: id,
+                }));
+            }
+        }
     }
 
-    /// The earliest FETCH retry.
+    /// The earliest FETCH retry, or the next time the topics' heads are asked for.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        retry::earliest(&self.partitions)
+        let retry = retry::earliest(&self.partitions);
+        match (retry, self.next_heads) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next message to publish (FETCH, GET-HEADS, CONSUMER-HELLO).

@@ -499,14 +499,10 @@ fn an_assigned_range_follows_the_low_water_mark() {
     let mut c = assigned();
     c.assign(topic("golden"), id(P1), 0, Some(8), t0);
     sent(&mut c);
-    let low = Message::DirectLowWater(dafka_proto::DirectLowWater {
-        to: id(C1),
-        low: Head {
-            producer: id(P1),
-            topic: topic("golden"),
-            sequence: 5,
-        },
-    });
+    let Message::Head(low) = head(5) else {
+        unreachable!()
+    };
+    let low = Message::DirectLowWater(dafka_proto::DirectLowWater { to: id(C1), low });
     c.handle_message(&low, t0).unwrap();
     assert_eq!(fetches(&mut c), vec![(5, 3)]);
     for seq in 5..9 {
@@ -622,4 +618,49 @@ fn gaps_are_fetched_again_when_a_store_becomes_reachable() {
     };
     assert_eq!((f.sequence, f.count), (0, 50));
     assert_eq!(c.poll_timeout(), Some(later + Duration::from_millis(200)));
+}
+
+/// A consumer that missed a partition's last records and its producer's last HEAD (the
+/// producer gone) asks the stores for the heads again every `heads_refresh` once a store is
+/// reachable, and FETCHes the tail their answer reveals.
+#[test]
+fn heads_are_asked_for_again_so_a_lost_tail_is_found() {
+    let t0 = Instant::now();
+    let mut c = earliest();
+    feed(&mut c, &[0, 1, 2, 3, 4], t0);
+    assert_eq!(delivered(&mut c), vec![0, 1, 2, 3, 4]);
+    // Records 5..10 and the last HEAD were lost; nothing is due.
+    assert_eq!(c.poll_timeout(), None);
+    let reachable = t0 + Duration::from_millis(100);
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S2_READER)),
+        reachable,
+    );
+    let hello = Message::StoreHello(StoreHello {
+        consumer: id(C1),
+        store: id(S2_READER),
+    });
+    c.handle_message(&hello, reachable).unwrap();
+    sent(&mut c);
+    let due = reachable + Duration::from_secs(5);
+    assert_eq!(c.poll_timeout(), Some(due));
+    c.handle_timeout(due - Duration::from_millis(1));
+    assert!(sent(&mut c).is_empty());
+    c.handle_timeout(due);
+    let out = sent(&mut c);
+    let [Message::GetHeads(g)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!((&g.topic, g.consumer), (&topic("golden"), id(C1)));
+    assert_eq!(c.poll_timeout(), Some(due + Duration::from_secs(5)));
+    // The store's answer: the partition ends at 9.
+    let Message::Head(last) = head(9) else {
+        unreachable!()
+    };
+    let answer = Message::DirectHead(dafka_proto::DirectHead {
+        to: id(C1),
+        head: last,
+    });
+    c.handle_message(&answer, due).unwrap();
+    assert_eq!(fetches(&mut c), vec![(5, 5)]);
 }
