@@ -331,13 +331,12 @@ def _gone(topic: str, partition: str, first: int, end: int) -> DafkaError:
 
 
 def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
-    """The records of one range, as the Rust consumer's Arrow batches (sliced, never
-    rebuilt in Python). Records the stores no longer hold (retention) are noticed at once:
-    the DIRECT-LOW-WATER a store answers moves the reader's position past them, so an empty
-    poll with the position above the next offset expected means they are gone; the task then
-    fails naming failOnDataLoss, or (failOnDataLoss=false) goes on with what remains."""
-    import pyarrow.compute as pc
-
+    """The records of one range, as the Rust consumer's Arrow batches (never touched in
+    Python: the reader delivers the range and nothing past it). Records the stores no longer
+    hold (retention) are noticed at once: the DIRECT-LOW-WATER a store answers moves the
+    reader's position past them, so an empty poll with the position above the next offset
+    expected means they are gone; the task then fails naming failOnDataLoss, or
+    (failOnDataLoss=false) goes on with what remains."""
     started = time.monotonic()
     cached = o.towers in _READERS
     reader = _reader(o.towers, part.topic, o.offsets_timeout)
@@ -378,8 +377,7 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
                     at = int((steps[1:] - steps[:-1] != 1).argmax())
                     lo, hi = int(steps[at]) + 1, int(steps[at + 1])
                 raise _gone(part.topic, part.partition, lo, min(hi, part.end))
-            if last >= part.end:
-                batch = batch.filter(pc.less(offsets, part.end))
+            # The reader delivers nothing past the range's end (a range read): no filter.
             expected = last + 1
             if first_batch:
                 first_batch = False
