@@ -76,4 +76,5 @@ pub use message::{
     VERSION,
 };
 pub use producer::{Producer, ProducerConfig};
+pub use retry::FETCH_WINDOW;
 pub use store::{StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig};

@@ -2,6 +2,14 @@
 //! new gap is FETCHed at once, then again on a timer whose delay doubles (from `first` up to
 //! `max`) while the gap stays; progress inside the range asked for restarts the timer instead
 //! of asking again (a long answer streaming in is not asked for record by record).
+//!
+//! A FETCH asks for at most [`FETCH_WINDOW`] records; once half of them is in, the next
+//! window is asked for if the gap goes on for at least half a window more (so a long answer
+//! streams on without a pause). A publisher never
+//! waits for a slow subscriber, and a store reader answers as fast as it reads: without the
+//! window a consumer catching up on millions of records had the whole answer queued in the
+//! store towards it (a publisher's HWM counts messages, and a DIRECT-RECORDS carries a run of
+//! records). With it, at most one and a half windows per partition are on their way.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -15,6 +23,14 @@ use crate::message::{Fetch, Message};
 /// map never holds more than `max_partitions` entries, which bounds what keys chosen to
 /// collide could cost.
 pub(crate) type Partitions<P> = HashMap<(Topic, NodeId), P, foldhash::fast::RandomState>;
+
+/// Most records one FETCH asks for; the next window is asked for once half of one is in.
+pub const FETCH_WINDOW: u64 = 65_536;
+
+/// The first window of the gap `from..end`.
+fn window(from: u64, end: u64) -> u64 {
+    end.min(from.saturating_add(FETCH_WINDOW))
+}
 
 /// The FETCH state of a partition with a gap.
 #[derive(Debug, Clone, Copy)]
@@ -56,8 +72,17 @@ impl Retry {
             if from > r.from {
                 *r = Retry::new(from, r.end, now + first, first);
             }
+            // Half of a window still to come and at least as much beyond it: ask for the next
+            // window now (a gap growing record by record, live records arriving while it is
+            // being answered, is asked for once reached, as before).
+            if r.end - from <= FETCH_WINDOW / 2 && end.saturating_sub(r.end) >= FETCH_WINDOW / 2 {
+                let ask = (r.end, window(r.end, end));
+                r.end = ask.1;
+                return Some(ask);
+            }
             return None;
         }
+        let end = window(from, end);
         *slot = Some(Retry::new(from, end, now + first, first));
         Some((from, end))
     }
@@ -79,6 +104,7 @@ impl Retry {
             return None;
         };
         let backoff = (retry.backoff * 2).min(max);
+        let end = window(from, end);
         *slot = Some(Retry::new(from, end, now + backoff, backoff));
         Some((from, end))
     }

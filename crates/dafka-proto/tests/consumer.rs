@@ -664,3 +664,33 @@ fn heads_are_asked_for_again_so_a_lost_tail_is_found() {
     c.handle_message(&answer, due).unwrap();
     assert_eq!(fetches(&mut c), vec![(5, 5)]);
 }
+
+/// A long gap is asked for a window at a time: the first FETCH asks for `FETCH_WINDOW`
+/// records, and the next window goes out once half of the last one is in, so at most one and
+/// a half windows are on their way (a store answers as fast as it reads).
+#[test]
+fn a_long_gap_is_fetched_a_window_at_a_time() {
+    use dafka_proto::FETCH_WINDOW as W;
+    let t0 = Instant::now();
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), 0, Some(3 * W), t0);
+    let out = sent(&mut c);
+    let [Message::GetHeads(_), Message::Fetch(f)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!((f.sequence, u64::from(f.count)), (0, W));
+    // Just short of half the window: nothing more asked for.
+    c.handle_message(&run(C1, 0, W / 2 - 1), t0).unwrap();
+    assert_eq!(fetches(&mut c), vec![]);
+    c.handle_message(&run(C1, W / 2 - 1, 1), t0).unwrap();
+    assert_eq!(fetches(&mut c), vec![(W, W as u32)]);
+    c.handle_message(&run(C1, W / 2, W + W / 2), t0).unwrap();
+    assert_eq!(fetches(&mut c), vec![(2 * W, W as u32)]);
+    // A retry asks again from the next offset, a window at most.
+    let retry = c.poll_timeout().unwrap();
+    c.handle_timeout(retry);
+    assert_eq!(fetches(&mut c), vec![(2 * W, W as u32)]);
+    c.handle_message(&run(C1, 2 * W, W), t0).unwrap();
+    assert_eq!(delivered(&mut c).len() as u64, 3 * W);
+    assert_eq!(c.poll_timeout(), None);
+}
