@@ -390,9 +390,10 @@ pub struct StoreReaderConfig {
     pub max_pending_answers: usize,
     /// Most messages (DIRECT-HEADs, STORE-HELLOs) queued; further requests are dropped.
     pub max_queued: usize,
-    /// Most content bytes in one DIRECT-RECORDS (a larger record goes alone). A sender's HWM
-    /// counts messages, so this also bounds what a run of records can hold up in a pipe: as
-    /// much as one DIRECT-RECORD of this size.
+    /// Most content bytes in one DIRECT-RECORDS (a larger record goes alone). What is queued
+    /// towards one consumer is bounded by its FETCH window ([`crate::FETCH_WINDOW`] records
+    /// per partition, a window and a half at most), not by the publisher's HWM, which counts
+    /// messages whatever they carry.
     pub batch_bytes: usize,
 }
 
