@@ -75,7 +75,9 @@ pub struct ConsumerConfig {
     /// How often a consumer asks the stores for its topics' heads again (GET-HEADS), from the
     /// moment a store is reachable: one that missed a partition's last records and also its
     /// producer's last HEAD (both dropped at a full pipe, the producer gone since) learns of
-    /// them from the stores, instead of waiting for a HEAD that never comes. Zero: never.
+    /// them from the stores, instead of waiting for a HEAD that never comes. Sooner, after
+    /// [`fetch_retry`](Self::fetch_retry), when a gap closes (the stream was lossy). Zero:
+    /// never.
     pub heads_refresh: Duration,
 }
 
@@ -740,7 +742,15 @@ impl Consumer {
             }
         }
         let fetch = (self.config.fetch_retry, self.config.id);
+        let had_gap = p.retry.is_some();
         retry::refetch_in(p, (topic, producer), now, fetch, &mut self.transmit);
+        if had_gap && p.retry.is_none() {
+            // A gap just closed: the stream was lossy, and what was lost may include the
+            // partition's last records and its producer's last HEAD. Ask for the heads soon
+            // rather than at the next refresh.
+            let soon = now + self.config.fetch_retry;
+            self.next_heads = self.next_heads.map(|at| at.min(soon));
+        }
         Ok(())
     }
 

@@ -694,3 +694,31 @@ fn a_long_gap_is_fetched_a_window_at_a_time() {
     assert_eq!(delivered(&mut c).len() as u64, 3 * W);
     assert_eq!(c.poll_timeout(), None);
 }
+
+/// After a lossy stretch (a gap FETCHed and closed), the heads are asked for `fetch_retry`
+/// later, not at the next refresh: the loss may have taken the partition's tail too.
+#[test]
+fn heads_are_asked_for_soon_after_a_gap_closes() {
+    let t0 = Instant::now();
+    let mut c = earliest();
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S2_READER)),
+        t0,
+    );
+    let hello = Message::StoreHello(StoreHello {
+        consumer: id(C1),
+        store: id(S2_READER),
+    });
+    c.handle_message(&hello, t0).unwrap();
+    sent(&mut c);
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(5)));
+    feed(&mut c, &[0, 2], t0);
+    assert_eq!(fetches(&mut c), vec![(1, 1)]);
+    let at = t0 + Duration::from_millis(50);
+    c.handle_message(&record(1), at).unwrap();
+    assert_eq!(delivered(&mut c), vec![0, 1, 2]);
+    let soon = at + Duration::from_millis(200);
+    assert_eq!(c.poll_timeout(), Some(soon));
+    c.handle_timeout(soon);
+    assert!(matches!(&sent(&mut c)[..], [Message::GetHeads(_)]));
+}
