@@ -145,7 +145,9 @@ impl Gapped for Partition {
     fn gap(&self) -> Option<(u64, u64)> {
         let end = match self.reorder.keys().next() {
             Some(&first) => first,
-            None => self.head?.checked_add(1)?,
+            // A head at u64::MAX (no record can be there: see `on_run`) still leaves the
+            // offsets below it to fetch, and a range read its range.
+            None => self.head?.saturating_add(1),
         };
         let end = self.until.map_or(end, |u| end.min(u));
         (end > self.next).then_some((self.next, end))
@@ -181,6 +183,8 @@ pub struct Consumer {
     /// When the topics' heads are asked for again ([`ConsumerConfig::heads_refresh`]); set
     /// once a store is reachable.
     next_heads: Option<Instant>,
+    /// When they were last asked for.
+    heads_asked: Option<Instant>,
 }
 
 /// A running offsets query.
@@ -193,6 +197,9 @@ struct Query {
     /// Store readers whose HEADS-END of this query arrived (bounded by [`MAX_STORES`]).
     ended: HashSet<NodeId>,
 }
+
+/// Least time between two GET-HEADS sent because a gap closed.
+const HEADS_AFTER_GAP_EVERY: Duration = Duration::from_secs(1);
 
 /// Most store readers [`Consumer`] tracks for [`Consumer::stores_reachable`].
 pub const MAX_STORES: usize = 1024;
@@ -223,6 +230,7 @@ impl Consumer {
             heard_by: HashSet::new(),
             heard_from: HashSet::new(),
             next_heads: None,
+            heads_asked: None,
         })
     }
 
@@ -233,8 +241,8 @@ impl Consumer {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
-            // Before `'L'`: a store reader that says hello (and so gets FETCHes answered)
-            // has seen it, and answers with runs from the first FETCH on.
+            // A store reader that has not seen this one yet (a new connection's subscriptions
+            // arrive in any order) answers with DIRECT-RECORDs, which are taken as well.
             subscription::node(Kind::DirectRecords, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
@@ -281,7 +289,9 @@ impl Consumer {
     }
 
     /// Starts (or moves) `partition` of `topic` at offset `next` (explicit start offsets, or a
-    /// position saved earlier). A gap up to the known head is fetched when the partition's next
+    /// position saved earlier). A range read ([`assign`](Self::assign) with an end) becomes
+    /// an open one; its topic is not subscribed by this (subscribe it, or assign without an
+    /// end, to have its new records and HEADs come). A gap up to the known head is fetched when the partition's next
     /// RECORD or HEAD arrives (HEADs come every second).
     pub fn set_position(&mut self, topic: Topic, partition: NodeId, next: u64) {
         let p = self
@@ -326,6 +336,15 @@ impl Consumer {
         let key = (topic.clone(), partition);
         if let Some(p) = self.partitions.get_mut(&key) {
             p.until = end;
+            if let Some(end) = end {
+                // Records held from an earlier, open read of the partition: none past the end.
+                let past: Vec<u64> = p.reorder.range(end..).map(|(&o, _)| o).collect();
+                for o in past {
+                    if let Some(c) = p.reorder.remove(&o) {
+                        self.reorder_bytes -= c.len();
+                    }
+                }
+            }
             if let Some(last) = end.and_then(|e| e.checked_sub(1)) {
                 p.head = Some(p.head.map_or(last, |h| h.max(last)));
             }
@@ -516,8 +535,13 @@ impl Consumer {
             for (topic, number) in running {
                 self.ask_heads(topic, number);
             }
-            let (first, id) = (self.config.fetch_retry, self.config.id);
-            retry::fetch_all_now(&mut self.partitions, now, first, id, &mut self.transmit);
+            // The first store to become reachable gets the FETCHes sent to nobody; a later one
+            // is asked as their retries come (all of them at once would ask the stores
+            // already answering for the same windows again).
+            if self.stores_reachable() == 1 {
+                let (first, id) = (self.config.fetch_retry, self.config.id);
+                retry::fetch_all_now(&mut self.partitions, now, first, id, &mut self.transmit);
+            }
             if self.next_heads.is_none() && !self.config.heads_refresh.is_zero() {
                 self.next_heads = Some(now + self.config.heads_refresh);
             }
@@ -708,7 +732,12 @@ impl Consumer {
         };
         p.head = Some(p.head.map_or(last, |h| h.max(last)));
         for (seq, content) in (first..=last).zip(contents) {
-            if seq < p.next || p.until.is_some_and(|u| seq >= u) || p.reorder.contains_key(&seq) {
+            // Offset u64::MAX is never delivered: no offset can follow it.
+            if seq < p.next
+                || seq == u64::MAX
+                || p.until.is_some_and(|u| seq >= u)
+                || p.reorder.contains_key(&seq)
+            {
                 self.dropped += 1;
                 continue;
             }
@@ -733,7 +762,7 @@ impl Consumer {
                 });
                 p.next += 1;
                 match p.reorder.first_entry() {
-                    Some(entry) if *entry.key() == p.next => {
+                    Some(entry) if *entry.key() == p.next && p.until.is_none_or(|u| p.next < u) => {
                         content = entry.remove();
                         self.reorder_bytes -= content.len();
                     }
@@ -744,11 +773,14 @@ impl Consumer {
         let fetch = (self.config.fetch_retry, self.config.id);
         let had_gap = p.retry.is_some();
         retry::refetch_in(p, (topic, producer), now, fetch, &mut self.transmit);
-        if had_gap && p.retry.is_none() {
-            // A gap just closed: the stream was lossy, and what was lost may include the
-            // partition's last records and its producer's last HEAD. Ask for the heads soon
-            // rather than at the next refresh.
-            let soon = now + self.config.fetch_retry;
+        if had_gap && p.retry.is_none() && p.head.is_some_and(|h| p.next > h) {
+            // A gap just closed up to the known head: the stream was lossy, and what was lost
+            // may include the partition's last records and its producer's last HEAD. Ask for
+            // the heads soon rather than at the next refresh (at most once a second).
+            let mut soon = now + self.config.fetch_retry;
+            if let Some(asked) = self.heads_asked {
+                soon = soon.max(asked + HEADS_AFTER_GAP_EVERY);
+            }
             self.next_heads = self.next_heads.map(|at| at.min(soon));
         }
         Ok(())
@@ -775,6 +807,7 @@ impl Consumer {
         retry::retry_due(&mut self.partitions, now, max, id, &mut self.transmit);
         if self.next_heads.is_some_and(|at| now >= at) {
             self.next_heads = Some(now + self.config.heads_refresh);
+            self.heads_asked = Some(now);
             for topic in &self.topics {
                 self.transmit.push_back(Message::GetHeads(GetHeads {
                     topic: topic.clone(),

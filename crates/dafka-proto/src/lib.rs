@@ -3,8 +3,9 @@
 //! frames and the current time in, and takes messages to publish and the next deadline out.
 //!
 //! * [`Message`] and its kinds ([`Record`], [`DirectRecord`], [`Fetch`], [`Ack`], [`Head`],
-//!   [`DirectHead`], [`GetHeads`], [`ConsumerHello`], [`StoreHello`]): one ZeroMQ multipart
-//!   message each (byte tables in the [`message`] docs and `docs/dafka.md`).
+//!   [`DirectHead`], [`GetHeads`], [`ConsumerHello`], [`StoreHello`], and our extensions
+//!   [`StoreAck`], [`DirectLowWater`], [`HeadsQuery`], [`HeadsEnd`], [`DirectRecords`]): one
+//!   ZeroMQ multipart message each (byte tables in the [`message`] docs and `docs/dafka.md`).
 //! * [`BeaconMessage`]: node beacons, tower beacons, the tower's welcome.
 //! * [`subscription`]: the subscription prefixes each node makes or acts on.
 //! * [`NodeId`], [`Topic`]: validated once, so encoding never fails.
@@ -34,6 +35,7 @@
 //! | DIRECT-LOW-WATER (extension) | 1 | store reader XPUB | consumer SUB | `'O'` + consumer |
 //! | HEADS-QUERY (extension) | 1 | consumer XPUB | store reader SUB | `'Q'` |
 //! | HEADS-END (extension) | 1 | store reader XPUB | consumer SUB | `'R'` + consumer |
+//! | DIRECT-RECORDS (extension) | 1 + records | store reader XPUB | consumer SUB | `'B'` + consumer |
 //! | node beacon | 4 | node beacon PUB | tower XSUB | `"B"` |
 //! | tower beacon, welcome | 3, 1 | tower XPUB | node beacon SUB | `"B"`, `"W"` |
 //!

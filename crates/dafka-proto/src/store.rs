@@ -391,8 +391,8 @@ pub struct StoreReaderConfig {
     /// Most messages (DIRECT-HEADs, STORE-HELLOs) queued; further requests are dropped.
     pub max_queued: usize,
     /// Most content bytes in one DIRECT-RECORDS (a larger record goes alone). What is queued
-    /// towards one consumer is bounded by its FETCH window ([`crate::FETCH_WINDOW`] records
-    /// per partition, a window and a half at most), not by the publisher's HWM, which counts
+    /// towards one consumer is bounded by what it FETCHes ([`crate::FETCH_WINDOW`] records per
+    /// partition at a time, see `docs/dafka.md`), not by the publisher's HWM, which counts
     /// messages whatever they carry.
     pub batch_bytes: usize,
 }

@@ -496,12 +496,8 @@ fn an_assigned_range_is_read_from_the_answers_alone() {
 #[test]
 fn an_assigned_range_follows_the_low_water_mark() {
     let t0 = Instant::now();
-    let mut c = assigned();
-    c.assign(topic("golden"), id(P1), 0, Some(8), t0);
-    sent(&mut c);
-    let Message::Head(low) = head(5) else {
-        unreachable!()
-    };
+    let mut c = range(0, 8, t0);
+    let low = head_of(5);
     let low = Message::DirectLowWater(dafka_proto::DirectLowWater { to: id(C1), low });
     c.handle_message(&low, t0).unwrap();
     assert_eq!(fetches(&mut c), vec![(5, 3)]);
@@ -534,8 +530,8 @@ fn run(to: &str, first: u64, n: u64) -> Message {
         producer: id(P1),
         topic: topic("golden"),
         first,
-        contents: (first..first + n)
-            .map(|s| Bytes::from(format!("golden-r{s:03}")))
+        contents: (0..n)
+            .map(|i| Bytes::from(format!("golden-r{:03}", first + i)))
             .collect(),
     })
 }
@@ -573,9 +569,7 @@ fn runs_of_records_are_taken_record_by_record() {
         })
     );
 
-    let mut a = assigned();
-    a.assign(topic("golden"), id(P1), 10, Some(20), t0);
-    sent(&mut a);
+    let mut a = range(10, 20, t0);
     a.handle_message(&run(C1, 15, 10), t0).unwrap();
     a.handle_message(&run(C1, 8, 7), t0).unwrap();
     assert_eq!(delivered(&mut a), (10..20).collect::<Vec<_>>());
@@ -590,9 +584,7 @@ fn runs_of_records_are_taken_record_by_record() {
 #[test]
 fn gaps_are_fetched_again_when_a_store_becomes_reachable() {
     let t0 = Instant::now();
-    let mut c = assigned();
-    c.assign(topic("golden"), id(P1), 0, Some(50), t0);
-    sent(&mut c);
+    let mut c = range(0, 50, t0);
     // Nobody answered: the retries back off to 1.6 s.
     let mut t = t0;
     for _ in 0..4 {
@@ -618,6 +610,13 @@ fn gaps_are_fetched_again_when_a_store_becomes_reachable() {
     };
     assert_eq!((f.sequence, f.count), (0, 50));
     assert_eq!(c.poll_timeout(), Some(later + Duration::from_millis(200)));
+    // A second store: the gaps are asked for already (of every store), not again at once.
+    reach(&mut c, C2, later);
+    let out = sent(&mut c);
+    assert!(
+        out.iter().all(|m| matches!(m, Message::ConsumerHello(_))),
+        "{out:?}"
+    );
 }
 
 /// A consumer that missed a partition's last records and its producer's last HEAD (the
@@ -632,15 +631,7 @@ fn heads_are_asked_for_again_so_a_lost_tail_is_found() {
     // Records 5..10 and the last HEAD were lost; nothing is due.
     assert_eq!(c.poll_timeout(), None);
     let reachable = t0 + Duration::from_millis(100);
-    c.handle_subscription(
-        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S2_READER)),
-        reachable,
-    );
-    let hello = Message::StoreHello(StoreHello {
-        consumer: id(C1),
-        store: id(S2_READER),
-    });
-    c.handle_message(&hello, reachable).unwrap();
+    reach(&mut c, S2_READER, reachable);
     sent(&mut c);
     let due = reachable + Duration::from_secs(5);
     assert_eq!(c.poll_timeout(), Some(due));
@@ -654,9 +645,7 @@ fn heads_are_asked_for_again_so_a_lost_tail_is_found() {
     assert_eq!((&g.topic, g.consumer), (&topic("golden"), id(C1)));
     assert_eq!(c.poll_timeout(), Some(due + Duration::from_secs(5)));
     // The store's answer: the partition ends at 9.
-    let Message::Head(last) = head(9) else {
-        unreachable!()
-    };
+    let last = head_of(9);
     let answer = Message::DirectHead(dafka_proto::DirectHead {
         to: id(C1),
         head: last,
@@ -701,15 +690,7 @@ fn a_long_gap_is_fetched_a_window_at_a_time() {
 fn heads_are_asked_for_soon_after_a_gap_closes() {
     let t0 = Instant::now();
     let mut c = earliest();
-    c.handle_subscription(
-        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(S2_READER)),
-        t0,
-    );
-    let hello = Message::StoreHello(StoreHello {
-        consumer: id(C1),
-        store: id(S2_READER),
-    });
-    c.handle_message(&hello, t0).unwrap();
+    reach(&mut c, S2_READER, t0);
     sent(&mut c);
     assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(5)));
     feed(&mut c, &[0, 2], t0);
@@ -721,4 +702,77 @@ fn heads_are_asked_for_soon_after_a_gap_closes() {
     assert_eq!(c.poll_timeout(), Some(soon));
     c.handle_timeout(soon);
     assert!(matches!(&sent(&mut c)[..], [Message::GetHeads(_)]));
+}
+
+/// Records held from an open read of a partition are dropped when it becomes a range read
+/// ending below them, and never delivered past the end.
+#[test]
+fn a_range_drops_what_an_open_read_held_past_its_end() {
+    let t0 = Instant::now();
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), 90, None, t0);
+    for seq in 100..110 {
+        c.handle_message(&record(seq), t0).unwrap();
+    }
+    assert!(c.reorder_bytes() > 0);
+    c.assign(topic("golden"), id(P1), 95, Some(100), t0);
+    assert_eq!(c.reorder_bytes(), 0);
+    for seq in 95..100 {
+        c.handle_message(&direct(seq), t0).unwrap();
+    }
+    assert_eq!(delivered(&mut c), (95..100).collect::<Vec<_>>());
+}
+
+/// Offsets at u64::MAX from a peer: a head there does not stop a range read from FETCHing
+/// its range, and a record there is dropped (no offset can follow it), not delivered.
+#[test]
+fn offsets_at_u64_max_neither_stall_nor_overflow() {
+    let t0 = Instant::now();
+    let mut c = range(0, 10, t0);
+    let far = head_of(u64::MAX);
+    let far = Message::DirectHead(dafka_proto::DirectHead {
+        to: id(C1),
+        head: far,
+    });
+    c.handle_message(&far, t0).unwrap();
+    let retry = c.poll_timeout().expect("the range is still asked for");
+    c.handle_timeout(retry);
+    assert_eq!(fetches(&mut c), vec![(0, 10)]);
+
+    let mut latest = consumer(C1, OffsetReset::Latest);
+    latest.handle_message(&run(C1, u64::MAX, 1), t0).unwrap();
+    latest.handle_message(&record(u64::MAX), t0).unwrap();
+    assert_eq!(delivered(&mut latest), vec![]);
+    assert_eq!(latest.dropped(), 2);
+}
+
+/// A store reader becomes reachable both ways: its `'W'` subscription reached the consumer's
+/// XPUB, its STORE-HELLO arrived.
+fn reach(c: &mut Consumer, store: &str, now: Instant) {
+    c.handle_subscription(
+        &subscription::node(dafka_proto::Kind::ConsumerHello, &id(store)),
+        now,
+    );
+    let hello = Message::StoreHello(StoreHello {
+        consumer: id(C1),
+        store: id(store),
+    });
+    c.handle_message(&hello, now).unwrap();
+}
+
+/// An "assigned" consumer reading `start..end` of P1's "golden", its first messages taken.
+fn range(start: u64, end: u64, now: Instant) -> Consumer {
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), start, Some(end), now);
+    sent(&mut c);
+    c
+}
+
+/// P1's head of "golden" at `seq`.
+fn head_of(seq: u64) -> Head {
+    Head {
+        producer: id(P1),
+        topic: topic("golden"),
+        sequence: seq,
+    }
 }

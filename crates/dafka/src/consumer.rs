@@ -510,7 +510,15 @@ impl Role for ConsumerRole {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.shared.lock().consumer.poll_timeout()
+        let state = self.shared.lock();
+        // While the queue is full the node reads nothing: a FETCH retry then would only have
+        // the stores send again what waits to be read (a store rewinds its answer to the
+        // offset asked), growing what is queued towards us. The retries fire once a poll
+        // made room (it wakes the task).
+        if state.records.len() >= self.shared.max_buffered {
+            return None;
+        }
+        state.consumer.poll_timeout()
     }
 
     fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {

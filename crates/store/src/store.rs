@@ -27,9 +27,9 @@ pub const MAX_RECORD_BYTES_LIMIT: usize = 64 << 20;
 
 /// Largest piece of a segment [`Store::read`] reads at once (a record larger than it is
 /// read whole). A read of 1024 records of 100 B needs about 130 KiB of log: 1 MiB pieces
-/// read eight times that for nothing and, being above the allocator's mmap threshold, came
-/// as fresh pages the kernel zeroed on every read (6% of a store's CPU serving Spark, in
-/// `clear_page` under `pread`).
+/// read eight times that for nothing, into fresh pages the kernel zeroed on every read (6% of
+/// a store's CPU serving Spark, in `clear_page` under `pread`; gone from the profile with
+/// 256 KiB pieces).
 const READ_CHUNK_MAX: usize = 256 << 10;
 
 /// When appended records are acknowledged.
