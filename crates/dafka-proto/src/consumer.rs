@@ -817,6 +817,14 @@ impl Consumer {
         }
     }
 
+    /// The driver reads again after a pause (its queue of records was full): every FETCH
+    /// retry is put off to [`fetch_retry`](ConsumerConfig::fetch_retry) from `now`, so that
+    /// what the stores sent meanwhile, still unread, can arrive first (a retry makes a store
+    /// send it again).
+    pub fn resume(&mut self, now: Instant) {
+        retry::restart_all(&mut self.partitions, now, self.config.fetch_retry);
+    }
+
     /// The earliest FETCH retry, or the next time the topics' heads are asked for.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let retry = retry::earliest(&self.partitions);

@@ -207,6 +207,21 @@ pub(crate) fn fetch_all_now<P: Gapped>(
     });
 }
 
+/// Puts every pending retry at least `first` after `now`, its backoff back at `first`: the
+/// answers may be waiting, unread, to arrive (the driver stopped reading for a while).
+pub(crate) fn restart_all<P: Gapped>(
+    partitions: &mut Partitions<P>,
+    now: Instant,
+    first: Duration,
+) {
+    for p in partitions.values_mut() {
+        if let Some(r) = p.retry() {
+            r.at = r.at.max(now + first);
+            r.backoff = first;
+        }
+    }
+}
+
 /// Queues a FETCH (from `sender`) of the range `fetch` picks for each partition, if any.
 fn fetch_each<P: Gapped>(
     partitions: &mut Partitions<P>,

@@ -685,7 +685,8 @@ fn a_long_gap_is_fetched_a_window_at_a_time() {
 }
 
 /// After a lossy stretch (a gap FETCHed and closed), the heads are asked for `fetch_retry`
-/// later, not at the next refresh: the loss may have taken the partition's tail too.
+/// later, not at the next refresh (the loss may have taken the partition's tail too), and at
+/// most once a second.
 #[test]
 fn heads_are_asked_for_soon_after_a_gap_closes() {
     let t0 = Instant::now();
@@ -702,6 +703,12 @@ fn heads_are_asked_for_soon_after_a_gap_closes() {
     assert_eq!(c.poll_timeout(), Some(soon));
     c.handle_timeout(soon);
     assert!(matches!(&sent(&mut c)[..], [Message::GetHeads(_)]));
+    // Another gap closing at once: the heads again only a second after the last time.
+    let again = soon + Duration::from_millis(100);
+    feed(&mut c, &[3, 5], again);
+    sent(&mut c);
+    c.handle_message(&record(4), again).unwrap();
+    assert_eq!(c.poll_timeout(), Some(soon + Duration::from_secs(1)));
 }
 
 /// Records held from an open read of a partition are dropped when it becomes a range read
@@ -775,4 +782,23 @@ fn head_of(seq: u64) -> Head {
         topic: topic("golden"),
         sequence: seq,
     }
+}
+
+/// After the driver paused reading (its queue full), `resume` puts every FETCH retry off by
+/// `fetch_retry`: the answers may be waiting unread, and a retry would have them sent again.
+#[test]
+fn resume_puts_the_retries_off() {
+    let t0 = Instant::now();
+    let mut c = range(0, 100, t0);
+    let ms = Duration::from_millis;
+    assert_eq!(c.poll_timeout(), Some(t0 + ms(200)));
+    // Paused for a second: the retry came due meanwhile, but goes out only later.
+    c.resume(t0 + ms(1000));
+    assert_eq!(c.poll_timeout(), Some(t0 + ms(1200)));
+    c.handle_timeout(t0 + ms(1000));
+    assert_eq!(fetches(&mut c), vec![]);
+    c.handle_timeout(t0 + ms(1200));
+    assert_eq!(fetches(&mut c), vec![(0, 100)]);
+    // Its backoff starts again at fetch_retry.
+    assert_eq!(c.poll_timeout(), Some(t0 + ms(1600)));
 }

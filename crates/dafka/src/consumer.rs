@@ -147,6 +147,13 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The queue was full (the task stopped reading) and has room again: the FETCH retries
+    /// are put off (the answers may be waiting unread in the socket) and the task woken.
+    fn resume(&self, state: &mut State) {
+        state.consumer.resume(crate::node::now());
+        self.control.wake.notify_one();
+    }
+
     /// Returns `publish`'s refusal, for [`log_refused`] once the lock is released.
     #[must_use]
     fn publish_queued(&self, state: &mut State) -> Option<dafka_zmtp::Error> {
@@ -258,7 +265,11 @@ impl ConsumerNode {
         for s in state.consumer.unsubscribe(&topic) {
             shared.subscriber.unsubscribe(&s)?;
         }
+        let was_full = state.records.len() >= shared.max_buffered;
         state.records.retain(|r| r.topic != topic);
+        if was_full {
+            shared.resume(&mut state);
+        }
         Ok(())
     }
 
@@ -321,8 +332,7 @@ impl ConsumerNode {
         let n = max.min(state.records.len());
         let out: Vec<ConsumerRecord> = state.records.drain(..n).collect();
         if was_full && n > 0 {
-            // The task stopped reading: there is room again.
-            shared.control.wake.notify_one();
+            shared.resume(&mut state);
         }
         out
     }
@@ -385,7 +395,7 @@ impl ConsumerNode {
             .records
             .retain(|r| r.topic != topic || r.partition != partition);
         if was_full {
-            shared.control.wake.notify_one();
+            shared.resume(&mut state);
         }
         Ok(())
     }
@@ -513,8 +523,8 @@ impl Role for ConsumerRole {
         let state = self.shared.lock();
         // While the queue is full the node reads nothing: a FETCH retry then would only have
         // the stores send again what waits to be read (a store rewinds its answer to the
-        // offset asked), growing what is queued towards us. The retries fire once a poll
-        // made room (it wakes the task).
+        // offset asked), growing what is queued towards us. A poll that makes room puts the
+        // retries off by `fetch_retry` (`Shared::resume`) and wakes the task.
         if state.records.len() >= self.shared.max_buffered {
             return None;
         }
