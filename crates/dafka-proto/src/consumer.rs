@@ -333,6 +333,9 @@ impl Consumer {
         let subscriptions =
             (!range_only && !self.topics.contains(&topic)).then(|| self.subscribe(topic.clone()));
         self.set_position(topic.clone(), partition, next);
+        // Records of the partition delivered but not yet polled belong to the read before.
+        self.deliveries
+            .retain(|d| d.partition != partition || d.topic != topic);
         let key = (topic.clone(), partition);
         if let Some(p) = self.partitions.get_mut(&key) {
             p.until = end;
