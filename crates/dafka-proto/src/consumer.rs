@@ -38,7 +38,7 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{ConsumerHello, GetHeads, HeadsQuery, Kind, Message, Record};
-use crate::retry::{self, Gapped, Partitions, Retry};
+use crate::retry::{self, Ask, Gapped, Partitions, Retry};
 use crate::subscription;
 
 /// Where a consumer starts in a partition it has no position for.
@@ -138,6 +138,24 @@ impl Partition {
             retry: None,
             until: None,
         }
+    }
+
+    /// Content bytes held out of order.
+    fn held_bytes(&self) -> usize {
+        self.reorder.values().map(Bytes::len).sum()
+    }
+
+    /// Drops the records held below `offset`; returns their bytes.
+    fn drop_held_below(&mut self, offset: u64) -> usize {
+        let kept = self.reorder.split_off(&offset);
+        let below = std::mem::replace(&mut self.reorder, kept);
+        below.values().map(Bytes::len).sum()
+    }
+
+    /// Drops the records held at or past `offset`; returns their bytes.
+    fn drop_held_from(&mut self, offset: u64) -> usize {
+        let past = self.reorder.split_off(&offset);
+        past.values().map(Bytes::len).sum()
     }
 }
 
@@ -275,7 +293,7 @@ impl Consumer {
         self.partitions.retain(|(t, _), p| {
             let keep = t != topic;
             if !keep {
-                freed += p.reorder.values().map(Bytes::len).sum::<usize>();
+                freed += p.held_bytes();
             }
             keep
         });
@@ -291,8 +309,8 @@ impl Consumer {
     /// Starts (or moves) `partition` of `topic` at offset `next` (explicit start offsets, or a
     /// position saved earlier). A range read ([`assign`](Self::assign) with an end) becomes
     /// an open one; its topic is not subscribed by this (subscribe it, or assign without an
-    /// end, to have its new records and HEADs come). A gap up to the known head is fetched when the partition's next
-    /// RECORD or HEAD arrives (HEADs come every second).
+    /// end, to have its new records and HEADs come). A gap up to the known head is fetched
+    /// when the partition's next RECORD or HEAD arrives (HEADs come every second).
     pub fn set_position(&mut self, topic: Topic, partition: NodeId, next: u64) {
         let p = self
             .partitions
@@ -301,12 +319,7 @@ impl Consumer {
         p.next = next;
         p.retry = None;
         p.until = None;
-        let stale: Vec<u64> = p.reorder.range(..next).map(|(&o, _)| o).collect();
-        for o in stale {
-            if let Some(c) = p.reorder.remove(&o) {
-                self.reorder_bytes -= c.len();
-            }
-        }
+        self.reorder_bytes -= p.drop_held_below(next);
     }
 
     /// Reads `partition` of `topic` from offset `next`, at once: with `end` (one past the last
@@ -341,12 +354,7 @@ impl Consumer {
             p.until = end;
             if let Some(end) = end {
                 // Records held from an earlier, open read of the partition: none past the end.
-                let past: Vec<u64> = p.reorder.range(end..).map(|(&o, _)| o).collect();
-                for o in past {
-                    if let Some(c) = p.reorder.remove(&o) {
-                        self.reorder_bytes -= c.len();
-                    }
-                }
+                self.reorder_bytes -= p.drop_held_from(end);
             }
             if let Some(last) = end.and_then(|e| e.checked_sub(1)) {
                 p.head = Some(p.head.map_or(last, |h| h.max(last)));
@@ -364,7 +372,7 @@ impl Consumer {
     /// [`OffsetReset::Assigned`] its records are no longer delivered.
     pub fn unassign(&mut self, topic: &Topic, partition: &NodeId) {
         if let Some(p) = self.partitions.remove(&(topic.clone(), *partition)) {
-            self.reorder_bytes -= p.reorder.values().map(Bytes::len).sum::<usize>();
+            self.reorder_bytes -= p.held_bytes();
         }
     }
 
@@ -542,8 +550,13 @@ impl Consumer {
             // is asked as their retries come (all of them at once would ask the stores
             // already answering for the same windows again).
             if self.stores_reachable() == 1 {
-                let (first, id) = (self.config.fetch_retry, self.config.id);
-                retry::fetch_all_now(&mut self.partitions, now, first, id, &mut self.transmit);
+                let (ask, id) = (
+                    Ask::All {
+                        first: self.config.fetch_retry,
+                    },
+                    self.config.id,
+                );
+                retry::fetch_gaps(&mut self.partitions, now, ask, id, &mut self.transmit);
             }
             if self.next_heads.is_none() && !self.config.heads_refresh.is_zero() {
                 self.next_heads = Some(now + self.config.heads_refresh);
@@ -659,12 +672,7 @@ impl Consumer {
             return Ok(());
         }
         p.next = low;
-        while let Some(entry) = p.reorder.first_entry() {
-            if *entry.key() >= low {
-                break;
-            }
-            self.reorder_bytes -= entry.remove().len();
-        }
+        self.reorder_bytes -= p.drop_held_below(low);
         p.retry = None;
         // Records held from `low` on are now next in line.
         if let Some(content) = p.reorder.remove(&low) {
@@ -734,13 +742,10 @@ impl Consumer {
             },
         };
         p.head = Some(p.head.map_or(last, |h| h.max(last)));
+        // Nothing at or past a range's end, nor at u64::MAX (no offset could follow it).
+        let end = p.until.unwrap_or(u64::MAX);
         for (seq, content) in (first..=last).zip(contents) {
-            // Offset u64::MAX is never delivered: no offset can follow it.
-            if seq < p.next
-                || seq == u64::MAX
-                || p.until.is_some_and(|u| seq >= u)
-                || p.reorder.contains_key(&seq)
-            {
+            if seq < p.next || seq >= end || p.reorder.contains_key(&seq) {
                 self.dropped += 1;
                 continue;
             }
@@ -765,7 +770,8 @@ impl Consumer {
                 });
                 p.next += 1;
                 match p.reorder.first_entry() {
-                    Some(entry) if *entry.key() == p.next && p.until.is_none_or(|u| p.next < u) => {
+                    // Nothing at or past `end` is ever held.
+                    Some(entry) if *entry.key() == p.next => {
                         content = entry.remove();
                         self.reorder_bytes -= content.len();
                     }
@@ -806,8 +812,11 @@ impl Consumer {
     /// Retries every FETCH whose time has come, doubling its backoff; asks the stores for the
     /// topics' heads again when that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let (max, id) = (self.config.fetch_retry_max, self.config.id);
-        retry::retry_due(&mut self.partitions, now, max, id, &mut self.transmit);
+        let ask = Ask::Due {
+            max: self.config.fetch_retry_max,
+        };
+        let id = self.config.id;
+        retry::fetch_gaps(&mut self.partitions, now, ask, id, &mut self.transmit);
         if self.next_heads.is_some_and(|at| now >= at) {
             self.next_heads = Some(now + self.config.heads_refresh);
             self.heads_asked = Some(now);
@@ -825,16 +834,15 @@ impl Consumer {
     /// what the stores sent meanwhile, still unread, can arrive first (a retry makes a store
     /// send it again).
     pub fn resume(&mut self, now: Instant) {
-        retry::restart_all(&mut self.partitions, now, self.config.fetch_retry);
+        retry::put_off_all(&mut self.partitions, now, self.config.fetch_retry);
     }
 
     /// The earliest FETCH retry, or the next time the topics' heads are asked for.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let retry = retry::earliest(&self.partitions);
-        match (retry, self.next_heads) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [retry::earliest(&self.partitions), self.next_heads]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next message to publish (FETCH, GET-HEADS, CONSUMER-HELLO).

@@ -391,6 +391,15 @@ impl Message {
         }
     }
 
+    /// The content frames after frame 1: one for RECORD and DIRECT-RECORD, one per record for
+    /// DIRECT-RECORDS, none for the others.
+    fn contents(&self) -> &[Bytes] {
+        match self {
+            Message::DirectRecords(d) => &d.contents,
+            _ => self.content().map_or(&[], std::slice::from_ref),
+        }
+    }
+
     fn prefix(&self) -> Prefix<'_> {
         match self {
             Message::Record(r) => Prefix::Topic(&r.topic),
@@ -507,17 +516,10 @@ impl Message {
         self.encode_header(buf);
         // `split` leaves `buf` empty with the rest of its capacity for the next message.
         let header = buf.split().split_off(start).freeze();
-        if let Message::DirectRecords(d) = self {
-            let mut frames = Vec::with_capacity(1 + d.contents.len());
-            frames.push(header);
-            frames.extend(d.contents.iter().cloned());
-            return frames;
-        }
-        let mut frames = Vec::with_capacity(self.kind().frames());
+        let contents = self.contents();
+        let mut frames = Vec::with_capacity(1 + contents.len());
         frames.push(header);
-        if let Some(content) = self.content() {
-            frames.push(content.clone());
-        }
+        frames.extend(contents.iter().cloned());
         frames
     }
 
@@ -605,12 +607,8 @@ impl Message {
                 if first.checked_add(contents.len() as u64 - 1).is_none() {
                     return Err(MalformedError::OffsetOverflow.into());
                 }
-                if let Some(big) = contents.iter().find(|c| c.len() > limits.max_content) {
-                    return Err(LimitError::ContentTooLarge {
-                        len: big.len(),
-                        max: limits.max_content,
-                    }
-                    .into());
+                for c in contents {
+                    check_content(c, limits)?;
                 }
                 Message::DirectRecords(DirectRecords {
                     to,
@@ -761,6 +759,11 @@ fn position(r: &mut Reader) -> Result<(NodeId, Topic, u64), DecodeError> {
 fn content(frames: &[Bytes], limits: &Limits) -> Result<Bytes, DecodeError> {
     // The frame count was checked against the kind before any field was read.
     let content = frames.get(1).cloned().unwrap_or_default();
+    check_content(&content, limits)?;
+    Ok(content)
+}
+
+fn check_content(content: &Bytes, limits: &Limits) -> Result<(), DecodeError> {
     if content.len() > limits.max_content {
         return Err(LimitError::ContentTooLarge {
             len: content.len(),
@@ -768,5 +771,5 @@ fn content(frames: &[Bytes], limits: &Limits) -> Result<Bytes, DecodeError> {
         }
         .into());
     }
-    Ok(content)
+    Ok(())
 }

@@ -5,11 +5,12 @@
 //!
 //! A FETCH asks for at most [`FETCH_WINDOW`] records; once half of them is in, the next
 //! window is asked for if the gap goes on for at least half a window more (so a long answer
-//! streams on without a pause). A publisher never
-//! waits for a slow subscriber, and a store reader answers as fast as it reads: without the
-//! window a consumer catching up on millions of records had the whole answer queued in the
-//! store towards it (a publisher's HWM counts messages, and a DIRECT-RECORDS carries a run of
-//! records). With it, at most one and a half windows per partition are on their way.
+//! streams on without a pause). A publisher never waits for a slow subscriber, and a store
+//! reader answers as fast as it reads: without the window a consumer catching up on millions
+//! of records had the whole answer queued in the store towards it (a publisher's HWM counts
+//! messages, and a DIRECT-RECORDS carries a run of records). With it, about a window and a
+//! half per partition is on its way from a store (more after a retry, which makes a store
+//! send again from the offset asked, or from several stores; see `docs/dafka.md`).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -85,6 +86,12 @@ impl Retry {
         let end = window(from, end);
         *slot = Some(Retry::new(from, end, now + first, first));
         Some((from, end))
+    }
+
+    /// Not before `at`, with the backoff back at `backoff`.
+    fn put_off(&mut self, at: Instant, backoff: Duration) {
+        self.at = self.at.max(at);
+        self.backoff = backoff;
     }
 
     /// At `now`: the range to FETCH again if the retry is due and the gap still open, with the
@@ -176,62 +183,56 @@ pub(crate) fn partition_entry<P>(
     }
 }
 
-/// Queues on `transmit` every FETCH whose retry is due at `now`, doubling its backoff (up to
-/// `max`).
-pub(crate) fn retry_due<P: Gapped>(
-    partitions: &mut Partitions<P>,
-    now: Instant,
-    max: Duration,
-    sender: NodeId,
-    transmit: &mut VecDeque<Message>,
-) {
-    fetch_each(partitions, sender, transmit, |p| {
-        let gap = p.gap();
-        Retry::on_timeout(p.retry(), gap, now, max)
-    });
+/// Which gaps [`fetch_gaps`] asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ask {
+    /// Those whose retry is due, their backoff doubled (up to `max`).
+    Due {
+        /// The longest backoff.
+        max: Duration,
+    },
+    /// Every one, now, its backoff restarted at `first` (a store that can answer them just
+    /// became reachable).
+    All {
+        /// The first backoff.
+        first: Duration,
+    },
 }
 
-/// Queues on `transmit` a FETCH of every partition's gap now, with its backoff restarted at
-/// `first` (a store that can answer them just became reachable).
-pub(crate) fn fetch_all_now<P: Gapped>(
+/// Queues on `transmit` a FETCH (from `sender`) of the gaps of `partitions` that `ask` picks
+/// at `now`.
+pub(crate) fn fetch_gaps<P: Gapped>(
     partitions: &mut Partitions<P>,
     now: Instant,
-    first: Duration,
+    ask: Ask,
     sender: NodeId,
     transmit: &mut VecDeque<Message>,
 ) {
-    fetch_each(partitions, sender, transmit, |p| {
-        *p.retry() = None;
+    for ((topic, producer), p) in partitions {
         let gap = p.gap();
-        Retry::on_change(p.retry(), gap, now, first)
-    });
+        let range = match ask {
+            Ask::Due { max } => Retry::on_timeout(p.retry(), gap, now, max),
+            Ask::All { first } => {
+                *p.retry() = None;
+                Retry::on_change(p.retry(), gap, now, first)
+            }
+        };
+        if let Some((from, end)) = range {
+            transmit.push_back(fetch_for(sender, topic, *producer, from, end));
+        }
+    }
 }
 
 /// Puts every pending retry at least `first` after `now`, its backoff back at `first`: the
 /// answers may be waiting, unread, to arrive (the driver stopped reading for a while).
-pub(crate) fn restart_all<P: Gapped>(
+pub(crate) fn put_off_all<P: Gapped>(
     partitions: &mut Partitions<P>,
     now: Instant,
     first: Duration,
 ) {
     for p in partitions.values_mut() {
         if let Some(r) = p.retry() {
-            r.at = r.at.max(now + first);
-            r.backoff = first;
-        }
-    }
-}
-
-/// Queues a FETCH (from `sender`) of the range `fetch` picks for each partition, if any.
-fn fetch_each<P: Gapped>(
-    partitions: &mut Partitions<P>,
-    sender: NodeId,
-    transmit: &mut VecDeque<Message>,
-    mut fetch: impl FnMut(&mut P) -> Option<(u64, u64)>,
-) {
-    for ((topic, producer), p) in partitions {
-        if let Some((from, end)) = fetch(p) {
-            transmit.push_back(fetch_for(sender, topic, *producer, from, end));
+            r.put_off(now + first, first);
         }
     }
 }

@@ -51,7 +51,7 @@ use crate::message::{
     Ack, DirectHead, DirectLowWater, DirectRecord, DirectRecords, Fetch, Head, HeadsEnd, Kind,
     Message, Record, StoreAck, StoreHello,
 };
-use crate::retry::{self, Gapped, Partitions, Retry};
+use crate::retry::{self, Ask, Gapped, Partitions, Retry};
 use crate::subscription;
 
 /// A partition: its topic and its producer.
@@ -307,8 +307,11 @@ impl StoreWriter {
 
     /// Retries every FETCH whose time has come, doubling its backoff.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let (max, id) = (self.config.fetch_retry_max, self.config.id);
-        retry::retry_due(&mut self.partitions, now, max, id, &mut self.transmit);
+        let ask = Ask::Due {
+            max: self.config.fetch_retry_max,
+        };
+        let id = self.config.id;
+        retry::fetch_gaps(&mut self.partitions, now, ask, id, &mut self.transmit);
     }
 
     /// The earliest FETCH retry.
@@ -415,20 +418,20 @@ impl StoreReaderConfig {
 /// A DIRECT-RECORDS being filled from a chunk read for an [`Answer`].
 #[derive(Debug, Default)]
 struct Run {
-    first: u64,
     bytes: usize,
     contents: Vec<Bytes>,
 }
 
 impl Run {
-    /// The DIRECT-RECORDS of the records gathered; the run is left empty.
-    fn take(&mut self, answer: &Answer) -> Message {
+    /// The DIRECT-RECORDS of the records gathered, the last of them just before offset
+    /// `next`; the run is left empty.
+    fn take(&mut self, answer: &Answer, next: u64) -> Message {
         self.bytes = 0;
         Message::DirectRecords(DirectRecords {
             to: answer.to,
             producer: answer.producer,
             topic: answer.topic.clone(),
-            first: self.first,
+            first: next - self.contents.len() as u64,
             contents: std::mem::take(&mut self.contents),
         })
     }
@@ -737,16 +740,13 @@ impl StoreReader {
                         if !run.contents.is_empty()
                             && run.bytes + content.len() > self.config.batch_bytes
                         {
-                            self.chunk.push_back(run.take(answer));
-                        }
-                        if run.contents.is_empty() {
-                            run.first = offset;
+                            self.chunk.push_back(run.take(answer, offset));
                         }
                         run.bytes += content.len();
                         run.contents.push(content);
                     }
                     if !run.contents.is_empty() {
-                        self.chunk.push_back(run.take(answer));
+                        self.chunk.push_back(run.take(answer, expected));
                     }
                     if expected == answer.next {
                         // Nothing there (retention went past it): give up on the rest.

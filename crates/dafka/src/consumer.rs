@@ -147,11 +147,26 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The queue was full (the task stopped reading) and has room again: the FETCH retries
-    /// are put off (the answers may be waiting unread in the socket) and the task woken.
-    fn resume(&self, state: &mut State) {
-        state.consumer.resume(crate::node::now());
-        self.control.wake.notify_one();
+    /// The queue is full: the task reads nothing until a poll makes room.
+    fn full(&self, state: &State) -> bool {
+        state.records.len() >= self.max_buffered
+    }
+
+    /// Removes queued records with `remove`. If that took any from a full queue, the FETCH
+    /// retries are put off (the answers may be waiting unread in the socket) and the task is
+    /// woken to read again.
+    fn unqueue<R>(
+        &self,
+        state: &mut State,
+        remove: impl FnOnce(&mut VecDeque<ConsumerRecord>) -> R,
+    ) -> R {
+        let (was_full, before) = (self.full(state), state.records.len());
+        let out = remove(&mut state.records);
+        if was_full && state.records.len() < before {
+            state.consumer.resume(crate::node::now());
+            self.control.wake.notify_one();
+        }
+        out
     }
 
     /// Returns `publish`'s refusal, for [`log_refused`] once the lock is released.
@@ -265,11 +280,7 @@ impl ConsumerNode {
         for s in state.consumer.unsubscribe(&topic) {
             shared.subscriber.unsubscribe(&s)?;
         }
-        let was_full = state.records.len() >= shared.max_buffered;
-        state.records.retain(|r| r.topic != topic);
-        if was_full {
-            shared.resume(&mut state);
-        }
+        shared.unqueue(&mut state, |q| q.retain(|r| r.topic != topic));
         Ok(())
     }
 
@@ -328,13 +339,7 @@ impl ConsumerNode {
     pub fn take(&self, max: usize) -> Vec<ConsumerRecord> {
         let shared = &self.shared;
         let mut state = shared.lock();
-        let was_full = state.records.len() >= shared.max_buffered;
-        let n = max.min(state.records.len());
-        let out: Vec<ConsumerRecord> = state.records.drain(..n).collect();
-        if was_full && n > 0 {
-            shared.resume(&mut state);
-        }
-        out
+        shared.unqueue(&mut state, |q| q.drain(..max.min(q.len())).collect())
     }
 
     /// The next offset to deliver in every partition known.
@@ -390,13 +395,9 @@ impl ConsumerNode {
         let shared = &self.shared;
         let mut state = shared.lock();
         state.consumer.unassign(&topic, &partition);
-        let was_full = state.records.len() >= shared.max_buffered;
-        state
-            .records
-            .retain(|r| r.topic != topic || r.partition != partition);
-        if was_full {
-            shared.resume(&mut state);
-        }
+        shared.unqueue(&mut state, |q| {
+            q.retain(|r| r.topic != topic || r.partition != partition);
+        });
         Ok(())
     }
 
@@ -524,8 +525,8 @@ impl Role for ConsumerRole {
         // While the queue is full the node reads nothing: a FETCH retry then would only have
         // the stores send again what waits to be read (a store rewinds its answer to the
         // offset asked), growing what is queued towards us. A poll that makes room puts the
-        // retries off by `fetch_retry` (`Shared::resume`) and wakes the task.
-        if state.records.len() >= self.shared.max_buffered {
+        // retries off by `fetch_retry` (`Shared::unqueue`) and wakes the task.
+        if self.shared.full(&state) {
             return None;
         }
         state.consumer.poll_timeout()
@@ -537,6 +538,6 @@ impl Role for ConsumerRole {
     }
 
     fn wants_input(&self) -> bool {
-        self.shared.lock().records.len() < self.shared.max_buffered
+        !self.shared.full(&self.shared.lock())
     }
 }

@@ -14,8 +14,8 @@
 //! arrives), every [`NodeConfig::beacon_interval`], and soon after a tower announces a peer it
 //! did not know (at most once per [`ANSWER_BEACON_GAP`]): the newcomer then learns of it at
 //! once instead of at its next periodic beacon, up to a whole interval later (a Spark task's
-//! new reader waited about 1 s for the store's beacon before it could read). A peer not heard of for
-//! [`NodeConfig::peer_timeout`] is disconnected. Undecodable input and messages a state
+//! new reader waited about 1 s for the store's beacon before it could read). A peer not heard
+//! of for [`NodeConfig::peer_timeout`] is disconnected. Undecodable input and messages a state
 //! machine refuses are dropped, counted in [`NodeStats`] and logged at WARN, at most
 //! [`LOG_BURST`] lines a second.
 

@@ -69,8 +69,7 @@ impl PyPartitionReader {
     /// Reads `partition` of `topic` from `offset` on; with `end` (exclusive) only the range
     /// `offset..end`, FETCHed at once from the stores (nothing past `end` is delivered; the
     /// topic's live records are not received unless an assign without `end` subscribed this
-    /// reader to it). Records of the partition already received
-    /// are dropped.
+    /// reader to it). Records of the partition already received are dropped.
     #[pyo3(signature = (topic, partition, offset, end = None))]
     fn assign(&self, topic: &str, partition: &str, offset: u64, end: Option<u64>) -> PyResult<()> {
         let partition = partition_id(partition)?;
