@@ -372,9 +372,9 @@ impl ConsumerNode {
         let topic = Topic::try_from(topic)?;
         let shared = &self.shared;
         let mut state = shared.lock();
-        state
-            .records
-            .retain(|r| r.topic != topic || r.partition != partition);
+        shared.unqueue(&mut state, |q| {
+            q.retain(|r| r.topic != topic || r.partition != partition);
+        });
         let subscriptions = state
             .consumer
             .assign(topic, partition, next, end, crate::node::now());
