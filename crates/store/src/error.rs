@@ -163,6 +163,39 @@ pub enum OpenError {
         /// What disagrees.
         what: &'static str,
     },
+    /// A file named like a segment (`*.log`) whose name is not 20 decimal digits of a log
+    /// position that fits 64 bits.
+    #[error(
+        "{file} is not a segment name (20 decimal digits of a log position, then .log): rename or remove it"
+    )]
+    BadFileName {
+        /// The file.
+        file: String,
+    },
+    /// Log positions that no segment file holds: a segment was removed or cut short (the
+    /// next segment, or the durable point, says they were written).
+    #[error(
+        "segment {file} is missing: log positions {from}..{to} are in no segment file (removed or cut short)"
+    )]
+    MissingSegment {
+        /// The name the first missing segment would have.
+        file: String,
+        /// First position missing.
+        from: u64,
+        /// First position held again.
+        to: u64,
+    },
+    /// Another store (this process or another) has the directory open.
+    #[error("store directory {dir} is in use by another store{}", holder.map(|p| format!(" (process {p})")).unwrap_or_default())]
+    Locked {
+        /// The directory.
+        dir: String,
+        /// The holder's process id, as it wrote it in the lock file.
+        holder: Option<u32>,
+    },
+    /// The store path exists and is not a directory.
+    #[error("store path {0} is a file, not a directory")]
+    NotADirectory(String),
     /// The configuration is unusable.
     #[error("invalid configuration: {0}")]
     Config(&'static str),

@@ -5,11 +5,13 @@
 //! engine sees nothing but these traits.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::error::OpenError;
 
 /// One segment file, shared by the writer thread and readers.
 pub trait SegmentFile: Send + Sync + 'static {
@@ -72,6 +74,50 @@ impl FsDir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Locks the directory for one store: an exclusive `flock` on its `store.lock` file,
+    /// which names the holder's pid. Fails at once with [`OpenError::Locked`] when another
+    /// store (of this process or another) holds it; the lock goes with the process, so a
+    /// killed store leaves nothing to clean up.
+    pub fn lock(&self) -> Result<DirLock, OpenError> {
+        let path = self.path.join(LOCK_FILE);
+        let io = |op| {
+            let file = path.display().to_string();
+            move |source| OpenError::Io { op, file, source }
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io("open"))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Err(OpenError::Locked {
+                    dir: self.path.display().to_string(),
+                    holder: text.trim().parse().ok(),
+                });
+            }
+            Err(TryLockError::Error(e)) => return Err(io("flock")(e)),
+        }
+        file.set_len(0).map_err(io("truncate"))?;
+        FileExt::write_all_at(&file, format!("{}\n", std::process::id()).as_bytes(), 0)
+            .map_err(io("write"))?;
+        Ok(DirLock { _file: file })
+    }
+}
+
+/// The lock file of a store directory (`store.lock`).
+pub const LOCK_FILE: &str = "store.lock";
+
+/// A store directory's lock ([`FsDir::lock`]), released when dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
 }
 
 impl SegmentFile for File {

@@ -55,6 +55,22 @@
 //! `fdatasync`). Recovery uses it to tell damage in the last batch (a torn write:
 //! truncated) from damage in the middle of the log (skipped and reported).
 //!
+//! # Durable point (`durable.point`, 20 bytes)
+//!
+//! Rewritten in place after every `fdatasync` of a segment (not itself synced: an older
+//! point left by a power cut is still true). Every log byte below `position` had been
+//! `fdatasync`'d and so may have been acknowledged: recovery never cuts there, it skips
+//! exactly the damaged entries (as Kafka's recovery point). Bytes at or past it may be a
+//! torn write.
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 0 | 4 | magic `0x44 0x4B 0x44 0x50` (`"DKDP"`) |
+//! | 4 | 2 | format version, `0x0001` |
+//! | 6 | 2 | reserved, zero |
+//! | 8 | 8 | global log position below which every byte was synced |
+//! | 16 | 4 | CRC-32C of bytes 0..16 |
+//!
 //! All integers are big-endian, as everywhere in dafka.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -96,7 +112,7 @@ pub enum FormatError {
     #[error(transparent)]
     Read(#[from] ReadError),
     /// The segment does not start with `"DKLG"`.
-    #[error("bad segment magic {0:02X?}")]
+    #[error("bad magic {0:02X?}")]
     BadMagic([u8; 4]),
     /// A segment written by a format version this crate does not read.
     #[error("unsupported segment format version {0:#06x}")]
@@ -130,37 +146,73 @@ pub struct SegmentHeader {
 impl SegmentHeader {
     /// The 20 header bytes.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut out = [0u8; HEADER_LEN];
-        out[0..4].copy_from_slice(&SEGMENT_MAGIC);
-        out[4..6].copy_from_slice(&FORMAT_VERSION.to_be_bytes());
-        out[8..16].copy_from_slice(&self.base.to_be_bytes());
-        let crc = crc32c::crc32c(&out[..16]);
-        out[16..20].copy_from_slice(&crc.to_be_bytes());
-        out
+        encode_stamp(SEGMENT_MAGIC, self.base)
     }
 
     /// Decodes and checks a header (magic, version, CRC). `bytes` must be exactly
     /// [`HEADER_LEN`] long.
     pub fn decode(bytes: Bytes) -> Result<Self, FormatError> {
-        let computed = crc32c::crc32c(&bytes[..bytes.len().min(16)]);
-        let mut r = Reader::new(bytes);
-        let magic = r.array::<4>("segment magic")?;
-        let version = r.u16("segment version")?;
-        let _reserved = r.u16("segment reserved field")?;
-        let base = r.u64("segment base position")?;
-        let stored = r.u32("segment header CRC")?;
-        r.finish("segment header")?;
-        if magic != SEGMENT_MAGIC {
-            return Err(FormatError::BadMagic(magic));
-        }
-        if stored != computed {
-            return Err(FormatError::Crc { stored, computed });
-        }
-        if version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion(version));
-        }
-        Ok(SegmentHeader { base })
+        decode_stamp(bytes, SEGMENT_MAGIC).map(|base| SegmentHeader { base })
     }
+}
+
+/// `"DKDP"`: the first four bytes of the durable-point file.
+pub const DURABLE_POINT_MAGIC: [u8; 4] = [0x44, 0x4B, 0x44, 0x50];
+/// The durable-point file's name in the store directory.
+pub const DURABLE_POINT_FILE: &str = "durable.point";
+/// Length of the durable-point file.
+pub const DURABLE_POINT_LEN: usize = 20;
+
+/// The contents of the durable-point file: every log byte below `position` was synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurablePoint {
+    /// Global log position.
+    pub position: u64,
+}
+
+impl DurablePoint {
+    /// The 20 bytes of the file.
+    pub fn encode(&self) -> [u8; DURABLE_POINT_LEN] {
+        encode_stamp(DURABLE_POINT_MAGIC, self.position)
+    }
+
+    /// Decodes and checks the file's bytes (magic, version, CRC).
+    pub fn decode(bytes: Bytes) -> Result<Self, FormatError> {
+        decode_stamp(bytes, DURABLE_POINT_MAGIC).map(|position| DurablePoint { position })
+    }
+}
+
+/// A segment header and the durable point share one layout: magic (4), version (2),
+/// reserved (2), one position (8), CRC-32C of the 16 bytes before it (4).
+fn encode_stamp(magic: [u8; 4], position: u64) -> [u8; HEADER_LEN] {
+    let mut out = [0u8; HEADER_LEN];
+    out[0..4].copy_from_slice(&magic);
+    out[4..6].copy_from_slice(&FORMAT_VERSION.to_be_bytes());
+    out[8..16].copy_from_slice(&position.to_be_bytes());
+    let crc = crc32c::crc32c(&out[..16]);
+    out[16..20].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+fn decode_stamp(bytes: Bytes, expected: [u8; 4]) -> Result<u64, FormatError> {
+    let computed = crc32c::crc32c(&bytes[..bytes.len().min(16)]);
+    let mut r = Reader::new(bytes);
+    let magic = r.array::<4>("magic")?;
+    let version = r.u16("format version")?;
+    let _reserved = r.u16("reserved field")?;
+    let position = r.u64("position")?;
+    let stored = r.u32("CRC")?;
+    r.finish("header")?;
+    if magic != expected {
+        return Err(FormatError::BadMagic(magic));
+    }
+    if stored != computed {
+        return Err(FormatError::Crc { stored, computed });
+    }
+    if version != FORMAT_VERSION {
+        return Err(FormatError::UnsupportedVersion(version));
+    }
+    Ok(position)
 }
 
 /// The file name of the segment whose first byte is at `base`.
@@ -516,6 +568,37 @@ mod tests {
         assert!(matches!(
             SegmentHeader::decode(Bytes::copy_from_slice(&good[..19])),
             Err(FormatError::Read(ReadError::Truncated { .. }))
+        ));
+    }
+
+    #[test]
+    fn durable_point_bytes() {
+        let d = DurablePoint { position: 0x0A0B };
+        let bytes = d.encode();
+        assert_eq!(
+            &bytes[..16],
+            &[
+                0x44, 0x4B, 0x44, 0x50, 0x00, 0x01, 0x00, 0x00, //
+                0, 0, 0, 0, 0, 0, 0x0A, 0x0B
+            ]
+        );
+        assert_eq!(&bytes[16..], &crc32c::crc32c(&bytes[..16]).to_be_bytes());
+        assert_eq!(DurablePoint::decode(Bytes::copy_from_slice(&bytes)), Ok(d));
+        // A segment header is not a durable point, nor the reverse.
+        let header = SegmentHeader { base: 0x0A0B }.encode();
+        assert!(matches!(
+            DurablePoint::decode(Bytes::copy_from_slice(&header)),
+            Err(FormatError::BadMagic(_))
+        ));
+        assert!(matches!(
+            SegmentHeader::decode(Bytes::copy_from_slice(&bytes)),
+            Err(FormatError::BadMagic(_))
+        ));
+        let mut torn = bytes;
+        torn[12] ^= 0x01;
+        assert!(matches!(
+            DurablePoint::decode(Bytes::copy_from_slice(&torn)),
+            Err(FormatError::Crc { .. })
         ));
     }
 

@@ -34,7 +34,7 @@ mod store;
 use std::fmt;
 
 pub use error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
-pub use file::{Dir, FsDir, MemDir, MemFile, SegmentFile};
+pub use file::{Dir, DirLock, FsDir, LOCK_FILE, MemDir, MemFile, SegmentFile};
 pub use recovery::{Damage, DamageKind, RecoveryReport};
 pub use store::{
     AppendRecord, Config, MAX_RECORD_BYTES_LIMIT, PartitionInfo, Record, Retention, Stats, Store,

@@ -1,6 +1,6 @@
 //! The engine: appends, group commit on the writer thread, reads, retention.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -163,6 +163,9 @@ pub struct Stats {
     pub records: u64,
     /// Segments dropped by retention.
     pub segments_dropped: u64,
+    /// Damaged places in the log: found when the store was opened (each in
+    /// [`RecoveryReport::damage`]) or later by a read. Their records are never served.
+    pub damaged: u64,
 }
 
 pub(crate) struct Partition {
@@ -180,6 +183,9 @@ pub(crate) struct Partition {
     pub(crate) since_index: Option<usize>,
     /// The batch that last touched the partition, and where in its `touched` list.
     touched: (u64, usize),
+    /// Offsets whose records were damaged on disk, `from -> to` (never served: reads in them
+    /// answer [`ReadError::Lost`]).
+    pub(crate) holes: BTreeMap<u64, u64>,
 }
 
 impl Partition {
@@ -193,6 +199,7 @@ impl Partition {
             index: Vec::new(),
             since_index: None,
             touched: (u64::MAX, 0),
+            holes: BTreeMap::new(),
         }
     }
 
@@ -221,6 +228,23 @@ pub(crate) struct Segment {
     pub(crate) max_ts: u64,
     /// The first declaration of each partition in this segment: (id, next offset).
     pub(crate) start_heads: Vec<(u32, u64)>,
+    /// Damaged file ranges `[from, to)` that hold no whole entry, ascending: reads jump over
+    /// them (a damaged length cannot be stepped over).
+    pub(crate) skips: Vec<(u64, u64)>,
+}
+
+impl Segment {
+    pub(crate) fn new(base: u64, name: String, file: Arc<dyn SegmentFile>, len: u64) -> Self {
+        Segment {
+            base,
+            name,
+            file,
+            len,
+            max_ts: 0,
+            start_heads: Vec::new(),
+            skips: Vec::new(),
+        }
+    }
 }
 
 /// The batch being formed by appenders.
@@ -267,7 +291,13 @@ pub(crate) struct State {
     writer_done: bool,
     wakers: Vec<(u64, Waker)>,
     stats: Stats,
+    /// Places a read found damaged since open (logged once each; at most
+    /// [`MAX_DAMAGE_LOGGED`]).
+    damage_seen: HashSet<(String, u64)>,
 }
+
+/// Most damaged places found by reads that are remembered (and so logged only once).
+const MAX_DAMAGE_LOGGED: usize = 4096;
 
 struct Shared {
     state: Mutex<State>,
@@ -278,6 +308,8 @@ struct Shared {
     config: Config,
     dir: Arc<dyn Dir>,
     recovery: RecoveryReport,
+    /// The durable-point file (see [`format::DurablePoint`]).
+    point: Arc<dyn SegmentFile>,
 }
 
 impl Shared {
@@ -290,6 +322,8 @@ impl Shared {
 struct Owner {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The directory's lock, held while the store is open ([`Store::open_path`]).
+    _lock: Option<crate::file::DirLock>,
 }
 
 impl Owner {
@@ -337,19 +371,35 @@ pub fn now_ms() -> u64 {
 }
 
 impl Store {
-    /// Opens (or creates) the store in the directory at `path`.
+    /// Opens (or creates) the store in the directory at `path`, locking it: a second
+    /// store on the same directory, in this process or another, fails with
+    /// [`OpenError::Locked`] until this one is closed.
     pub fn open_path(path: impl AsRef<std::path::Path>, config: Config) -> Result<Self, OpenError> {
-        let dir = FsDir::new(path.as_ref()).map_err(|source| OpenError::Io {
+        let path = path.as_ref();
+        if path.exists() && !path.is_dir() {
+            return Err(OpenError::NotADirectory(path.display().to_string()));
+        }
+        let dir = FsDir::new(path).map_err(|source| OpenError::Io {
             op: "create directory",
-            file: path.as_ref().display().to_string(),
+            file: path.display().to_string(),
             source,
         })?;
-        Self::open(Arc::new(dir), config)
+        let lock = dir.lock()?;
+        Self::open_locked(Arc::new(dir), config, Some(lock))
     }
 
     /// Opens (or creates) the store in `dir`, recovering what is there: see
-    /// [`RecoveryReport`] and `docs/storage.md`.
+    /// [`RecoveryReport`] and `docs/storage.md`. The directory is not locked: the caller
+    /// makes sure no other store uses it ([`Store::open_path`] locks it).
     pub fn open(dir: Arc<dyn Dir>, config: Config) -> Result<Self, OpenError> {
+        Self::open_locked(dir, config, None)
+    }
+
+    fn open_locked(
+        dir: Arc<dyn Dir>,
+        config: Config,
+        lock: Option<crate::file::DirLock>,
+    ) -> Result<Self, OpenError> {
         config.check()?;
         let recovered = recovery::recover(&*dir, &config)?;
         let state = State {
@@ -364,7 +414,11 @@ impl Store {
             closing: false,
             writer_done: false,
             wakers: Vec::new(),
-            stats: Stats::default(),
+            stats: Stats {
+                damaged: recovered.report.damage.len() as u64,
+                ..Stats::default()
+            },
+            damage_seen: HashSet::new(),
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
@@ -373,6 +427,7 @@ impl Store {
             config,
             dir,
             recovery: recovered.report,
+            point: recovered.point,
         });
         let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
@@ -386,6 +441,7 @@ impl Store {
         let owner = Arc::new(Owner {
             shared: shared.clone(),
             writer: Mutex::new(Some(writer)),
+            _lock: lock,
         });
         Ok(Store { shared, owner })
     }
@@ -628,16 +684,28 @@ impl Store {
         if from == head || max_records == 0 {
             return Ok(Vec::new());
         }
+        if let Some((_, to)) = recovery::hole_at(&p.holes, from) {
+            return Err(ReadError::Lost { from, to });
+        }
         let first_base = st.segments.front().map_or(0, |s| s.base);
         let start = match p.index.partition_point(|&(o, _)| o <= from) {
             0 => first_base,
             i => p.index[i - 1].1.max(first_base),
         };
-        let segments: Vec<(u64, String, Arc<dyn SegmentFile>, u64)> = st
+        type Piece = (u64, String, Arc<dyn SegmentFile>, u64, Vec<(u64, u64)>);
+        let segments: Vec<Piece> = st
             .segments
             .iter()
             .filter(|s| s.base + s.len > start)
-            .map(|s| (s.base, s.name.clone(), s.file.clone(), s.len))
+            .map(|s| {
+                (
+                    s.base,
+                    s.name.clone(),
+                    s.file.clone(),
+                    s.len,
+                    s.skips.clone(),
+                )
+            })
             .collect();
         drop(st);
 
@@ -645,7 +713,7 @@ impl Store {
         let mut out = Vec::new();
         let mut next = from;
         let mut bytes = 0usize;
-        for (base, name, file, len) in segments {
+        for (base, name, file, len, skips) in segments {
             let io = |source| ReadError::Io {
                 file: name.clone(),
                 source,
@@ -653,8 +721,21 @@ impl Store {
             let mut reader = ChunkReader::new(&*file, len, chunk);
             let mut pos = start.saturating_sub(base).max(HEADER_LEN as u64);
             let wanted = partition.0.to_be_bytes();
-            // A commit entry (the last of every segment) is shorter than this peek.
-            while let Some(first) = reader.peek(pos, ENTRY_PREFIX_LEN + 5).map_err(io)? {
+            // Damaged bytes found at open, to jump over (they hold no whole entry).
+            let first = pos;
+            let mut skips = skips.into_iter().filter(|&(_, to)| to > first).peekable();
+            loop {
+                if let Some(&(from, to)) = skips.peek()
+                    && pos >= from
+                {
+                    pos = pos.max(to);
+                    skips.next();
+                    continue;
+                }
+                // A commit entry (the last of every segment) is shorter than this peek.
+                let Some(first) = reader.peek(pos, ENTRY_PREFIX_LEN + 5).map_err(io)? else {
+                    break;
+                };
                 let Ok(prefix) = format::decode_prefix(first) else {
                     break;
                 };
@@ -674,14 +755,14 @@ impl Store {
                 let Some((start, end)) = reader.range(pos, entry_len).map_err(io)? else {
                     break; // damage found at open: the segment's readable end is before it
                 };
+                let at = pos;
                 pos += entry_len as u64;
                 let chunk = reader.chunk();
                 let record = match format::decode_record(&chunk[start..end]) {
                     Ok(Some(r)) => r,
                     Ok(None) => continue,
                     Err(e) => {
-                        tracing::warn!(segment = %name, position = pos, error = %e,
-                            "damaged entry skipped while reading");
+                        self.damaged_on_read(&name, at, &e);
                         continue;
                     }
                 };
@@ -690,10 +771,7 @@ impl Store {
                 }
                 if record.offset > next {
                     if out.is_empty() {
-                        return Err(ReadError::Lost {
-                            from: next,
-                            to: record.offset,
-                        });
+                        return Err(self.lost(partition, next, record.offset));
                     }
                     return Ok(out);
                 }
@@ -712,12 +790,33 @@ impl Store {
             }
         }
         if out.is_empty() {
-            return Err(ReadError::Lost {
-                from: next,
-                to: head,
-            });
+            return Err(self.lost(partition, next, head));
         }
         Ok(out)
+    }
+
+    /// A read found offsets `from..to` missing (their records damaged since the store was
+    /// opened): they become a hole of the partition, answered at once from now on.
+    fn lost(&self, partition: PartitionId, from: u64, to: u64) -> ReadError {
+        if let Some(p) = self.shared.lock().partitions.get_mut(&partition.0) {
+            p.holes.insert(from, to);
+        }
+        ReadError::Lost { from, to }
+    }
+
+    /// A read met a damaged entry (the disk damaged it after the store was opened): logged
+    /// and counted once per place.
+    fn damaged_on_read(&self, segment: &str, position: u64, error: &format::FormatError) {
+        let mut st = self.shared.lock();
+        if st.damage_seen.len() >= MAX_DAMAGE_LOGGED
+            || !st.damage_seen.insert((segment.to_owned(), position))
+        {
+            return;
+        }
+        st.stats.damaged += 1;
+        drop(st);
+        tracing::warn!(segment, position, %error,
+            "damaged entry found while reading: never served by this store");
     }
 
     /// Drops the oldest segments beyond the retention limits, with `now_ms` as the
@@ -879,6 +978,8 @@ struct Writer {
     active: Option<(Arc<dyn SegmentFile>, String, u64, u64)>,
     last_sync: Instant,
     dirty: bool,
+    /// Writing the durable point failed once already (logged once).
+    point_failed: bool,
 }
 
 impl Writer {
@@ -893,6 +994,25 @@ impl Writer {
             active,
             last_sync: Instant::now(),
             dirty: false,
+            point_failed: false,
+        }
+    }
+
+    /// Everything written so far is synced: the durable point says so. The point itself is
+    /// not synced (an older point on disk after a power cut is still true), and a failure
+    /// to write it costs only recovery's precision, so it does not poison the store.
+    fn mark_durable(&mut self) {
+        let Some((_, _, base, pos)) = &self.active else {
+            return;
+        };
+        let point = format::DurablePoint {
+            position: base + pos,
+        };
+        if let Err(error) = self.shared.point.write_all_at(&point.encode(), 0)
+            && !std::mem::replace(&mut self.point_failed, true)
+        {
+            tracing::warn!(%error, "writing the durable point failed (logged once): \
+                recovery will tell a torn tail from damage by batch commits alone");
         }
     }
 
@@ -1074,6 +1194,7 @@ impl Writer {
                 self.shared.lock().stats.syncs += 1;
             }
         }
+        self.mark_durable();
         self.dirty = false;
         self.last_sync = Instant::now();
         Ok(())
@@ -1112,14 +1233,12 @@ impl Writer {
                 .map_err(|e| cause("directory fsync", e))?;
         }
         self.active = Some((file.clone(), name.clone(), base, buf.len() as u64));
+        if !never {
+            self.mark_durable();
+        }
         self.shared.lock().stats.bytes_written += buf.len() as u64;
-        Ok(Segment {
-            base,
-            name,
-            file,
-            len: buf.len() as u64,
-            max_ts: 0,
-            start_heads: redeclare.iter().map(|(id, _, next)| (*id, *next)).collect(),
-        })
+        let mut segment = Segment::new(base, name, file, buf.len() as u64);
+        segment.start_heads = redeclare.iter().map(|(id, _, next)| (*id, *next)).collect();
+        Ok(segment)
     }
 }

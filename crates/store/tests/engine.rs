@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dafka_store::{
-    AppendError, AppendRecord, Config, MemDir, PartitionId, ReadError, Retention, Store, SyncPolicy,
+    AppendError, AppendRecord, Config, MemDir, OpenError, PartitionId, ReadError, Retention, Store,
+    SyncPolicy,
 };
 use proptest::prelude::*;
 
@@ -341,4 +342,38 @@ proptest! {
         prop_assert_eq!(store.recovery_report().truncated_bytes, 0);
         check(&store)?;
     }
+}
+
+/// Issue 21: two `Store`s on one directory were accepted, so two processes could write the
+/// same segments. The second fails at once, naming the directory and the holder's pid; the
+/// lock goes with the store.
+#[test]
+fn a_second_store_on_a_directory_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = Store::open_path(tmp.path(), Config::default()).unwrap();
+    let e = Store::open_path(tmp.path(), Config::default()).unwrap_err();
+    assert!(
+        matches!(&e, OpenError::Locked { holder: Some(pid), .. } if *pid == std::process::id()),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(text.contains(&tmp.path().display().to_string()), "{text}");
+    assert!(
+        text.contains(&format!("process {}", std::process::id())),
+        "{text}"
+    );
+    first.close();
+    let again = Store::open_path(tmp.path(), Config::default()).unwrap();
+    again.close();
+}
+
+/// Issue 22: a store path that is a file said "File exists (os error 17)".
+#[test]
+fn a_file_as_store_path_is_named_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("not-a-dir");
+    std::fs::write(&path, b"x").unwrap();
+    let e = Store::open_path(&path, Config::default()).unwrap_err();
+    assert!(matches!(e, OpenError::NotADirectory(_)), "{e:?}");
+    assert!(e.to_string().contains("is a file, not a directory"), "{e}");
 }
