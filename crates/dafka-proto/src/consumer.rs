@@ -15,6 +15,12 @@
 //!   it closes. The reference instead discards such records and retries only when the next
 //!   RECORD or HEAD arrives.
 //! * Records below the next offset (duplicates from several answerers) are dropped.
+//! * A store that does not hold offsets below its head (damaged on its disk) answers a FETCH
+//!   of them with DIRECT-MISSING (extension). The FETCH reached every store, so another one
+//!   may still answer; the partition skips the offsets (a [`Loss`], counted by
+//!   [`Consumer::lost`]) once every reachable store said it lacks them, or once one store
+//!   said so [`MISSING_REPORTS`] times (the first answer and the retries after it) and
+//!   nobody delivered them meanwhile: it never waits for them forever.
 //! * A STORE-HELLO, or a store reader's `'W'` + id subscription reaching the consumer's XPUB, is
 //!   answered with CONSUMER-HELLO listing the consumer's topics.
 //!
@@ -37,7 +43,7 @@ use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
-use crate::message::{ConsumerHello, GetHeads, HeadsQuery, Kind, Message, Record};
+use crate::message::{ConsumerHello, DirectMissing, GetHeads, HeadsQuery, Kind, Message, Record};
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
 use crate::subscription;
 
@@ -103,6 +109,38 @@ impl ConsumerConfig {
     }
 }
 
+/// Offsets of a partition that no store answering the consumer holds (damaged on their
+/// disks): skipped, never delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loss {
+    /// The topic.
+    pub topic: Topic,
+    /// The partition (its producer's id).
+    pub partition: NodeId,
+    /// The first offset skipped.
+    pub from: u64,
+    /// The first offset after them (the partition goes on there).
+    pub to: u64,
+}
+
+/// DIRECT-MISSINGs from one store for the same offset after which the consumer skips them
+/// though other reachable stores said nothing (they may not hold the partition at all): the
+/// answer to the first FETCH and to two retries, none of which another store answered.
+pub const MISSING_REPORTS: u32 = 3;
+
+/// What the stores said of the offsets at a partition's next offset (DIRECT-MISSING).
+#[derive(Debug, Clone)]
+struct Missing {
+    /// The partition's next offset when they said it.
+    at: u64,
+    /// The first offset after the offsets every report agrees are missing.
+    to: u64,
+    /// The stores that said so (at most [`MAX_STORES`]).
+    stores: HashSet<NodeId>,
+    /// How many reports.
+    reports: u32,
+}
+
 /// A record delivered in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -127,6 +165,8 @@ struct Partition {
     /// One past the last offset to deliver, for a range read ([`Consumer::assign`] with an
     /// end): nothing at or past it is delivered, held or FETCHed.
     until: Option<u64>,
+    /// Stores that said they lack the offsets at `next`.
+    missing: Option<Missing>,
 }
 
 impl Partition {
@@ -137,6 +177,7 @@ impl Partition {
             reorder: BTreeMap::new(),
             retry: None,
             until: None,
+            missing: None,
         }
     }
 
@@ -203,6 +244,10 @@ pub struct Consumer {
     next_heads: Option<Instant>,
     /// When they were last asked for.
     heads_asked: Option<Instant>,
+    /// Offsets skipped because no store holds them, not yet polled.
+    losses: VecDeque<Loss>,
+    /// Offsets skipped so far because no store holds them.
+    lost: u64,
 }
 
 /// A running offsets query.
@@ -249,13 +294,15 @@ impl Consumer {
             heard_from: HashSet::new(),
             next_heads: None,
             heads_asked: None,
+            losses: VecDeque::new(),
+            lost: 0,
         })
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
-    /// `'D'`, `'E'`, `'L'` and (the extensions) `'B'`, `'O'` and `'R'` + its id. `'B'`,
+    /// `'D'`, `'E'`, `'L'` and (the extensions) `'B'`, `'O'`, `'R'` and `'N'` + its id. `'B'`,
     /// reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
-    pub fn subscriptions(&self) -> [Bytes; 6] {
+    pub fn subscriptions(&self) -> [Bytes; 7] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
@@ -266,6 +313,7 @@ impl Consumer {
             subscription::node(Kind::StoreHello, id),
             subscription::node(Kind::DirectLowWater, id),
             subscription::node(Kind::HeadsEnd, id),
+            subscription::node(Kind::DirectMissing, id),
         ]
     }
 
@@ -407,6 +455,10 @@ impl Consumer {
                 let l = &d.low;
                 self.answer(&l.topic, l.producer, |b| b.low = b.low.max(l.sequence));
                 self.on_low_water(&l.topic, l.producer, l.sequence, now)
+            }
+            Message::DirectMissing(d) => {
+                self.check_to(Kind::DirectMissing, &d.to)?;
+                self.on_missing(d, now)
             }
             Message::HeadsEnd(e) => {
                 self.check_to(Kind::HeadsEnd, &e.to)?;
@@ -665,22 +717,76 @@ impl Consumer {
         let Some(key) = self.partition(topic, producer, low)? else {
             return Ok(());
         };
+        if self.partitions.get(&key).is_some_and(|p| p.next < low) {
+            self.skip_to(key, low, now)?;
+        }
+        Ok(())
+    }
+
+    /// A store lacks offsets `from..to` below its head (DIRECT-MISSING). Only offsets at the
+    /// partition's next one count (later ones are FETCHed, and so reported, when it gets
+    /// there); skipped once every reachable store said so, or one said so
+    /// [`MISSING_REPORTS`] times with nobody delivering them.
+    fn on_missing(&mut self, d: &DirectMissing, now: Instant) -> Result<(), PeerError> {
+        let key = (d.topic.clone(), d.producer);
+        let reachable: Vec<NodeId> = self
+            .heard_by
+            .intersection(&self.heard_from)
+            .copied()
+            .collect();
         let Some(p) = self.partitions.get_mut(&key) else {
             return Ok(());
         };
-        if p.next >= low {
+        if p.next < d.from || p.next >= d.to_offset {
             return Ok(());
         }
-        p.next = low;
-        self.reorder_bytes -= p.drop_held_below(low);
+        let to = p.until.map_or(d.to_offset, |u| d.to_offset.min(u));
+        let m = match &mut p.missing {
+            Some(m) if m.at == p.next => m,
+            slot => slot.insert(Missing {
+                at: p.next,
+                to,
+                stores: HashSet::new(),
+                reports: 0,
+            }),
+        };
+        m.to = m.to.min(to);
+        m.reports += 1;
+        if m.stores.len() < MAX_STORES {
+            m.stores.insert(d.store);
+        }
+        let all = !reachable.is_empty() && reachable.iter().all(|s| m.stores.contains(s));
+        if !all && m.reports < MISSING_REPORTS {
+            return Ok(());
+        }
+        let (from, to) = (p.next, m.to);
+        self.lost += to - from;
+        self.losses.push_back(Loss {
+            topic: d.topic.clone(),
+            partition: d.producer,
+            from,
+            to,
+        });
+        self.skip_to(key, to, now)
+    }
+
+    /// Moves a partition's next offset up to `to` (nobody can serve the offsets before it):
+    /// drops what is held below it, delivers what is held from it on, FETCHes the rest.
+    fn skip_to(&mut self, key: (Topic, NodeId), to: u64, now: Instant) -> Result<(), PeerError> {
+        let Some(p) = self.partitions.get_mut(&key) else {
+            return Ok(());
+        };
+        p.next = to;
+        self.reorder_bytes -= p.drop_held_below(to);
         p.retry = None;
-        // Records held from `low` on are now next in line.
-        if let Some(content) = p.reorder.remove(&low) {
+        p.missing = None;
+        // Records held from `to` on are now next in line.
+        if let Some(content) = p.reorder.remove(&to) {
             self.reorder_bytes -= content.len();
             let record = Record {
-                producer,
-                topic: topic.clone(),
-                sequence: low,
+                producer: key.1,
+                topic: key.0,
+                sequence: to,
                 content,
             };
             return self.on_record(&record, now);
@@ -858,6 +964,17 @@ impl Consumer {
     /// Records dropped: duplicates, other topics (prefix matches), no room to reorder.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// The next run of offsets skipped because no store that answers holds them (damaged on
+    /// disk; see [`MISSING_REPORTS`]), for the driver to log and the application to learn of.
+    pub fn poll_loss(&mut self) -> Option<Loss> {
+        self.losses.pop_front()
+    }
+
+    /// Offsets skipped so far because no store that answers holds them.
+    pub fn lost(&self) -> u64 {
+        self.lost
     }
 
     /// Content bytes held out of order.

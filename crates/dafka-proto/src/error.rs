@@ -89,6 +89,14 @@ pub enum MalformedError {
     /// A DIRECT-RECORDS whose records would run past the largest offset (`u64::MAX`).
     #[error("DIRECT-RECORDS: the offsets of its records run past 2^64 - 1")]
     OffsetOverflow,
+    /// A DIRECT-MISSING whose range is empty (its end not above its first offset).
+    #[error("DIRECT-MISSING: empty range {from}..{to}")]
+    EmptyRange {
+        /// First offset.
+        from: u64,
+        /// End.
+        to: u64,
+    },
     /// A beacon frame that should be text is not UTF-8.
     #[error("beacon {what} is not UTF-8")]
     NotUtf8 {

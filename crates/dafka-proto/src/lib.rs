@@ -4,7 +4,8 @@
 //!
 //! * [`Message`] and its kinds ([`Record`], [`DirectRecord`], [`Fetch`], [`Ack`], [`Head`],
 //!   [`DirectHead`], [`GetHeads`], [`ConsumerHello`], [`StoreHello`], and our extensions
-//!   [`StoreAck`], [`DirectLowWater`], [`HeadsQuery`], [`HeadsEnd`], [`DirectRecords`]): one
+//!   [`StoreAck`], [`DirectLowWater`], [`HeadsQuery`], [`HeadsEnd`], [`DirectRecords`],
+//!   [`DirectMissing`]): one
 //!   ZeroMQ multipart message each (byte tables in the [`message`] docs and `docs/dafka.md`).
 //! * [`BeaconMessage`]: node beacons, tower beacons, the tower's welcome.
 //! * [`subscription`]: the subscription prefixes each node makes or acts on.
@@ -67,16 +68,20 @@ pub mod store;
 pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
-pub use consumer::{Bounds, Consumer, ConsumerConfig, Delivery, OffsetReset};
+pub use consumer::{
+    Bounds, Consumer, ConsumerConfig, Delivery, Loss, MISSING_REPORTS, OffsetReset,
+};
 pub use error::{
     CallerError, DecodeError, LimitError, MalformedError, PeerError, SendError, TopicError,
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
-    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, DirectRecords, Fetch, GetHeads,
-    Head, HeadsEnd, HeadsQuery, Kind, Limits, Message, PREFIX_END, Record, StoreAck, StoreHello,
-    VERSION,
+    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord, DirectRecords,
+    Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Kind, Limits, Message, PREFIX_END, Record,
+    StoreAck, StoreHello, VERSION,
 };
 pub use producer::{Producer, ProducerConfig};
 pub use retry::FETCH_WINDOW;
-pub use store::{StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig};
+pub use store::{
+    LogRead, StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig,
+};

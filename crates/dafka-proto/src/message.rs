@@ -38,6 +38,7 @@
 //! | `0x51` 'Q' | HEADS-QUERY (extension) | topic name | address = consumer, subject = topic, sequence (8) = query number | 1 |
 //! | `0x52` 'R' | HEADS-END (extension) | requesting consumer's UUID | address = store reader, subject = topic, sequence (8) = query number | 1 |
 //! | `0x42` 'B' | DIRECT-RECORDS (extension) | requester's UUID | address = producer, subject, sequence (8) = offset of the first record | 1 + records (at least 2) |
+//! | `0x4E` 'N' | DIRECT-MISSING (extension) | requester's UUID | address = producer, subject, sequence (8) = first offset missing, end (8) = first offset after them, address = store reader | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
 //! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
@@ -194,6 +195,7 @@ kinds! {
     HeadsQuery = 0x51, "HEADS-QUERY", 1;
     HeadsEnd = 0x52, "HEADS-END", 1;
     DirectRecords = 0x42, "DIRECT-RECORDS", 2;
+    DirectMissing = 0x4E, "DIRECT-MISSING", 1;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -344,6 +346,29 @@ pub struct HeadsEnd {
     pub query: u64,
 }
 
+/// An extension (not in 46/DAFKA, not sent by the reference): a store reader's answer to a
+/// FETCH for offsets it does not hold although they are below its head (their records were
+/// damaged on its disk): DIRECT-MISSING (`'N'`). The store goes on answering the FETCH after
+/// them; the consumer FETCHes the offsets from another store, or skips them when no store that
+/// answers holds them (as past retention). A store reader sends it only to a node whose
+/// `'N'` + id subscription reached its XPUB (a reference consumer waits for the offsets as it
+/// would for any store that does not answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectMissing {
+    /// The node that asked: the topic prefix.
+    pub to: NodeId,
+    /// The store reader that does not hold them.
+    pub store: NodeId,
+    /// The producer (partition).
+    pub producer: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// The first offset missing.
+    pub from: u64,
+    /// The first offset after them (greater than `from`).
+    pub to_offset: u64,
+}
+
 /// A consumer's request for the heads of a topic's partitions: GET-HEADS (`'G'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetHeads {
@@ -411,6 +436,7 @@ impl Message {
             Message::DirectRecords(d) => Prefix::Node(&d.to),
             Message::DirectHead(d) => Prefix::Node(&d.to),
             Message::DirectLowWater(d) => Prefix::Node(&d.to),
+            Message::DirectMissing(d) => Prefix::Node(&d.to),
             Message::Fetch(f) => Prefix::Node(&f.producer),
             Message::Ack(a) => Prefix::Node(&a.producer),
             Message::StoreAck(a) => Prefix::Node(&a.ack.producer),
@@ -445,6 +471,7 @@ impl Message {
             | Message::HeadsEnd(HeadsEnd { topic, .. })
             | Message::DirectRecords(DirectRecords { topic, .. }) => ADDRESS + 1 + topic.len() + 8,
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
+            Message::DirectMissing(d) => ADDRESS + 1 + d.topic.len() + 8 + 8 + ADDRESS,
             Message::Ack(a) => 1 + a.topic.len() + 8,
             Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
             Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
@@ -478,6 +505,11 @@ impl Message {
             Message::Fetch(f) => {
                 put_position(out, &f.sender, &f.topic, f.sequence);
                 out.put_u32(f.count);
+            }
+            Message::DirectMissing(d) => {
+                put_position(out, &d.producer, &d.topic, d.from);
+                out.put_u64(d.to_offset);
+                d.store.put_string(out);
             }
             Message::Ack(a) => {
                 a.topic.put_string(out);
@@ -640,6 +672,27 @@ impl Message {
                     store,
                     topic,
                     query,
+                })
+            }
+            Kind::DirectMissing => {
+                let to = prefix.node()?;
+                let (producer, topic, from) = position(&mut r)?;
+                let to_offset = r.u64("end")?;
+                let store = address(&mut r)?;
+                if to_offset <= from {
+                    return Err(MalformedError::EmptyRange {
+                        from,
+                        to: to_offset,
+                    }
+                    .into());
+                }
+                Message::DirectMissing(DirectMissing {
+                    to,
+                    store,
+                    producer,
+                    topic,
+                    from,
+                    to_offset,
                 })
             }
             Kind::Fetch => {

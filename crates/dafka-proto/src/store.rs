@@ -48,8 +48,8 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectLowWater, DirectRecord, DirectRecords, Fetch, Head, HeadsEnd, Kind,
-    Message, Record, StoreAck, StoreHello,
+    Ack, DirectHead, DirectLowWater, DirectMissing, DirectRecord, DirectRecords, Fetch, Head,
+    HeadsEnd, Kind, Message, Record, StoreAck, StoreHello,
 };
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
 use crate::subscription;
@@ -70,14 +70,28 @@ pub trait StoreLog {
     /// Every partition of `topic` (exactly that topic) with its `(low_water, head)`.
     fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64, u64)>;
 
-    /// Durable records of the partition from offset `from`, ascending, at most `max`.
+    /// Durable records of the partition from offset `from`, ascending, at most `max`; or, when
+    /// the records at `from` are not held though below the head (damaged), where they end.
     fn read(
         &self,
         topic: &Topic,
         producer: &NodeId,
         from: u64,
         max: usize,
-    ) -> Result<Vec<(u64, Bytes)>, Self::Error>;
+    ) -> Result<LogRead, Self::Error>;
+}
+
+/// What [`StoreLog::read`] found at the offset asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogRead {
+    /// Records from the offset asked for, ascending (none: nothing there any more).
+    Records(Vec<(u64, Bytes)>),
+    /// The offsets from the one asked for up to `to` (exclusive) are not held: their records
+    /// were damaged on disk. The answer goes on at `to`.
+    Missing {
+        /// The first offset held again.
+        to: u64,
+    },
 }
 
 /// Settings of a [`StoreWriter`].
@@ -711,7 +725,27 @@ impl StoreReader {
                 .unwrap_or(usize::MAX)
                 .min(self.config.read_chunk);
             match log.read(&answer.topic, &answer.producer, answer.next, want) {
-                Ok(records) => {
+                Ok(LogRead::Missing { to }) if to > answer.next => {
+                    // Extension: the requester learns these offsets are not here (and asks
+                    // another store, or skips them) instead of retrying for them forever.
+                    let to_offset = to.min(answer.end);
+                    self.chunk.push_back(Message::DirectMissing(DirectMissing {
+                        to: answer.to,
+                        store: self.config.id,
+                        producer: answer.producer,
+                        topic: answer.topic.clone(),
+                        from: answer.next,
+                        to_offset,
+                    }));
+                    answer.next = to_offset;
+                    if answer.next < answer.end {
+                        self.answers.rotate_left(1);
+                    }
+                }
+                Ok(LogRead::Missing { .. }) => {
+                    self.answers.pop_front();
+                }
+                Ok(LogRead::Records(records)) => {
                     let runs = self
                         .listening
                         .get(&answer.to)

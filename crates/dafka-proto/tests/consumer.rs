@@ -802,3 +802,97 @@ fn resume_puts_the_retries_off() {
     // Its backoff starts again at fetch_retry.
     assert_eq!(c.poll_timeout(), Some(t0 + ms(1600)));
 }
+
+/// A store reader's DIRECT-MISSING of P1's "golden" `from..to` to C1.
+fn missing(store: &str, from: u64, to: u64) -> Message {
+    Message::DirectMissing(dafka_proto::DirectMissing {
+        to: id(C1),
+        store: id(store),
+        producer: id(P1),
+        topic: topic("golden"),
+        from,
+        to_offset: to,
+    })
+}
+
+const S3_READER: &str = "5555555555555555555555555555555A";
+
+/// Issue 21: offsets damaged on every store were waited for forever. With two stores
+/// reachable, one DIRECT-MISSING is not enough (the other may answer); the second store's
+/// skips them: counted, reported once, the records held after them delivered.
+#[test]
+fn offsets_every_reachable_store_lacks_are_skipped() {
+    let t0 = Instant::now();
+    let mut c = range(0, 10, t0);
+    reach(&mut c, S2_READER, t0);
+    reach(&mut c, S3_READER, t0);
+    sent(&mut c);
+    for seq in [0, 1, 5, 6, 7, 8, 9] {
+        c.handle_message(&direct(seq), t0).unwrap();
+    }
+    assert_eq!(delivered(&mut c), [0, 1]);
+    c.handle_message(&missing(S2_READER, 2, 5), t0).unwrap();
+    assert_eq!(delivered(&mut c), [0u64; 0]);
+    assert_eq!(c.lost(), 0);
+    // The same store again: still one store of two.
+    c.handle_message(&missing(S2_READER, 2, 5), t0).unwrap();
+    assert_eq!(c.lost(), 0);
+    // The other store lacks fewer: only what both lack is skipped... which here is 2..4; 4
+    // is then FETCHed again.
+    c.handle_message(&missing(S3_READER, 2, 4), t0).unwrap();
+    assert_eq!(c.lost(), 2);
+    let loss = c.poll_loss().unwrap();
+    assert_eq!(
+        (loss.topic, loss.partition, loss.from, loss.to),
+        (topic("golden"), id(P1), 2, 4)
+    );
+    assert_eq!(c.poll_loss(), None);
+    assert_eq!(delivered(&mut c), [0u64; 0]);
+    assert_eq!(fetches(&mut c), [(4, 1)]);
+    c.handle_message(&direct(4), t0).unwrap();
+    assert_eq!(delivered(&mut c), [4, 5, 6, 7, 8, 9]);
+    c.handle_timeout(t0 + Duration::from_secs(60));
+    assert_eq!(fetches(&mut c), [], "the range is complete");
+}
+
+/// A DIRECT-MISSING from one store while another delivers the records: nothing is lost; one
+/// for offsets past the next one is ignored (they are FETCHed, and so reported, in turn).
+#[test]
+fn a_store_lacking_records_another_delivers_loses_nothing() {
+    let t0 = Instant::now();
+    let mut c = range(0, 10, t0);
+    reach(&mut c, S2_READER, t0);
+    reach(&mut c, S3_READER, t0);
+    c.handle_message(&missing(S2_READER, 5, 7), t0).unwrap();
+    c.handle_message(&missing(S3_READER, 5, 7), t0).unwrap();
+    assert_eq!(c.lost(), 0, "5..7 is not where the partition is");
+    c.handle_message(&missing(S2_READER, 0, 3), t0).unwrap();
+    for seq in 0..10 {
+        c.handle_message(&direct(seq), t0).unwrap();
+    }
+    assert_eq!(delivered(&mut c), (0..10).collect::<Vec<_>>());
+    // A late report of offsets delivered since: ignored.
+    c.handle_message(&missing(S3_READER, 0, 3), t0).unwrap();
+    assert_eq!(c.lost(), 0);
+    assert_eq!(c.poll_loss(), None);
+}
+
+/// One store says it lacks the offsets, the other reachable store says nothing (it may not
+/// hold the partition): skipped after MISSING_REPORTS reports (the first answer and the
+/// answers to the retries), never waited for.
+#[test]
+fn a_single_store_is_believed_after_its_retries() {
+    let t0 = Instant::now();
+    let mut c = range(0, 4, t0);
+    reach(&mut c, S2_READER, t0);
+    reach(&mut c, S3_READER, t0);
+    for n in 1..dafka_proto::MISSING_REPORTS {
+        c.handle_message(&missing(S2_READER, 0, 2), t0).unwrap();
+        assert_eq!(c.lost(), 0, "after {n} reports");
+    }
+    c.handle_message(&missing(S2_READER, 0, 2), t0).unwrap();
+    assert_eq!(c.lost(), 2);
+    c.handle_message(&direct(2), t0).unwrap();
+    c.handle_message(&direct(3), t0).unwrap();
+    assert_eq!(delivered(&mut c), [2, 3]);
+}

@@ -349,3 +349,38 @@ fn beacons() {
         }))
     );
 }
+
+/// DIRECT-MISSING (extension), byte by byte; an empty range is malformed.
+#[test]
+fn direct_missing_bytes_and_empty_range() {
+    let bytes = |from: u64, to: u64| {
+        frame(&[
+            b"N",
+            C,
+            b"\x00\x01\x20",
+            P,
+            b"\x06golden",
+            &from.to_be_bytes(),
+            &to.to_be_bytes(),
+            b"\x20",
+            b"FEDCBA9876543210FEDCBA9876543210",
+        ])
+    };
+    let Ok(Message::DirectMissing(m)) = decode(&[bytes(5000, 5001)]) else {
+        panic!("not a DIRECT-MISSING");
+    };
+    assert_eq!((m.from, m.to_offset), (5000, 5001));
+    assert_eq!(m.to.to_hex(), *C);
+    assert_eq!(m.producer.to_hex(), *P);
+    assert_eq!(m.store.to_hex(), *b"FEDCBA9876543210FEDCBA9876543210");
+    assert_eq!(m.topic.as_bytes(), b"golden");
+    assert_eq!(Message::DirectMissing(m).to_frames()[0], bytes(5000, 5001));
+    assert_eq!(
+        decode(&[bytes(7, 7)]),
+        malformed(MalformedError::EmptyRange { from: 7, to: 7 })
+    );
+    assert_eq!(
+        decode(&[bytes(8, 7)]),
+        malformed(MalformedError::EmptyRange { from: 8, to: 7 })
+    );
+}

@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Instant;
 
-use bytes::Bytes;
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Kind, Message, NodeId, StoreHello, StoreLog, StoreReader,
-    StoreReaderConfig, Topic, subscription,
+    Bounds, Consumer, ConsumerConfig, Kind, LogRead, Message, NodeId, StoreHello, StoreLog,
+    StoreReader, StoreReaderConfig, Topic, subscription,
 };
 
 use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
@@ -37,14 +36,8 @@ impl StoreLog for MapLog {
         self.0.iter().map(|(p, &(l, h))| (*p, l, h)).collect()
     }
 
-    fn read(
-        &self,
-        _: &Topic,
-        _: &NodeId,
-        _: u64,
-        _: usize,
-    ) -> Result<Vec<(u64, Bytes)>, Infallible> {
-        Ok(Vec::new())
+    fn read(&self, _: &Topic, _: &NodeId, _: u64, _: usize) -> Result<LogRead, Infallible> {
+        Ok(LogRead::Records(Vec::new()))
     }
 }
 

@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use dafka_proto::{
-    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectRecord, DirectRecords,
-    Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon, NodeId, Record,
-    StoreAck, StoreHello, Topic, TowerBeacon,
+    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord,
+    DirectRecords, Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon,
+    NodeId, Record, StoreAck, StoreHello, Topic, TowerBeacon,
 };
 use proptest::prelude::*;
 
@@ -106,6 +106,18 @@ fn message() -> impl Strategy<Value = Message> {
             }
             .into()
         ),
+        (node_id(), node_id(), head(), 1..=u64::MAX).prop_map(|(to, store, h, n)| {
+            let from = h.sequence.min(u64::MAX - 1);
+            DirectMissing {
+                to,
+                store,
+                producer: h.producer,
+                topic: h.topic,
+                from,
+                to_offset: from.saturating_add(n),
+            }
+            .into()
+        }),
     ]
 }
 
@@ -121,7 +133,7 @@ fn beacon() -> impl Strategy<Value = BeaconMessage> {
 
 /// Arbitrary frames that often look like Dafka: a real id byte and a NUL-terminated prefix.
 fn frames() -> impl Strategy<Value = Vec<Bytes>> {
-    let id = prop::sample::select(b"MDFKHEGWLBx".to_vec());
+    let id = prop::sample::select(b"MDFKHEGWLBNx".to_vec());
     let frame1 = (id, prop::collection::vec(any::<u8>(), 0..120)).prop_map(|(id, rest)| {
         let mut f = vec![id];
         f.extend(rest);

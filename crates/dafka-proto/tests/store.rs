@@ -10,19 +10,21 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::{
-    ConsumerConfig, ConsumerHello, DirectRecord, Fetch, GetHeads, Head, Message, NodeId,
-    OffsetReset, PeerError, Producer, ProducerConfig, Record, StoreLog, StoreReader,
-    StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic, subscription,
+    ConsumerConfig, ConsumerHello, DirectMissing, DirectRecord, Fetch, GetHeads, Head, LogRead,
+    Message, NodeId, OffsetReset, PeerError, Producer, ProducerConfig, Record, StoreLog,
+    StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic, subscription,
 };
 
 use common::{C1, C2, P1, Rng, S1_WRITER, S2_READER, S2_WRITER, id, topic};
 
 const S1_READER: &str = "C0AE384776F04AE29D3D0738F9CCD7A6";
 
-/// A log in memory: what the engine would hold, with a low-water mark per partition.
+/// A log in memory: what the engine would hold, with a low-water mark per partition, and
+/// offsets damaged on its disk (`from..to` per partition: never served).
 #[derive(Default)]
 struct MemLog {
     parts: BTreeMap<(Topic, NodeId), (u64, Vec<Bytes>)>,
+    damaged: Vec<((Topic, NodeId), u64, u64)>,
 }
 
 impl MemLog {
@@ -67,17 +69,32 @@ impl StoreLog for MemLog {
         producer: &NodeId,
         from: u64,
         max: usize,
-    ) -> Result<Vec<(u64, Bytes)>, Infallible> {
-        let Some((low, values)) = self.parts.get(&(topic.clone(), *producer)) else {
-            return Ok(Vec::new());
+    ) -> Result<LogRead, Infallible> {
+        let key = (topic.clone(), *producer);
+        let Some((low, values)) = self.parts.get(&key) else {
+            return Ok(LogRead::Records(Vec::new()));
         };
-        Ok(values
+        let holes: Vec<(u64, u64)> = self
+            .damaged
             .iter()
-            .enumerate()
-            .map(|(i, v)| (low + i as u64, v.clone()))
-            .skip_while(|(o, _)| *o < from)
-            .take(max)
-            .collect())
+            .filter(|(k, _, _)| *k == key)
+            .map(|&(_, f, t)| (f, t))
+            .collect();
+        if let Some(&(_, to)) = holes.iter().find(|&&(f, t)| f <= from && from < t) {
+            return Ok(LogRead::Missing { to });
+        }
+        // Up to the next hole, as the engine stops before one.
+        let stop = holes.iter().map(|&(f, _)| f).filter(|&f| f > from).min();
+        Ok(LogRead::Records(
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (low + i as u64, v.clone()))
+                .skip_while(|(o, _)| *o < from)
+                .take_while(|(o, _)| stop.is_none_or(|s| *o < s))
+                .take(max)
+                .collect(),
+        ))
     }
 }
 
@@ -337,6 +354,72 @@ fn direct_records(messages: &[Message]) -> Vec<(NodeId, u64)> {
             other => panic!("not a DIRECT-RECORD: {other:?}"),
         })
         .collect()
+}
+
+/// Issue 21: a store whose disk damaged offsets 4 and 5 answered a FETCH with 0..4 and then
+/// nothing (the consumer retried forever). It says DIRECT-MISSING for 4..6 and goes on with
+/// 6..10, in order, in the same answer.
+#[test]
+fn damaged_offsets_are_answered_with_direct_missing_and_the_rest() {
+    let mut log = log_with(10);
+    log.damaged.push((key(), 4, 6));
+    let mut cfg = StoreReaderConfig::new(id(S1_READER), id(S1_WRITER));
+    cfg.read_chunk = 3;
+    let mut r = StoreReader::new(cfg).unwrap();
+    r.handle_message(&fetch(C1, 0, 100), &log).unwrap();
+    let out = sent_r(&mut r, &log);
+    let mut records = Vec::new();
+    let mut missing = Vec::new();
+    for (i, m) in out.iter().enumerate() {
+        match m {
+            Message::DirectRecord(d) => records.push((i, d.record.sequence)),
+            Message::DirectMissing(d) => {
+                assert_eq!((d.to, d.store, d.producer), (id(C1), id(S1_READER), id(P1)));
+                missing.push((i, d.from, d.to_offset));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let offsets: Vec<u64> = records.iter().map(|&(_, o)| o).collect();
+    assert_eq!(offsets, [0, 1, 2, 3, 6, 7, 8, 9]);
+    assert_eq!(missing.len(), 1);
+    let (at, from, to) = missing[0];
+    assert_eq!((from, to), (4, 6));
+    assert_eq!(at, 4, "in offset order, between 3 and 6");
+    // A FETCH starting inside the hole: the hole's rest, then the records; one ending inside
+    // it: the hole up to the FETCH's end.
+    r.handle_message(&fetch(C1, 5, 2), &log).unwrap();
+    let out = sent_r(&mut r, &log);
+    assert!(
+        matches!(
+            &out[..],
+            [
+                Message::DirectMissing(DirectMissing {
+                    from: 5,
+                    to_offset: 6,
+                    ..
+                }),
+                Message::DirectRecord(_)
+            ]
+        ),
+        "{out:?}"
+    );
+    r.handle_message(&fetch(C1, 3, 2), &log).unwrap();
+    let out = sent_r(&mut r, &log);
+    assert!(
+        matches!(
+            &out[..],
+            [
+                Message::DirectRecord(_),
+                Message::DirectMissing(DirectMissing {
+                    from: 4,
+                    to_offset: 5,
+                    ..
+                })
+            ]
+        ),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -780,6 +863,85 @@ fn cluster_replicates_and_serves_after_the_producers_are_gone() {
     }
     assert_eq!(c.delivered[&ci].len(), 2 * N as usize);
     assert!(c.runs > 0, "the first reader answered with DIRECT-RECORDS");
+}
+
+/// Issue 21: offsets damaged on one store's disk are served by the other store (nothing lost,
+/// nothing twice); damaged on both, they are skipped once both said so (counted as lost, the
+/// rest delivered), never waited for.
+#[test]
+fn damaged_offsets_come_from_another_store_or_are_skipped() {
+    for both in [false, true] {
+        let t0 = Instant::now();
+        let mut nodes = Vec::new();
+        let mut logs = Vec::new();
+        for (s, (w, r)) in [(S1_WRITER, S1_READER), (S2_WRITER, S2_READER)]
+            .into_iter()
+            .enumerate()
+        {
+            let reader = StoreReader::new(StoreReaderConfig::new(id(r), id(w))).unwrap();
+            let subs = reader.subscriptions().into();
+            nodes.push((Node::Reader(reader, s), subs));
+            let mut log = log_with(300);
+            if s == 0 || both {
+                log.damaged.push((key(), 100, 103));
+            }
+            logs.push(log);
+        }
+        let mut cfg = ConsumerConfig::new(id(C1));
+        cfg.offset_reset = OffsetReset::Earliest;
+        let mut consumer = dafka_proto::Consumer::new(cfg).unwrap();
+        let mut subs: Vec<Bytes> = consumer.subscriptions().into();
+        subs.extend(consumer.subscribe(topic("golden")));
+        // Both readers reachable both ways: their 'W' reached the consumer, it hears them.
+        for r in [S1_READER, S2_READER] {
+            consumer.handle_subscription(
+                &subscription::node(dafka_proto::Kind::ConsumerHello, &id(r)),
+                t0,
+            );
+        }
+        nodes.push((Node::Consumer(consumer), subs));
+        let ci = nodes.len() - 1;
+        let alive = vec![true; nodes.len()];
+        let mut c = Cluster {
+            nodes,
+            logs,
+            syncing: Vec::new(),
+            alive,
+            rng: Rng(0x2545_F491_4F6C_DD1D),
+            loss: 0,
+            now: t0,
+            delivered: HashMap::new(),
+            runs: 0,
+        };
+        for (node, _) in &mut c.nodes {
+            if let Node::Reader(r, _) = node {
+                r.handle_subscription(&subscription::node(dafka_proto::Kind::StoreHello, &id(C1)));
+            }
+        }
+        let want = if both { 297 } else { 300 };
+        c.run(|c| c.delivered.get(&ci).is_some_and(|d| d.len() == want));
+        for _ in 0..200 {
+            c.step();
+        }
+        let got: Vec<u64> = c.delivered[&ci].iter().map(|(_, o, _)| *o).collect();
+        let expected: Vec<u64> = if both {
+            (0..100).chain(103..300).collect()
+        } else {
+            (0..300).collect()
+        };
+        assert_eq!(got, expected, "both damaged: {both}");
+        let Node::Consumer(consumer) = &mut c.nodes[ci].0 else {
+            unreachable!()
+        };
+        assert_eq!(consumer.lost(), if both { 3 } else { 0 });
+        let loss = consumer.poll_loss();
+        if both {
+            let loss = loss.unwrap();
+            assert_eq!((loss.partition, loss.from, loss.to), (id(P1), 100, 103));
+        } else {
+            assert_eq!(loss, None);
+        }
+    }
 }
 
 /// Extension: after retention a store sends DIRECT-LOW-WATER before DIRECT-HEAD, and an

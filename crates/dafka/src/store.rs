@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::{
-    Message, NodeId, PeerError, StoreLog, StoreReader, StoreReaderConfig, StoreWriter,
+    LogRead, Message, NodeId, PeerError, StoreLog, StoreReader, StoreReaderConfig, StoreWriter,
     StoreWriterConfig, Topic,
 };
 use dafka_store::{AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket};
@@ -415,16 +415,18 @@ impl StoreLog for EngineLog {
         producer: &NodeId,
         from: u64,
         max: usize,
-    ) -> Result<Vec<(u64, Bytes)>, Self::Error> {
+    ) -> Result<LogRead, Self::Error> {
         let Some(id) = self.id(topic, producer) else {
-            return Ok(Vec::new());
+            return Ok(LogRead::Records(Vec::new()));
         };
-        Ok(self
-            .engine
-            .read(id, from, max, READ_BYTES)?
-            .into_iter()
-            .map(|r| (r.offset, r.value))
-            .collect())
+        match self.engine.read(id, from, max, READ_BYTES) {
+            Ok(records) => Ok(LogRead::Records(
+                records.into_iter().map(|r| (r.offset, r.value)).collect(),
+            )),
+            // Damaged on disk (logged once by the engine): the requester is told.
+            Err(dafka_store::ReadError::Lost { to, .. }) => Ok(LogRead::Missing { to }),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -542,3 +542,60 @@ async fn records_leave_in_offset_order_when_try_send_and_send_mix() {
     s.close().await;
     tower.close().await;
 }
+
+/// Issue 21: one flipped bit in the value of offset 5000 of a store's only segment; the store
+/// restarted. An "earliest" consumer received 0..4999 and then waited forever (every FETCH
+/// retry logged the damage again). Now the store answers DIRECT-MISSING for 5000 and goes on:
+/// the consumer skips that one offset (counted in `lost`) and receives every other record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_record_is_skipped_not_waited_for() {
+    const N: usize = 20_000;
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), &towers).await;
+    let producer = ProducerNode::start("damaged", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let sent = values("damaged", N);
+    producer.send_many(sent.clone()).await.unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    producer.close().await;
+    s.close().await;
+
+    let segment = dir.path().join(dafka_store::format::segment_file_name(0));
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes
+        .windows(sent[5000].len())
+        .position(|w| w == &sent[5000][..])
+        .unwrap();
+    bytes[at + 3] ^= 0x10;
+    std::fs::write(&segment, bytes).unwrap();
+
+    let s = store(dir.path(), &towers).await;
+    let report = s.engine().recovery_report().clone();
+    assert_eq!(report.truncated_bytes, 0);
+    assert!(!report.damage.is_empty());
+    let consumer = ConsumerNode::start(&["damaged"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    let got = collect(&consumer, N - 1).await;
+    let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+    let want: Vec<u64> = (0..5000).chain(5001..N as u64).collect();
+    assert_eq!(
+        offsets.len(),
+        want.len(),
+        "received {} of {}",
+        offsets.len(),
+        want.len()
+    );
+    assert_eq!(offsets, want);
+    assert!(got.iter().all(|r| r.value == sent[r.offset as usize]));
+    assert_eq!(got[0].partition, partition);
+    assert_eq!(consumer.lost(), 1);
+    // The damage was logged and counted once, at open; reads since answered from the hole.
+    assert_eq!(s.engine().stats().damaged, report.damage.len() as u64);
+    consumer.close().await;
+    s.close().await;
+    tower.close().await;
+}
