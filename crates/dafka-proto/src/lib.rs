@@ -5,7 +5,7 @@
 //! * [`Message`] and its kinds ([`Record`], [`DirectRecord`], [`Fetch`], [`Ack`], [`Head`],
 //!   [`DirectHead`], [`GetHeads`], [`ConsumerHello`], [`StoreHello`], and our extensions
 //!   [`StoreAck`], [`DirectLowWater`], [`HeadsQuery`], [`HeadsEnd`], [`DirectRecords`],
-//!   [`DirectMissing`]): one
+//!   [`DirectMissing`], [`StoreRefusal`]): one
 //!   ZeroMQ multipart message each (byte tables in the [`message`] docs and `docs/dafka.md`).
 //! * [`BeaconMessage`]: node beacons, tower beacons, the tower's welcome.
 //! * [`subscription`]: the subscription prefixes each node makes or acts on.
@@ -78,9 +78,9 @@ pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
     Ack, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord, DirectRecords,
     Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Kind, Limits, Message, PREFIX_END, Record,
-    StoreAck, StoreHello, VERSION,
+    RefusalReason, StoreAck, StoreHello, StoreRefusal, VERSION,
 };
-pub use producer::{Producer, ProducerConfig};
+pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
 pub use retry::FETCH_WINDOW;
 pub use store::{
     LogRead, StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig,

@@ -38,6 +38,7 @@
 //! | `0x51` 'Q' | HEADS-QUERY (extension) | topic name | address = consumer, subject = topic, sequence (8) = query number | 1 |
 //! | `0x52` 'R' | HEADS-END (extension) | requesting consumer's UUID | address = store reader, subject = topic, sequence (8) = query number | 1 |
 //! | `0x42` 'B' | DIRECT-RECORDS (extension) | requester's UUID | address = producer, subject, sequence (8) = offset of the first record | 1 + records (at least 2) |
+//! | `0x58` 'X' | STORE-REFUSAL (extension) | producer's UUID | address = store writer, subject, sequence (8) = first offset refused, reason (1), detail (string) | 1 |
 //! | `0x4E` 'N' | DIRECT-MISSING (extension) | requester's UUID | address = producer, subject, sequence (8) = first offset missing, end (8) = first offset after them, address = store reader | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
@@ -196,6 +197,7 @@ kinds! {
     HeadsEnd = 0x52, "HEADS-END", 1;
     DirectRecords = 0x42, "DIRECT-RECORDS", 2;
     DirectMissing = 0x4E, "DIRECT-MISSING", 1;
+    StoreRefusal = 0x58, "STORE-REFUSAL", 1;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -369,6 +371,78 @@ pub struct DirectMissing {
     pub to_offset: u64,
 }
 
+/// Why a store refused records (STORE-REFUSAL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// `0x01`: the record at the offset is larger than the store keeps; the store skipped it
+    /// (it holds no record there) and goes on with the partition.
+    TooLarge,
+    /// `0x02`: the store cannot write at all (a failed write or sync: a full or failing
+    /// disk); nothing from the offset on is acknowledged by it until it is restarted.
+    Failed,
+    /// A reason this version does not know (a later peer's), kept as received.
+    Other(u8),
+}
+
+impl RefusalReason {
+    /// The reason's byte on the wire.
+    pub const fn code(self) -> u8 {
+        match self {
+            RefusalReason::TooLarge => 0x01,
+            RefusalReason::Failed => 0x02,
+            RefusalReason::Other(c) => c,
+        }
+    }
+
+    /// The reason with this byte.
+    pub const fn from_code(code: u8) -> Self {
+        match code {
+            0x01 => RefusalReason::TooLarge,
+            0x02 => RefusalReason::Failed,
+            c => RefusalReason::Other(c),
+        }
+    }
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a store writer tells a producer
+/// it refused records of its partition, and why: STORE-REFUSAL (`'X'`). Without it a producer
+/// whose records a store cannot keep saw only an acknowledgement that never came. A store
+/// sends it to subscribers of `'X'` + producer, which a reference producer never is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreRefusal {
+    /// The producer (partition): the topic prefix.
+    pub producer: NodeId,
+    /// The store writer that refuses.
+    pub store: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// The first offset refused.
+    pub sequence: u64,
+    /// Why.
+    pub reason: RefusalReason,
+    /// The store's words for people (sizes, the OS error): UTF-8 from our stores, at most 255
+    /// bytes on the wire (cut there when encoded; [`StoreRefusal::detail_of`] cuts a text at a
+    /// character boundary).
+    pub detail: Bytes,
+}
+
+impl StoreRefusal {
+    /// `text` as a detail: at most 255 bytes, cut at a character boundary.
+    pub fn detail_of(text: &str) -> Bytes {
+        let mut end = text.len().min(0xFF);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Bytes::copy_from_slice(&text.as_bytes()[..end])
+    }
+
+    /// The detail as text (lossy: a peer may send any bytes).
+    pub fn detail_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(detail_bytes(&self.detail))
+    }
+}
+
 /// A consumer's request for the heads of a topic's partitions: GET-HEADS (`'G'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetHeads {
@@ -437,6 +511,7 @@ impl Message {
             Message::DirectHead(d) => Prefix::Node(&d.to),
             Message::DirectLowWater(d) => Prefix::Node(&d.to),
             Message::DirectMissing(d) => Prefix::Node(&d.to),
+            Message::StoreRefusal(r) => Prefix::Node(&r.producer),
             Message::Fetch(f) => Prefix::Node(&f.producer),
             Message::Ack(a) => Prefix::Node(&a.producer),
             Message::StoreAck(a) => Prefix::Node(&a.ack.producer),
@@ -472,6 +547,9 @@ impl Message {
             | Message::DirectRecords(DirectRecords { topic, .. }) => ADDRESS + 1 + topic.len() + 8,
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
             Message::DirectMissing(d) => ADDRESS + 1 + d.topic.len() + 8 + 8 + ADDRESS,
+            Message::StoreRefusal(r) => {
+                ADDRESS + 1 + r.topic.len() + 8 + 1 + 1 + detail_bytes(&r.detail).len()
+            }
             Message::Ack(a) => 1 + a.topic.len() + 8,
             Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
             Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
@@ -510,6 +588,13 @@ impl Message {
                 put_position(out, &d.producer, &d.topic, d.from);
                 out.put_u64(d.to_offset);
                 d.store.put_string(out);
+            }
+            Message::StoreRefusal(r) => {
+                put_position(out, &r.store, &r.topic, r.sequence);
+                out.put_u8(r.reason.code());
+                let detail = detail_bytes(&r.detail);
+                out.put_u8(detail.len() as u8);
+                out.put_slice(detail);
             }
             Message::Ack(a) => {
                 a.topic.put_string(out);
@@ -695,6 +780,20 @@ impl Message {
                     to_offset,
                 })
             }
+            Kind::StoreRefusal => {
+                let producer = prefix.node()?;
+                let (store, topic, sequence) = position(&mut r)?;
+                let reason = RefusalReason::from_code(r.u8("reason")?);
+                let detail = r.short_bytes("detail")?;
+                Message::StoreRefusal(StoreRefusal {
+                    producer,
+                    store,
+                    topic,
+                    sequence,
+                    reason,
+                    detail,
+                })
+            }
             Kind::Fetch => {
                 let producer = prefix.node()?;
                 let (sender, topic, sequence) = position(&mut r)?;
@@ -763,6 +862,11 @@ impl Message {
         r.finish("frame 1")?;
         Ok(message)
     }
+}
+
+/// A STORE-REFUSAL's detail as it goes on the wire: at most 255 bytes.
+fn detail_bytes(detail: &Bytes) -> &[u8] {
+    &detail[..detail.len().min(0xFF)]
 }
 
 fn put_position(out: &mut BytesMut, node: &NodeId, topic: &Topic, sequence: u64) {

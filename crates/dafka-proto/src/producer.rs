@@ -36,7 +36,10 @@ use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError, SendError};
 use crate::id::{NodeId, Topic};
-use crate::message::{Ack, DirectHead, DirectRecord, Fetch, GetHeads, Head, Kind, Message, Record};
+use crate::message::{
+    Ack, DirectHead, DirectRecord, Fetch, GetHeads, Head, Kind, Message, Record, RefusalReason,
+    StoreRefusal,
+};
 use crate::subscription;
 
 /// Settings of a [`Producer`].
@@ -70,7 +73,7 @@ pub struct ProducerConfig {
 
 impl ProducerConfig {
     /// Defaults: offset 0, HEAD every second, 1 000 000 records or 256 MiB unacknowledged,
-    /// records up to 16 MiB, one ACK suffices, 64 pending FETCH answers, 64 stores.
+    /// records up to 1 MiB, one ACK suffices, 64 pending FETCH answers, 64 stores.
     pub fn new(id: NodeId, topic: Topic) -> Self {
         ProducerConfig {
             id,
@@ -79,7 +82,9 @@ impl ProducerConfig {
             head_interval: Duration::from_secs(1),
             max_unacked_records: 1_000_000,
             max_unacked_bytes: 256 << 20,
-            max_record: 16 << 20,
+            // The store engine's default limit (`dafka_store::Config::max_record_bytes`): one
+            // limit for the cluster, so a record a store would not keep is refused at `send`.
+            max_record: 1 << 20,
             min_acks: 1,
             max_pending_fetches: 64,
             max_stores: 64,
@@ -139,7 +144,17 @@ pub struct Producer {
     get_heads_due: bool,
     /// The highest partition head a store reported while resuming.
     resume_heard: Option<u64>,
+    /// STORE-REFUSALs not yet polled by the driver (to log), at most [`MAX_REFUSALS`].
+    refusals: VecDeque<StoreRefusal>,
+    /// The last "store failed" refusal heard since the acknowledgements last moved on.
+    failure: Option<StoreRefusal>,
+    /// Records stores skipped as too large, not yet reported ([`Producer::take_skipped`]),
+    /// at most [`MAX_REFUSALS`].
+    skipped: Vec<StoreRefusal>,
 }
+
+/// Most STORE-REFUSALs a [`Producer`] keeps of each sort until they are taken.
+pub const MAX_REFUSALS: usize = 64;
 
 impl Producer {
     /// A producer with `config`, or the reason the configuration is invalid.
@@ -161,6 +176,9 @@ impl Producer {
             resume_at: None,
             get_heads_due: false,
             resume_heard: None,
+            refusals: VecDeque::new(),
+            failure: None,
+            skipped: Vec::new(),
         })
     }
 
@@ -170,9 +188,9 @@ impl Producer {
     }
 
     /// The subscriptions of the producer's SUB socket: `'K'` (with `min_acks` 1) or `'A'`
-    /// (STORE-ACK, the extension that names the store, with `min_acks` > 1), and `'F'` + its
-    /// id.
-    pub fn subscriptions(&self) -> [Bytes; 2] {
+    /// (STORE-ACK, the extension that names the store, with `min_acks` > 1), `'F'` and
+    /// `'X'` (STORE-REFUSAL, the extension) + its id.
+    pub fn subscriptions(&self) -> [Bytes; 3] {
         let acks = if self.config.min_acks > 1 {
             Kind::StoreAck
         } else {
@@ -181,6 +199,7 @@ impl Producer {
         [
             subscription::node(acks, &self.config.id),
             subscription::node(Kind::Fetch, &self.config.id),
+            subscription::node(Kind::StoreRefusal, &self.config.id),
         ]
     }
 
@@ -278,8 +297,45 @@ impl Producer {
             Message::StoreAck(a) => self.handle_ack(&a.ack, Some(a.store)),
             Message::Fetch(fetch) => self.handle_fetch(fetch),
             Message::DirectHead(dh) => self.on_direct_head(dh),
+            Message::StoreRefusal(r) => self.on_refusal(r),
             _ => Ok(()),
         }
+    }
+
+    /// A store refused records of this partition: a record too large for it (skipped there:
+    /// kept for [`take_skipped`](Self::take_skipped)), or it can no longer write (kept as
+    /// [`failure`](Self::failure) until the acknowledgements move on).
+    fn on_refusal(&mut self, r: &StoreRefusal) -> Result<(), PeerError> {
+        self.check_addressed(Kind::StoreRefusal, &r.producer, &r.topic)?;
+        if self.refusals.len() >= MAX_REFUSALS {
+            self.refusals.pop_front();
+        }
+        self.refusals.push_back(r.clone());
+        match r.reason {
+            RefusalReason::TooLarge => {
+                if self.skipped.len() < MAX_REFUSALS {
+                    self.skipped.push(r.clone());
+                }
+            }
+            _ => self.failure = Some(r.clone()),
+        }
+        Ok(())
+    }
+
+    /// The next STORE-REFUSAL heard, for the driver to log.
+    pub fn poll_refusal(&mut self) -> Option<StoreRefusal> {
+        self.refusals.pop_front()
+    }
+
+    /// The last refusal of a store that can no longer write, heard since the
+    /// acknowledgements last moved on (with `min_acks` 1 a healthy store's ACKs clear it).
+    pub fn failure(&self) -> Option<&StoreRefusal> {
+        self.failure.as_ref()
+    }
+
+    /// Records stores skipped as too large since the last call.
+    pub fn take_skipped(&mut self) -> Vec<StoreRefusal> {
+        std::mem::take(&mut self.skipped)
     }
 
     /// A store acknowledges every offset up to `ack.sequence`.
@@ -306,6 +362,10 @@ impl Producer {
             }
         }
         if let Some(acked) = self.acked_through() {
+            if acked >= self.base {
+                // Records are being stored again: a store's failure no longer holds us up.
+                self.failure = None;
+            }
             self.release_through(acked);
         }
         Ok(())

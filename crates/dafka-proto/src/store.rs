@@ -49,7 +49,7 @@ use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
     Ack, DirectHead, DirectLowWater, DirectMissing, DirectRecord, DirectRecords, Fetch, Head,
-    HeadsEnd, Kind, Message, Record, StoreAck, StoreHello,
+    HeadsEnd, Kind, Message, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal,
 };
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
 use crate::subscription;
@@ -146,6 +146,8 @@ struct WriterPartition {
     retry: Option<Retry>,
     /// An ACK for this partition is queued in `acks`.
     ack_queued: bool,
+    /// When the partition's producer was last told the store failed (STORE-REFUSAL).
+    told_failed: Option<Instant>,
 }
 
 impl WriterPartition {
@@ -156,9 +158,13 @@ impl WriterPartition {
             head: None,
             retry: None,
             ack_queued: false,
+            told_failed: None,
         }
     }
 }
+
+/// Least time between two STORE-REFUSALs of a failed store to one partition's producer.
+pub const FAILED_REFUSAL_EVERY: Duration = Duration::from_secs(1);
 
 impl Gapped for WriterPartition {
     fn gap(&self) -> Option<(u64, u64)> {
@@ -186,6 +192,8 @@ pub struct StoreWriter {
     /// The STORE-ACK that follows the ACK just returned.
     store_ack: Option<Message>,
     dropped: u64,
+    /// Why the store can no longer write ([`StoreWriter::fail`]), as told to producers.
+    failed: Option<Bytes>,
 }
 
 impl StoreWriter {
@@ -200,6 +208,7 @@ impl StoreWriter {
             transmit: VecDeque::new(),
             store_ack: None,
             dropped: 0,
+            failed: None,
         })
     }
 
@@ -265,6 +274,10 @@ impl StoreWriter {
 
     fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
         let key = (record.topic.clone(), record.producer);
+        if self.failed.is_some() {
+            self.dropped += 1;
+            return self.tell_failed(key, now);
+        }
         let full = self.appends.len() >= self.config.max_pending_appends;
         let max = self.config.max_partitions;
         let p = retry::partition_entry(&mut self.partitions, key, max, || WriterPartition::new(0))
@@ -285,6 +298,9 @@ impl StoreWriter {
 
     fn on_head(&mut self, head: &Head, now: Instant) -> Result<(), PeerError> {
         let key = (head.topic.clone(), head.producer);
+        if self.failed.is_some() && self.partition(&key)?.durable <= head.sequence {
+            return self.tell_failed(key, now);
+        }
         let p = self.partition(&key)?;
         p.head = Some(p.head.map_or(head.sequence, |h| h.max(head.sequence)));
         if head.sequence < p.durable {
@@ -319,8 +335,73 @@ impl StoreWriter {
         );
     }
 
+    /// The engine refused the record at `sequence` of the partition for `reason` and skipped
+    /// it (it holds no record there, and goes on with the next one): the producer is told
+    /// (STORE-REFUSAL, the extension).
+    pub fn refuse(
+        &mut self,
+        key: &PartitionKey,
+        sequence: u64,
+        reason: RefusalReason,
+        detail: &str,
+    ) {
+        self.transmit.push_back(Message::StoreRefusal(StoreRefusal {
+            producer: key.1,
+            store: self.config.id,
+            topic: key.0.clone(),
+            sequence,
+            reason,
+            detail: StoreRefusal::detail_of(detail),
+        }));
+    }
+
+    /// The engine can no longer write (a failed write or sync: see `docs/storage.md`,
+    /// poisoning): from now on nothing is appended or FETCHed, and the producer of every
+    /// partition whose RECORDs or HEADs still arrive is told why (STORE-REFUSAL, at most once
+    /// per [`FAILED_REFUSAL_EVERY`]) instead of waiting for ACKs that cannot come.
+    pub fn fail(&mut self, detail: &str) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.failed = Some(StoreRefusal::detail_of(detail));
+        self.dropped += self.appends.len() as u64;
+        self.appends.clear();
+        self.transmit.retain(|m| !matches!(m, Message::Fetch(_)));
+        for (_, p) in self.partitions.iter_mut() {
+            p.retry = None;
+        }
+    }
+
+    /// Whether [`fail`](Self::fail) was called.
+    pub fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    fn tell_failed(&mut self, key: PartitionKey, now: Instant) -> Result<(), PeerError> {
+        let every = FAILED_REFUSAL_EVERY;
+        let p = self.partition(&key)?;
+        if p.told_failed.is_some_and(|at| now < at + every) {
+            return Ok(());
+        }
+        p.told_failed = Some(now);
+        let sequence = p.durable;
+        let detail = self.failed.clone().unwrap_or_default();
+        self.transmit.push_back(Message::StoreRefusal(StoreRefusal {
+            producer: key.1,
+            store: self.config.id,
+            topic: key.0,
+            sequence,
+            reason: RefusalReason::Failed,
+            detail,
+        }));
+        Ok(())
+    }
+
     /// Retries every FETCH whose time has come, doubling its backoff.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.failed.is_some() {
+            return;
+        }
         let ask = Ask::Due {
             max: self.config.fetch_retry_max,
         };
@@ -330,6 +411,9 @@ impl StoreWriter {
 
     /// The earliest FETCH retry.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.failed.is_some() {
+            return None;
+        }
         retry::earliest(&self.partitions)
     }
 

@@ -384,3 +384,42 @@ fn direct_missing_bytes_and_empty_range() {
         malformed(MalformedError::EmptyRange { from: 8, to: 7 })
     );
 }
+
+/// STORE-REFUSAL (extension), byte by byte; reasons by code, unknown ones kept; the detail
+/// cut at 255 bytes on a character boundary.
+#[test]
+fn store_refusal_bytes() {
+    let bytes = frame(&[
+        b"X",
+        P,
+        b"\x00\x01\x20",
+        b"FEDCBA9876543210FEDCBA9876543210",
+        b"\x06golden",
+        &7u64.to_be_bytes(),
+        b"\x02",
+        b"\x09disk full",
+    ]);
+    let Ok(Message::StoreRefusal(r)) = decode(std::slice::from_ref(&bytes)) else {
+        panic!("not a STORE-REFUSAL");
+    };
+    assert_eq!(r.producer.to_hex(), *P);
+    assert_eq!(r.store.to_hex(), *b"FEDCBA9876543210FEDCBA9876543210");
+    assert_eq!(
+        (r.sequence, r.reason),
+        (7, dafka_proto::RefusalReason::Failed)
+    );
+    assert_eq!(r.detail_text(), "disk full");
+    assert_eq!(Message::StoreRefusal(r.clone()).to_frames()[0], bytes);
+    for (code, reason) in [
+        (1, dafka_proto::RefusalReason::TooLarge),
+        (2, dafka_proto::RefusalReason::Failed),
+        (9, dafka_proto::RefusalReason::Other(9)),
+    ] {
+        assert_eq!(dafka_proto::RefusalReason::from_code(code), reason);
+        assert_eq!(reason.code(), code);
+    }
+    let long = "é".repeat(200);
+    let detail = dafka_proto::StoreRefusal::detail_of(&long);
+    assert_eq!(detail.len(), 254, "cut at a character boundary");
+    assert!(std::str::from_utf8(&detail).is_ok());
+}

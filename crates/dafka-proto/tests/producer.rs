@@ -10,7 +10,7 @@ use dafka_proto::{
     SendError, Topic,
 };
 
-use common::{C1, P1, S1_WRITER, S2_WRITER, id};
+use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
 
 fn golden() -> Topic {
     common::topic("golden")
@@ -465,4 +465,54 @@ fn resuming_asks_the_stores_and_starts_past_the_highest_head() {
         drain(&mut p).first(),
         Some(Message::Record(r)) if r.sequence == 100
     ));
+}
+
+/// STORE-REFUSAL (extension): a "too large" refusal is kept until taken (the flush reports
+/// it once); a "failed" one until the acknowledgements move on; both are polled for the log.
+#[test]
+fn store_refusals_are_kept_until_taken_or_acknowledged_past() {
+    let t0 = Instant::now();
+    let mut p =
+        dafka_proto::Producer::new(dafka_proto::ProducerConfig::new(id(P1), topic("golden")))
+            .unwrap();
+    assert!(p.subscriptions().contains(&dafka_proto::subscription::node(
+        dafka_proto::Kind::StoreRefusal,
+        &id(P1)
+    )));
+    for i in 0..4 {
+        p.send(Bytes::from(format!("r{i}")), t0).unwrap();
+    }
+    let refusal = |sequence, reason| {
+        Message::StoreRefusal(dafka_proto::StoreRefusal {
+            producer: id(P1),
+            store: id(S2_WRITER),
+            topic: topic("golden"),
+            sequence,
+            reason,
+            detail: Bytes::from_static(b"why"),
+        })
+    };
+    p.handle_message(&refusal(1, dafka_proto::RefusalReason::TooLarge), None)
+        .unwrap();
+    p.handle_message(&refusal(2, dafka_proto::RefusalReason::Failed), None)
+        .unwrap();
+    assert_eq!(std::iter::from_fn(|| p.poll_refusal()).count(), 2);
+    assert_eq!(p.failure().map(|r| r.sequence), Some(2));
+    let skipped = p.take_skipped();
+    assert_eq!(skipped.iter().map(|r| r.sequence).collect::<Vec<_>>(), [1]);
+    assert!(p.take_skipped().is_empty());
+    // Another store acknowledges: the failure no longer holds the producer up.
+    let ack = Message::Ack(dafka_proto::Ack {
+        producer: id(P1),
+        topic: topic("golden"),
+        sequence: 3,
+    });
+    p.handle_message(&ack, None).unwrap();
+    assert!(p.failure().is_none());
+    // Addressed to another producer: refused.
+    let mut other = refusal(0, dafka_proto::RefusalReason::Failed);
+    if let Message::StoreRefusal(r) = &mut other {
+        r.producer = id(S2_READER);
+    }
+    assert!(p.handle_message(&other, None).is_err());
 }

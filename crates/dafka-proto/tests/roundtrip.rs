@@ -5,7 +5,7 @@ use bytes::Bytes;
 use dafka_proto::{
     Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord,
     DirectRecords, Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon,
-    NodeId, Record, StoreAck, StoreHello, Topic, TowerBeacon,
+    NodeId, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal, Topic, TowerBeacon,
 };
 use proptest::prelude::*;
 
@@ -106,6 +106,21 @@ fn message() -> impl Strategy<Value = Message> {
             }
             .into()
         ),
+        (
+            node_id(),
+            head(),
+            any::<u8>(),
+            prop::collection::vec(any::<u8>(), 0..=255)
+        )
+            .prop_map(|(store, h, code, detail)| StoreRefusal {
+                producer: h.producer,
+                store,
+                topic: h.topic,
+                sequence: h.sequence,
+                reason: RefusalReason::from_code(code),
+                detail: Bytes::from(detail),
+            }
+            .into()),
         (node_id(), node_id(), head(), 1..=u64::MAX).prop_map(|(to, store, h, n)| {
             let from = h.sequence.min(u64::MAX - 1);
             DirectMissing {
@@ -133,7 +148,7 @@ fn beacon() -> impl Strategy<Value = BeaconMessage> {
 
 /// Arbitrary frames that often look like Dafka: a real id byte and a NUL-terminated prefix.
 fn frames() -> impl Strategy<Value = Vec<Bytes>> {
-    let id = prop::sample::select(b"MDFKHEGWLBNx".to_vec());
+    let id = prop::sample::select(b"MDFKHEGWLBNXx".to_vec());
     let frame1 = (id, prop::collection::vec(any::<u8>(), 0..120)).prop_map(|(id, rest)| {
         let mut f = vec![id];
         f.extend(rest);

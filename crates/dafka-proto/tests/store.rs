@@ -1047,3 +1047,51 @@ fn store_acks_name_the_writer_and_count_towards_min_acks() {
     p.handle_message(&other, None).unwrap();
     assert!(p.is_flushed());
 }
+
+/// Issue 21: a store whose engine failed (a full disk) went on FETCHing and appending, and its
+/// producers learnt nothing. After `fail` it FETCHes and appends nothing, and the producer of
+/// a partition whose RECORDs or HEADs still arrive is told why, at most once a second; what
+/// was durable is still acknowledged.
+#[test]
+fn a_failed_writer_tells_producers_and_stops_fetching() {
+    let t0 = Instant::now();
+    let mut w = writer();
+    let mut log = MemLog::default();
+    for seq in 0..3 {
+        w.handle_message(&Message::Record(record(seq)), t0).unwrap();
+    }
+    append_all(&mut w, &mut log);
+    w.durable(&key(), 2);
+    sent_w(&mut w);
+    w.fail("write of segment 0.log failed: No space left on device");
+    assert!(w.failed());
+    w.handle_message(&Message::Record(record(5)), t0).unwrap();
+    let out = sent_w(&mut w);
+    assert!(
+        matches!(&out[..], [Message::StoreRefusal(r)] if r.sequence == 2
+            && r.reason == dafka_proto::RefusalReason::Failed
+            && r.producer == id(P1)
+            && r.store == id(S1_WRITER)
+            && r.detail_text().contains("No space left")),
+        "{out:?}"
+    );
+    assert_eq!(w.poll_append(), None);
+    // Within the second: nothing more; no FETCH retry ever.
+    w.handle_message(&head(9), t0 + Duration::from_millis(500))
+        .unwrap();
+    assert_eq!(sent_w(&mut w), []);
+    assert_eq!(w.poll_timeout(), None);
+    w.handle_timeout(t0 + Duration::from_secs(60));
+    assert_eq!(sent_w(&mut w), []);
+    // A second on: the HEAD is answered with the refusal again.
+    w.handle_message(&head(9), t0 + Duration::from_secs(1))
+        .unwrap();
+    assert!(matches!(&sent_w(&mut w)[..], [Message::StoreRefusal(_)]));
+    // A HEAD of what is durable is still acknowledged.
+    w.handle_message(&head(1), t0 + Duration::from_secs(3))
+        .unwrap();
+    assert!(matches!(
+        &sent_w(&mut w)[..],
+        [Message::Ack(_), Message::StoreAck(_)]
+    ));
+}

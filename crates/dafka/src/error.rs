@@ -44,6 +44,22 @@ pub enum Error {
         /// How long `flush` waited.
         waited: Duration,
     },
+    /// A store refused records of the producer's partition and said why (STORE-REFUSAL, the
+    /// extension): a record over its size limit (skipped there), or the store can no longer
+    /// write (a full or failing disk; nothing is acknowledged by it until it is restarted).
+    #[error("store {store} refused records from offset {offset}: {detail}{}", if *unacked > 0 { format!(" ({unacked} records still unacknowledged)") } else { String::new() })]
+    StoreRefused {
+        /// The store writer that refused.
+        store: dafka_proto::NodeId,
+        /// The first offset it refused.
+        offset: u64,
+        /// Why.
+        reason: dafka_proto::RefusalReason,
+        /// The store's words.
+        detail: String,
+        /// Records not yet acknowledged by `min_acks` stores.
+        unacked: usize,
+    },
     /// A producer resuming a saved partition heard no store report the partition's head
     /// within `waited` (no store reachable, or none holds a record of it).
     #[error("no store reported the partition's head within {waited:?}")]

@@ -13,13 +13,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dafka_proto::{Message, NodeId, PeerError, Producer, ProducerConfig, SendError, Topic};
+use dafka_proto::{
+    Message, NodeId, PeerError, Producer, ProducerConfig, RefusalReason, SendError, StoreRefusal,
+    Topic,
+};
 use dafka_zmtp::{Socket, SocketType};
 
 use crate::error::Error;
 use crate::node::{
-    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK, log_refused,
-    new_node_id, now, publish, take_up_to, wait_until,
+    Control, LogLimiter, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK,
+    log_refused, new_node_id, now, publish, take_up_to, wait_until,
 };
 
 /// Settings of a [`ProducerNode`] beyond those every node has.
@@ -116,6 +119,9 @@ struct Shared {
     /// RECORDs queued by `try_send` since the task last took the queue: set (and the task
     /// woken) by the first, cleared by the task under the state machine's lock.
     queued: AtomicBool,
+    /// When a store's failure (STORE-REFUSAL) was first and last heard since the
+    /// acknowledgements last moved on.
+    failure_heard: Mutex<Option<(tokio::time::Instant, tokio::time::Instant)>>,
 }
 
 impl Shared {
@@ -216,10 +222,12 @@ impl ProducerNode {
             control: control.clone(),
             send_timeout: options.send_timeout,
             queued: AtomicBool::new(false),
+            failure_heard: Mutex::new(None),
         });
         let port = plumbing.port();
         let role = ProducerRole {
             shared: shared.clone(),
+            refusal_log: LogLimiter::new(Instant::now()),
         };
         let node = ProducerNode {
             shared,
@@ -395,26 +403,65 @@ impl ProducerNode {
 
     /// Waits until every record sent so far is acknowledged by `min_acks` distinct stores, for
     /// at most `timeout` (`None`: no limit), then fails with [`Error::FlushTimeout`].
+    ///
+    /// Fails with [`Error::StoreRefused`], with the store's reason, when a store said it can no
+    /// longer write and no acknowledgement moved on for [`REFUSAL_GRACE`] after (another store
+    /// may still acknowledge), or once, after the acknowledgements, when a store skipped
+    /// records as too large.
     pub async fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
         let shared = &self.shared;
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-        wait_until(&shared.control.changed, deadline, || {
-            shared.closed() || shared.lock().is_flushed()
-        })
-        .await;
+        let started = tokio::time::Instant::now();
+        let deadline = timeout.map(|t| started + t);
+        let heard = || {
+            *shared
+                .failure_heard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        loop {
+            // A failure counts once a store repeated it during this flush (a store restarted
+            // since no longer does), after a grace for other stores' acknowledgements.
+            let seen = heard();
+            let settle = seen
+                .filter(|&(_, last)| last >= started)
+                .map(|(first, _)| first.max(started) + REFUSAL_GRACE);
+            let wake = match (deadline, settle) {
+                (Some(d), Some(s)) => Some(d.min(s)),
+                (d, s) => d.or(s),
+            };
+            let ready = wait_until(&shared.control.changed, wake, || {
+                shared.closed() || shared.lock().is_flushed() || heard() != seen
+            })
+            .await;
+            if heard() != seen && !shared.closed() && !shared.lock().is_flushed() {
+                continue;
+            }
+            let now = tokio::time::Instant::now();
+            if ready || settle.is_some_and(|s| now >= s) || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+        }
         let mut producer = shared.lock();
         if producer.is_flushed() {
             producer.announce_head();
             let refused = shared.publish_records(&mut producer, true);
+            let skipped = producer.take_skipped();
             drop(producer);
             log_refused(refused);
-            return Ok(());
+            return match skipped.into_iter().next() {
+                Some(r) => Err(store_refused(&r, 0)),
+                None => Ok(()),
+            };
         }
         if shared.closed() {
             return Err(Error::Closed);
         }
+        let unacked = producer.unacked_records();
+        if let Some(r) = producer.failure() {
+            return Err(store_refused(r, unacked));
+        }
         Err(Error::FlushTimeout {
-            unacked: producer.unacked_records(),
+            unacked,
             waited: timeout.unwrap_or_default(),
         })
     }
@@ -458,6 +505,20 @@ impl ProducerNode {
     }
 }
 
+/// How long [`ProducerNode::flush`] still waits for acknowledgements after a store said it can
+/// no longer write (another store may acknowledge).
+pub const REFUSAL_GRACE: Duration = Duration::from_secs(1);
+
+fn store_refused(r: &StoreRefusal, unacked: usize) -> Error {
+    Error::StoreRefused {
+        store: r.store,
+        offset: r.sequence,
+        reason: r.reason,
+        detail: r.detail_text().into_owned(),
+        unacked,
+    }
+}
+
 /// Whether `value` fits in the unacknowledged buffer now.
 fn fits(producer: &Producer, value: &Bytes) -> bool {
     let c = producer.config();
@@ -467,14 +528,60 @@ fn fits(producer: &Producer, value: &Bytes) -> bool {
 
 struct ProducerRole {
     shared: Arc<Shared>,
+    /// Refusals are logged at most this often (a failed store repeats its every second).
+    refusal_log: LogLimiter,
 }
 
 impl Role for ProducerRole {
     fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
-        let result = self.shared.lock().handle_message(message, None);
+        let (result, refusals, failing) = {
+            let mut producer = self.shared.lock();
+            let result = producer.handle_message(message, None);
+            let refusals: Vec<StoreRefusal> =
+                std::iter::from_fn(|| producer.poll_refusal()).collect();
+            (result, refusals, producer.failure().is_some())
+        };
+        let mut newly_failing = {
+            let mut heard = self
+                .shared
+                .failure_heard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let now = tokio::time::Instant::now();
+            let failed_now = refusals.iter().any(|r| r.reason != RefusalReason::TooLarge);
+            match (failing, *heard) {
+                (true, None) => {
+                    *heard = Some((now, now));
+                    true
+                }
+                (true, Some((first, _))) if failed_now => {
+                    *heard = Some((first, now));
+                    false
+                }
+                (false, Some(_)) => {
+                    *heard = None;
+                    false
+                }
+                _ => false,
+            }
+        };
+        for r in refusals {
+            // A failed store repeats its refusal every second: said once per failure.
+            let say = match r.reason {
+                RefusalReason::TooLarge => self.refusal_log.allow(Instant::now()),
+                _ => std::mem::take(&mut newly_failing),
+            };
+            if say {
+                tracing::warn!(store = %r.store, offset = r.sequence, reason = ?r.reason,
+                    detail = %r.detail_text(), "a store refused records of this partition");
+            }
+        }
         if matches!(
             message,
-            Message::Ack(_) | Message::StoreAck(_) | Message::DirectHead(_)
+            Message::Ack(_)
+                | Message::StoreAck(_)
+                | Message::DirectHead(_)
+                | Message::StoreRefusal(_)
         ) {
             self.shared.control.changed.notify_waiters();
         }

@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::{
-    LogRead, Message, NodeId, PeerError, StoreLog, StoreReader, StoreReaderConfig, StoreWriter,
-    StoreWriterConfig, Topic,
+    LogRead, Message, NodeId, PeerError, RefusalReason, StoreLog, StoreReader, StoreReaderConfig,
+    StoreWriter, StoreWriterConfig, Topic,
 };
-use dafka_store::{AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket};
+use dafka_store::{AppendError, AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket};
 use dafka_zmtp::SocketType;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -251,10 +251,11 @@ async fn acknowledge(
 ) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, 1024).await > 0 {
-        let all_ok = match batch.last() {
-            Some((ticket, _)) => ticket.clone().await.is_ok(),
+        let outcome = match batch.last() {
+            Some((ticket, _)) => ticket.clone().await,
             None => continue,
         };
+        let all_ok = outcome.is_ok();
         {
             let mut w = lock(&writer);
             for (ticket, heads) in batch.drain(..) {
@@ -266,10 +267,11 @@ async fn acknowledge(
                 }
             }
         }
-        if !all_ok {
-            tracing::error!(
-                "the storage engine failed; records after the failure are not acknowledged"
-            );
+        if let Err(e @ dafka_store::DurabilityError::Poisoned(_)) = outcome {
+            let detail = format!("store failed, restart it: {e}");
+            tracing::error!("{detail}; records after the failure are not acknowledged");
+            // Producers are told why instead of waiting for ACKs that cannot come.
+            lock(&writer).fail(&detail);
         }
         control.wake.notify_one();
     }
@@ -322,28 +324,59 @@ impl WriterRole {
                 // A topic the engine cannot name (not UTF-8): not stored, never acknowledged.
                 continue;
             };
-            let batch: Vec<AppendRecord<'_>> = run
-                .iter()
-                .map(|r| AppendRecord {
-                    partition: id,
-                    offset: r.sequence,
-                    timestamp_ms,
-                    value: &r.content,
-                })
-                .collect();
-            match self.engine.append(&batch) {
-                Ok(ticket) => {
-                    let next = run[run.len() - 1].sequence + 1;
-                    heads.push((key, next));
-                    last = Some(ticket);
-                }
-                Err(e) => {
-                    if self.log.allow(now()) {
-                        tracing::warn!(error = %e, "append refused");
+            // Records the engine would refuse as too large take their offset as a skip: the
+            // partition goes on, and the producer is told (STORE-REFUSAL).
+            let max = self.engine.max_record_bytes();
+            for piece in run.chunk_by(|a, b| (a.content.len() > max) == (b.content.len() > max)) {
+                let result = if piece[0].content.len() > max {
+                    piece.iter().try_fold(None, |_, r| {
+                        let detail = format!(
+                            "record of {} bytes is over this store's limit of {max} bytes: \
+                             not stored",
+                            r.content.len()
+                        );
+                        if self.log.allow(now()) {
+                            tracing::warn!(partition = %r.producer, topic = %r.topic,
+                                offset = r.sequence, "{detail}");
+                        }
+                        writer.refuse(&key, r.sequence, RefusalReason::TooLarge, &detail);
+                        self.engine.skip(id, r.sequence).map(Some)
+                    })
+                } else {
+                    let batch: Vec<AppendRecord<'_>> = piece
+                        .iter()
+                        .map(|r| AppendRecord {
+                            partition: id,
+                            offset: r.sequence,
+                            timestamp_ms,
+                            value: &r.content,
+                        })
+                        .collect();
+                    self.engine.append(&batch).map(Some)
+                };
+                match result {
+                    Ok(ticket) => {
+                        let next = piece[piece.len() - 1].sequence + 1;
+                        heads.push((key.clone(), next));
+                        last = ticket.or(last);
                     }
-                    // Take the engine's word for where the partition stands.
-                    if let Some(next) = self.engine.next_offset(id) {
-                        writer.restore(key, next);
+                    Err(AppendError::Poisoned(cause)) => {
+                        // Nothing can be stored any more: producers are told why, the writer
+                        // stops FETCHing (it spun on refused appends, logging each).
+                        let detail = format!("store failed, restart it: {cause}");
+                        tracing::error!("{detail}");
+                        writer.fail(&detail);
+                        break;
+                    }
+                    Err(e) => {
+                        if self.log.allow(now()) {
+                            tracing::warn!(error = %e, "append refused");
+                        }
+                        // Take the engine's word for where the partition stands.
+                        if let Some(next) = self.engine.next_offset(id) {
+                            writer.restore(key.clone(), next);
+                        }
+                        break;
                     }
                 }
             }

@@ -17,10 +17,22 @@ use dafka_node::{
 use support::{PATIENCE, check_exactly_once, collect, fast, producer_options, tower};
 
 async fn store(dir: &Path, towers: &[TowerAddress]) -> StoreNode {
+    store_with(
+        dir,
+        towers,
+        dafka_store::Config::with_sync(SyncPolicy::Always),
+    )
+    .await
+}
+
+/// A store whose engine has `engine`'s settings.
+async fn store_with(dir: &Path, towers: &[TowerAddress], engine: dafka_store::Config) -> StoreNode {
     StoreNode::open(
         dir,
         fast(towers),
-        StoreOptions::with_sync(SyncPolicy::Always).with_fetch_retry(Duration::from_millis(50)),
+        StoreOptions::default()
+            .with_engine(engine)
+            .with_fetch_retry(Duration::from_millis(50)),
     )
     .await
     .unwrap()
@@ -404,15 +416,7 @@ async fn earliest_consumer_after_retention_starts_at_the_low_water_mark() {
     engine.segment_bytes = 16 << 10;
     engine.max_record_bytes = 1024;
     engine.retention.max_bytes = Some(64 << 10);
-    let s = StoreNode::open(
-        dir.path(),
-        fast(&towers),
-        StoreOptions::default()
-            .with_engine(engine)
-            .with_fetch_retry(Duration::from_millis(50)),
-    )
-    .await
-    .unwrap();
+    let s = store_with(dir.path(), &towers, engine).await;
     let producer = ProducerNode::start("retained", fast(&towers), producer_options())
         .await
         .unwrap();
@@ -596,6 +600,135 @@ async fn a_damaged_record_is_skipped_not_waited_for() {
     // The damage was logged and counted once, at open; reads since answered from the hole.
     assert_eq!(s.engine().stats().damaged, report.damage.len() as u64);
     consumer.close().await;
+    s.close().await;
+    tower.close().await;
+}
+
+/// Issue 21: one record over the store's limit (the producer allowed more) wedged its
+/// partition for good: refused and FETCHed again forever, nothing after it stored or
+/// acknowledged. Now the store skips it and says so: the partition goes on, `flush` fails
+/// once with the store's reason, the next `flush` succeeds, and a consumer gets every other
+/// record (the skipped offset counted as lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_over_the_store_limit_is_refused_and_the_partition_flows() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = dafka_store::Config::with_sync(SyncPolicy::Always);
+    engine.max_record_bytes = 1024;
+    let s = store_with(dir.path(), &towers, engine).await;
+    let producer = ProducerNode::start(
+        "big",
+        fast(&towers),
+        producer_options().with_max_record(4096),
+    )
+    .await
+    .unwrap();
+    let mut sent = values("big", 10);
+    sent[4] = Bytes::from(vec![b'x'; 2000]);
+    producer.send_many(sent.clone()).await.unwrap();
+    let e = producer.flush(Some(PATIENCE)).await.unwrap_err();
+    match &e {
+        Error::StoreRefused {
+            offset: 4,
+            reason: dafka_node::RefusalReason::TooLarge,
+            detail,
+            ..
+        } => assert!(
+            detail.contains("2000 bytes") && detail.contains("1024"),
+            "{detail}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("refused"), "{e}");
+    // Said once; the partition flows on.
+    producer.send_many(values("big-more", 5)).await.unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    wait_for_head(&s, "big", partition, 15).await;
+    producer.close().await;
+    let consumer = ConsumerNode::start(&["big"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    let got = collect(&consumer, 14).await;
+    let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+    assert_eq!(consumer.lost(), 1);
+    consumer.close().await;
+    s.close().await;
+    tower.close().await;
+}
+
+/// Issue 21: on a full disk the store is poisoned, and the producer saw only "5000 records
+/// still unacknowledged after 5s". The store now tells it why (STORE-REFUSAL): `flush` fails
+/// with the store's reason, long before its timeout. The store's directory is a 1 MiB tmpfs
+/// (root is needed to mount it: the test says so and passes without it only where it cannot
+/// mount).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_reported_to_the_producer() {
+    let mount = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(mount.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            // Lazy: a store still open after a failed assertion must not keep it mounted.
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(mount.path());
+    let (tower, towers) = tower().await;
+    let s = store(mount.path(), &towers).await;
+    let producer = ProducerNode::start("full", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    // 2 MiB of records into 1 MiB.
+    let sent: Vec<Bytes> = (0..2048)
+        .map(|i| Bytes::from(vec![b'a' + (i % 26) as u8; 1024]))
+        .collect();
+    producer.send_many(sent).await.unwrap();
+    let started = std::time::Instant::now();
+    let e = producer
+        .flush(Some(Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    match &e {
+        Error::StoreRefused {
+            reason: dafka_node::RefusalReason::Failed,
+            detail,
+            unacked,
+            ..
+        } => {
+            assert!(detail.contains("No space left on device"), "{detail}");
+            assert!(*unacked > 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(waited < Duration::from_secs(30), "told after {waited:?}");
+    // Room again (the operator freed space): a restarted store recovers what is there, FETCHes
+    // the rest from the producer, which holds it unacknowledged, and acknowledges everything.
+    s.close().await;
+    let grown = std::process::Command::new("mount")
+        .args(["-o", "remount,size=16m"])
+        .arg(mount.path())
+        .status()
+        .unwrap();
+    assert!(grown.success());
+    let s = store(mount.path(), &towers).await;
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    wait_for_head(&s, "full", partition, 2048).await;
+    producer.close().await;
     s.close().await;
     tower.close().await;
 }

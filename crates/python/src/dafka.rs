@@ -192,7 +192,8 @@ pub(crate) struct PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (path, towers, sync = None, *, curve = None, segment_bytes = None, retention_bytes = None))]
+    #[pyo3(signature = (path, towers, sync = None, *, curve = None, segment_bytes = None, retention_bytes = None, max_record_bytes = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -201,6 +202,7 @@ impl PyStore {
         curve: Option<&Bound<'_, PyClusterKeys>>,
         segment_bytes: Option<u64>,
         retention_bytes: Option<u64>,
+        max_record_bytes: Option<usize>,
     ) -> PyResult<Self> {
         let sync = sync
             .map(sync_policy)
@@ -212,6 +214,9 @@ impl PyStore {
             options.engine.segment_bytes = bytes;
         }
         options.engine.retention.max_bytes = retention_bytes;
+        if let Some(bytes) = max_record_bytes {
+            options.engine.max_record_bytes = bytes;
+        }
         let open = StoreNode::open(path.clone(), node, options);
         let store = runtime::wait_for(py, open)?.map_err(errors::node)?;
         Ok(PyStore {
@@ -347,7 +352,7 @@ fn arrow_values(array: &dyn Array) -> PyResult<Vec<Bytes>> {
 #[pymethods]
 impl PyProducer {
     #[new]
-    #[pyo3(signature = (topic, towers, min_acks = 1, partition = None, *, curve = None))]
+    #[pyo3(signature = (topic, towers, min_acks = 1, partition = None, *, curve = None, max_record_bytes = None))]
     fn new(
         py: Python<'_>,
         topic: &str,
@@ -355,12 +360,16 @@ impl PyProducer {
         min_acks: usize,
         partition: Option<&str>,
         curve: Option<&Bound<'_, PyClusterKeys>>,
+        max_record_bytes: Option<usize>,
     ) -> PyResult<Self> {
         let partition = partition.map(partition_id).transpose()?;
         let node = node_config(towers)?.with_security(security(curve));
-        let options = ProducerOptions::default()
+        let mut options = ProducerOptions::default()
             .with_min_acks(min_acks)
             .with_partition(partition);
+        if let Some(bytes) = max_record_bytes {
+            options = options.with_max_record(bytes);
+        }
         let producer = runtime::wait_for(py, ProducerNode::start(topic, node, options))?
             .map_err(errors::node)?;
         Ok(PyProducer {
@@ -672,6 +681,13 @@ impl PyConsumer {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Offsets skipped so far because no store that answers holds them (their records were
+    /// damaged on disk, or refused, on every store that had them); each run is logged once.
+    #[getter]
+    fn lost(&self) -> PyResult<u64> {
+        Ok(self.node.get("consumer")?.lost())
     }
 
     /// The next offset to deliver, per `(topic, partition)`.

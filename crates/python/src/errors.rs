@@ -77,7 +77,7 @@ pub(crate) fn node(err: dafka_node::Error) -> PyErr {
         }
         E::Refused(_) => StateError::new_err(msg),
         E::Closed => ClosedError::new_err(msg),
-        E::Storage(_) => StorageError::new_err(msg),
+        E::Storage(_) | E::StoreRefused { .. } => StorageError::new_err(msg),
         E::Socket(e) => zmtp(e),
         E::Zre(e) => zre(e),
         _ => DafkaError::new_err(msg),

@@ -26,7 +26,7 @@
 //! | --- | --- | --- |
 //! | 0 | 4 | body length `n` (bytes from offset 8) |
 //! | 4 | 4 | CRC-32C (Castagnoli) of bytes 0..4 followed by bytes 8..8+n |
-//! | 8 | 1 | kind: `0x01` record, `0x02` partition declaration, `0x03` batch commit |
+//! | 8 | 1 | kind: `0x01` record, `0x02` partition declaration, `0x03` batch commit, `0x04` skip |
 //! | 9 | n-1 | kind-specific fields |
 //!
 //! Record (`0x01`), `n = 21 + value length`:
@@ -54,6 +54,18 @@
 //! Batch commit (`0x03`), `n = 1`: ends every group-commit batch (one `write`, one
 //! `fdatasync`). Recovery uses it to tell damage in the last batch (a torn write:
 //! truncated) from damage in the middle of the log (skipped and reported).
+//!
+//! Skip (`0x04`), `n = 21`: offsets of a partition the store was given but does not keep
+//! (a record larger than `max_record_bytes`): they take their place in the partition, so the
+//! offsets after them go on, and reads of them answer `Lost`. Added to format version 1
+//! without a version change: a build that predates it reports the entry as damage (unknown
+//! kind) and skips it, which is what it stands for.
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 9 | 4 | partition id |
+//! | 13 | 8 | first offset skipped |
+//! | 21 | 8 | number of offsets skipped |
 //!
 //! # Durable point (`durable.point`, 20 bytes)
 //!
@@ -91,6 +103,10 @@ pub const KIND_RECORD: u8 = 0x01;
 pub const KIND_DECLARE: u8 = 0x02;
 /// Entry kind: the end of a group-commit batch.
 pub const KIND_COMMIT: u8 = 0x03;
+/// Entry kind: offsets skipped (given to the store, not kept).
+pub const KIND_SKIP: u8 = 0x04;
+/// Body length of a skip entry.
+pub const SKIP_LEN: usize = 1 + 4 + 8 + 8;
 /// Body length of a record without its value (kind, partition, offset, timestamp).
 pub const RECORD_FIXED_LEN: usize = 1 + 4 + 8 + 8;
 /// Body length of a declaration without its topic.
@@ -260,6 +276,15 @@ pub enum Entry {
     },
     /// The end of a group-commit batch.
     Commit,
+    /// Offsets `offset..offset + count` of a partition, given to the store and not kept.
+    Skip {
+        /// Compact partition id.
+        partition: u32,
+        /// First offset skipped.
+        offset: u64,
+        /// How many.
+        count: u64,
+    },
 }
 
 /// CRC-32C (Castagnoli, reflected polynomial `0x82F63B78`) byte table, for the 4-byte
@@ -347,6 +372,17 @@ pub fn encode_declare(
     buf.put_slice(producer);
     buf.put_u8(topic.len() as u8);
     buf.put_slice(topic.as_bytes());
+    seal_entry(buf, start);
+}
+
+/// Appends a skip entry to `buf`.
+pub fn encode_skip(buf: &mut BytesMut, partition: u32, offset: u64, count: u64) {
+    let start = buf.len();
+    buf.put_bytes(0, ENTRY_PREFIX_LEN);
+    buf.put_u8(KIND_SKIP);
+    buf.put_u32(partition);
+    buf.put_u64(offset);
+    buf.put_u64(count);
     seal_entry(buf, start);
 }
 
@@ -469,7 +505,7 @@ pub fn decode_record(entry: &[u8]) -> Result<Option<RecordHeader>, FormatError> 
     let prefix = check_entry(entry)?;
     match entry.get(ENTRY_PREFIX_LEN) {
         Some(&KIND_RECORD) => record_header(entry, prefix.body_len).map(Some),
-        Some(&(KIND_DECLARE | KIND_COMMIT)) => Ok(None),
+        Some(&(KIND_DECLARE | KIND_COMMIT | KIND_SKIP)) => Ok(None),
         Some(&kind) => Err(FormatError::UnknownKind(kind)),
         None => Err(FormatError::Read(ReadError::Truncated {
             what: "entry kind",
@@ -514,6 +550,17 @@ pub fn decode_entry(entry: Bytes) -> Result<Entry, FormatError> {
         KIND_COMMIT => {
             r.finish("commit")?;
             Ok(Entry::Commit)
+        }
+        KIND_SKIP => {
+            let partition = r.u32("skip partition")?;
+            let offset = r.u64("skip offset")?;
+            let count = r.u64("skip count")?;
+            r.finish("skip")?;
+            Ok(Entry::Skip {
+                partition,
+                offset,
+                count,
+            })
         }
         other => Err(FormatError::UnknownKind(other)),
     }
@@ -706,6 +753,26 @@ mod tests {
         assert_eq!(&buf[0..4], &[0, 0, 0, 1]);
         assert_eq!(buf[8], 0x03);
         assert_eq!(decode_entry(buf.freeze()), Ok(Entry::Commit));
+    }
+
+    #[test]
+    fn skip_bytes() {
+        let mut buf = BytesMut::new();
+        encode_skip(&mut buf, 3, 0x0102, 1);
+        let body: &[u8] = &[
+            0x04, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0, 0, 0, 1,
+        ];
+        assert_eq!(&buf[0..4], &(SKIP_LEN as u32).to_be_bytes());
+        assert_eq!(&buf[8..], body);
+        assert_eq!(decode_record(&buf), Ok(None));
+        assert_eq!(
+            decode_entry(buf.freeze()),
+            Ok(Entry::Skip {
+                partition: 3,
+                offset: 0x0102,
+                count: 1
+            })
+        );
     }
 
     #[test]

@@ -29,8 +29,8 @@ use crate::error::OpenError;
 use crate::file::{Dir, SegmentFile};
 use crate::format::{
     self, DURABLE_POINT_FILE, DURABLE_POINT_LEN, DurablePoint, ENTRY_PREFIX_LEN, Entry,
-    FormatError, HEADER_LEN, KIND_COMMIT, KIND_DECLARE, KIND_RECORD, MIN_BODY_LEN,
-    RECORD_FIXED_LEN, SegmentHeader,
+    FormatError, HEADER_LEN, KIND_COMMIT, KIND_DECLARE, KIND_RECORD, KIND_SKIP, MIN_BODY_LEN,
+    RECORD_FIXED_LEN, SKIP_LEN, SegmentHeader,
 };
 use crate::store::{Config, MAX_RECORD_BYTES_LIMIT, Partition, Segment};
 use crate::{PartitionId, PartitionKey};
@@ -160,6 +160,7 @@ fn entry_at(
         KIND_RECORD => prefix.body_len >= RECORD_FIXED_LEN,
         KIND_DECLARE => prefix.body_len >= format::DECLARE_FIXED_LEN,
         KIND_COMMIT => prefix.body_len == 1,
+        KIND_SKIP => prefix.body_len == SKIP_LEN,
         kind => return Ok(Err(FormatError::UnknownKind(kind))),
     };
     if !plausible {
@@ -514,6 +515,40 @@ fn apply(
             }
             if !segment.start_heads.iter().any(|&(id, _)| id == partition) {
                 segment.start_heads.push((partition, next_offset));
+            }
+        }
+        Entry::Skip {
+            partition,
+            offset,
+            count,
+        } => {
+            let Some(p) = out.partitions.get_mut(&partition) else {
+                damage(
+                    out,
+                    segment,
+                    pos,
+                    DamageKind::UndeclaredPartition(PartitionId(partition)),
+                );
+                return;
+            };
+            let Some(end) = offset.checked_add(count).filter(|_| offset >= p.accepted) else {
+                damage(
+                    out,
+                    segment,
+                    pos,
+                    DamageKind::RepeatedOffset {
+                        partition: PartitionId(partition),
+                        offset,
+                    },
+                );
+                return;
+            };
+            let gap = (offset > p.accepted).then_some(p.accepted);
+            p.accepted = end;
+            p.durable = end;
+            p.holes.insert(offset, end);
+            if let Some(from) = gap {
+                hole(out, segment, pos, partition, from, offset);
             }
         }
         Entry::Record(r) => {

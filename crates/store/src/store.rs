@@ -501,6 +501,29 @@ impl Store {
                 max,
             });
         }
+        self.append_entries(records, false)
+    }
+
+    /// Gives the partition's next offset a place without keeping a record there (a record
+    /// the store refuses, such as one over [`Config::max_record_bytes`]): the offsets after
+    /// it go on, and reads of it answer [`ReadError::Lost`]. Written as a skip entry in the
+    /// next batch; the ticket completes as [`append`](Self::append)'s.
+    pub fn skip(&self, partition: PartitionId, offset: u64) -> Result<Ticket, AppendError> {
+        let record = AppendRecord {
+            partition,
+            offset,
+            timestamp_ms: 0,
+            value: &[],
+        };
+        self.append_entries(&[record], true)
+    }
+
+    /// Appends records (or, with `skip`, skip entries for their offsets).
+    fn append_entries(
+        &self,
+        records: &[AppendRecord<'_>],
+        skip: bool,
+    ) -> Result<Ticket, AppendError> {
         let mut st = self.shared.lock();
         usable(&st)?;
         while st.pending.buf.len() > self.shared.config.max_pending_bytes {
@@ -548,18 +571,23 @@ impl Store {
         let pending = &mut st.pending;
         for r in records {
             let pos = pending.buf.len() as u32;
-            format::encode_record(
-                &mut pending.buf,
-                r.partition.0,
-                r.offset,
-                r.timestamp_ms,
-                r.value,
-            );
             let Some(p) = st.partitions.get_mut(&r.partition.0) else {
                 continue; // checked above
             };
-            if p.index_due(format::record_size(r.value.len()), interval) {
-                pending.index.push((r.partition.0, r.offset, pos));
+            if skip {
+                format::encode_skip(&mut pending.buf, r.partition.0, r.offset, 1);
+                p.holes.insert(r.offset, r.offset + 1);
+            } else {
+                format::encode_record(
+                    &mut pending.buf,
+                    r.partition.0,
+                    r.offset,
+                    r.timestamp_ms,
+                    r.value,
+                );
+                if p.index_due(format::record_size(r.value.len()), interval) {
+                    pending.index.push((r.partition.0, r.offset, pos));
+                }
             }
             if p.touched.0 == pending.seq {
                 pending.touched[p.touched.1].1 = r.offset + 1;
@@ -569,7 +597,9 @@ impl Store {
             }
             pending.max_ts = pending.max_ts.max(r.timestamp_ms);
         }
-        pending.records += records.len() as u64;
+        if !skip {
+            pending.records += records.len() as u64;
+        }
         let ticket = Ticket {
             shared: self.shared.clone(),
             seq: pending.seq,
@@ -578,6 +608,11 @@ impl Store {
             self.shared.work.notify_one();
         }
         Ok(ticket)
+    }
+
+    /// The largest record value this store keeps ([`Config::max_record_bytes`]).
+    pub fn max_record_bytes(&self) -> usize {
+        self.shared.config.max_record_bytes
     }
 
     /// Next offset after the partition's last acknowledged record.

@@ -377,3 +377,50 @@ fn a_file_as_store_path_is_named_as_such() {
     assert!(matches!(e, OpenError::NotADirectory(_)), "{e:?}");
     assert!(e.to_string().contains("is a file, not a directory"), "{e}");
 }
+
+/// Issue 21: a record the store cannot keep (over `max_record_bytes`) wedged its partition
+/// (every later append a gap). `skip` gives its offset a place: the partition goes on, reads
+/// of it answer `Lost`, and so after a reopen.
+#[test]
+fn a_skipped_offset_keeps_the_partition_flowing() {
+    let dir = MemDir::new();
+    let mut config = Config::default();
+    config.max_record_bytes = 64;
+    let store = Store::open(Arc::new(dir.clone()), config.clone()).unwrap();
+    let p = store.declare(&key(1)).unwrap();
+    append_one(&store, p, 0, &value(1, 0, 10));
+    let big = value(1, 1, 65);
+    let refused = store.append(&[AppendRecord {
+        partition: p,
+        offset: 1,
+        timestamp_ms: 1,
+        value: &big,
+    }]);
+    assert!(matches!(
+        refused,
+        Err(AppendError::RecordTooLarge { size: 65, max: 64 })
+    ));
+    store.skip(p, 1).unwrap().wait(WAIT).unwrap();
+    append_one(&store, p, 2, &value(1, 2, 10));
+    assert_eq!(store.head(p), Some(3));
+    let check = |store: &Store| {
+        assert_eq!(store.read(p, 0, 10, 1 << 20).unwrap().len(), 1);
+        assert!(matches!(
+            store.read(p, 1, 10, 1 << 20),
+            Err(ReadError::Lost { from: 1, to: 2 })
+        ));
+        let after = store.read(p, 2, 10, 1 << 20).unwrap();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].offset, 2);
+    };
+    check(&store);
+    assert_eq!(store.stats().records, 2);
+    store.close();
+    let store = Store::open(Arc::new(dir), config).unwrap();
+    assert!(
+        store.recovery_report().damage.is_empty(),
+        "a skip is not damage"
+    );
+    check(&store);
+    append_one(&store, p, 3, &value(1, 3, 10));
+}
