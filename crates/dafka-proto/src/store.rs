@@ -148,6 +148,9 @@ struct WriterPartition {
     ack_queued: bool,
     /// When the partition's producer was last told the store failed (STORE-REFUSAL).
     told_failed: Option<Instant>,
+    /// Offsets below `accepted` the engine lost to damage, `from..to` ascending: FETCHed from
+    /// the other stores (and the producer) until they come ([`StoreWriter::poll_fill`]).
+    holes: Vec<(u64, u64)>,
 }
 
 impl WriterPartition {
@@ -159,9 +162,33 @@ impl WriterPartition {
             retry: None,
             ack_queued: false,
             told_failed: None,
+            holes: Vec::new(),
         }
     }
+
+    /// Takes `offset` out of the holes; whether it was in one.
+    fn unhole(&mut self, offset: u64) -> bool {
+        let Some(i) = self
+            .holes
+            .iter()
+            .position(|&(f, t)| f <= offset && offset < t)
+        else {
+            return false;
+        };
+        let (from, to) = self.holes.remove(i);
+        if offset + 1 < to {
+            self.holes.insert(i, (offset + 1, to));
+        }
+        if from < offset {
+            self.holes.insert(i, (from, offset));
+        }
+        true
+    }
 }
+
+/// Most holes a [`StoreWriter`] keeps per partition to fill (the engine keeps every one; the
+/// rest are asked for after a restart).
+pub const MAX_HOLES: usize = 64;
 
 /// Least time between two STORE-REFUSALs of a failed store to one partition's producer.
 pub const FAILED_REFUSAL_EVERY: Duration = Duration::from_secs(1);
@@ -194,6 +221,10 @@ pub struct StoreWriter {
     dropped: u64,
     /// Why the store can no longer write ([`StoreWriter::fail`]), as told to producers.
     failed: Option<Bytes>,
+    /// Records that fill holes, for the driver ([`StoreWriter::poll_fill`]).
+    fills: VecDeque<Record>,
+    /// When the holes are FETCHed again, and the delay after that.
+    holes_at: Option<(Instant, Duration)>,
 }
 
 impl StoreWriter {
@@ -209,6 +240,8 @@ impl StoreWriter {
             store_ack: None,
             dropped: 0,
             failed: None,
+            fills: VecDeque::new(),
+            holes_at: None,
         })
     }
 
@@ -235,6 +268,58 @@ impl StoreWriter {
             .entry(key)
             .or_insert_with(|| WriterPartition::new(next));
         p.accepted = next;
+    }
+
+    /// Offsets `holes` (`from..to`, ascending) below the partition's head that the engine
+    /// lost to damage: they are FETCHed from the other stores (and the producer, if it still
+    /// holds them) now and then on a timer with backoff, until they come. At most
+    /// [`MAX_HOLES`] per partition.
+    pub fn restore_holes(&mut self, key: PartitionKey, holes: &[(u64, u64)], now: Instant) {
+        let p = self
+            .partitions
+            .entry(key)
+            .or_insert_with(|| WriterPartition::new(0));
+        p.holes = holes
+            .iter()
+            .copied()
+            .filter(|&(f, t)| f < t && t <= p.accepted)
+            .take(MAX_HOLES)
+            .collect();
+        if !p.holes.is_empty() && self.holes_at.is_none() {
+            self.holes_at = Some((now, self.config.fetch_retry));
+        }
+    }
+
+    /// The next record to write into a hole (an engine `fill`).
+    pub fn poll_fill(&mut self) -> Option<Record> {
+        self.fills.pop_front()
+    }
+
+    /// FETCHes every hole (a window of each) if due.
+    fn fetch_holes(&mut self, now: Instant) {
+        let Some((at, delay)) = self.holes_at else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        let mut any = false;
+        for ((topic, producer), p) in self.partitions.iter() {
+            for &(from, to) in &p.holes {
+                any = true;
+                self.transmit.push_back(Message::Fetch(Fetch {
+                    producer: *producer,
+                    sender: self.config.id,
+                    topic: topic.clone(),
+                    sequence: from,
+                    count: u32::try_from((to - from).min(crate::FETCH_WINDOW)).unwrap_or(u32::MAX),
+                }));
+            }
+        }
+        self.holes_at = any.then(|| {
+            let next = (delay * 2).min(self.config.fetch_retry_max);
+            (now + delay, next)
+        });
     }
 
     /// Handles a message from the writer's SUB: RECORD, DIRECT-RECORD to it, HEAD. Anything
@@ -286,6 +371,9 @@ impl StoreWriter {
         if record.sequence == p.accepted && !full {
             p.accepted += 1;
             self.appends.push_back(record.clone());
+        } else if record.sequence < p.accepted && !full && p.unhole(record.sequence) {
+            // A record the engine lost to damage, from another store (or its producer).
+            self.fills.push_back(record.clone());
         } else {
             // Behind: a duplicate. Ahead (or no room): dropped, FETCHed again below.
             self.dropped += 1;
@@ -364,8 +452,10 @@ impl StoreWriter {
             return;
         }
         self.failed = Some(StoreRefusal::detail_of(detail));
-        self.dropped += self.appends.len() as u64;
+        self.dropped += (self.appends.len() + self.fills.len()) as u64;
         self.appends.clear();
+        self.fills.clear();
+        self.holes_at = None;
         self.transmit.retain(|m| !matches!(m, Message::Fetch(_)));
         for (_, p) in self.partitions.iter_mut() {
             p.retry = None;
@@ -402,6 +492,7 @@ impl StoreWriter {
         if self.failed.is_some() {
             return;
         }
+        self.fetch_holes(now);
         let ask = Ask::Due {
             max: self.config.fetch_retry_max,
         };
@@ -414,7 +505,11 @@ impl StoreWriter {
         if self.failed.is_some() {
             return None;
         }
-        retry::earliest(&self.partitions)
+        let holes = self.holes_at.map(|(at, _)| at);
+        [retry::earliest(&self.partitions), holes]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next record to append to the engine.

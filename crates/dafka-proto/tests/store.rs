@@ -1095,3 +1095,40 @@ fn a_failed_writer_tells_producers_and_stops_fetching() {
         [Message::Ack(_), Message::StoreAck(_)]
     ));
 }
+
+/// A writer whose engine lost offsets to damage FETCHes them at once and then with backoff
+/// until they come; a record that fills one is handed out as a fill (not an append), once.
+#[test]
+fn holes_are_fetched_until_filled() {
+    let t0 = Instant::now();
+    let mut w = writer();
+    w.restore(key(), 10);
+    w.restore_holes(key(), &[(3, 5), (7, 8)], t0);
+    assert_eq!(w.poll_timeout(), Some(t0));
+    w.handle_timeout(t0);
+    assert_eq!(fetches(&sent_w(&mut w)), [(3, 2), (7, 1)]);
+    // Backoff: not again before the first retry delay.
+    w.handle_timeout(t0 + Duration::from_millis(100));
+    assert_eq!(sent_w(&mut w), []);
+    let direct = |seq| {
+        Message::DirectRecord(DirectRecord {
+            to: id(S1_WRITER),
+            record: record(seq),
+        })
+    };
+    for seq in [3, 4, 4, 6] {
+        w.handle_message(&direct(seq), t0).unwrap();
+    }
+    let fills: Vec<u64> = std::iter::from_fn(|| w.poll_fill())
+        .map(|r| r.sequence)
+        .collect();
+    assert_eq!(fills, [3, 4], "offsets of holes only, each once");
+    assert_eq!(w.poll_append(), None);
+    w.handle_timeout(t0 + Duration::from_millis(200));
+    assert_eq!(fetches(&sent_w(&mut w)), [(7, 1)]);
+    w.handle_message(&direct(7), t0).unwrap();
+    assert_eq!(w.poll_fill().map(|r| r.sequence), Some(7));
+    w.handle_timeout(t0 + Duration::from_secs(10));
+    assert_eq!(sent_w(&mut w), [], "nothing left to fetch");
+    assert_eq!(w.poll_timeout(), None);
+}

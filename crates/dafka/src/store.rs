@@ -143,9 +143,12 @@ impl StoreNode {
         wc.max_partitions = options.max_partitions;
         let mut writer = StoreWriter::new(wc)?;
         let mut ids = HashMap::new();
+        let started = now();
         for p in engine.partitions() {
             if let Some(key) = key_of(&p) {
                 writer.restore(key.clone(), p.head);
+                // Records lost to damage: asked for from the other stores.
+                writer.restore_holes(key.clone(), &engine.holes(p.id), started);
                 ids.insert(key, p.id);
             }
         }
@@ -309,8 +312,34 @@ impl WriterRole {
         }
     }
 
+    /// Writes the records that fill holes (from another store) into the engine.
+    fn fill(&mut self, writer: &mut StoreWriter) {
+        let timestamp_ms = dafka_store::now_ms();
+        while let Some(r) = writer.poll_fill() {
+            let Some(&id) = self.ids.get(&(r.topic.clone(), r.producer)) else {
+                continue;
+            };
+            let record = AppendRecord {
+                partition: id,
+                offset: r.sequence,
+                timestamp_ms,
+                value: &r.content,
+            };
+            match self.engine.fill(&[record]) {
+                Ok(_) => tracing::debug!(partition = %r.producer, offset = r.sequence,
+                    "a record lost to damage filled from another node"),
+                Err(e) => {
+                    if self.log.allow(now()) {
+                        tracing::warn!(error = %e, offset = r.sequence, "filling a hole refused");
+                    }
+                }
+            }
+        }
+    }
+
     /// Appends what the state machine asks for, one engine call per run of one partition.
     fn append(&mut self, writer: &mut StoreWriter) {
+        self.fill(writer);
         let records: Vec<_> = std::iter::from_fn(|| writer.poll_append()).collect();
         if records.is_empty() {
             return;

@@ -58,6 +58,16 @@ fn on_disk(dir: &Path, topic: &str, partition: NodeId) -> Vec<(u64, Bytes)> {
     out
 }
 
+/// Flips a bit in the stored value `value` (found by its bytes) in the first segment of the
+/// stopped store in `dir`.
+fn damage(dir: &Path, value: &[u8]) {
+    let segment = dir.join(dafka_store::format::segment_file_name(0));
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.windows(value.len()).position(|w| w == value).unwrap();
+    bytes[at + 3] ^= 0x10;
+    std::fs::write(&segment, bytes).unwrap();
+}
+
 fn values(prefix: &str, n: usize) -> Vec<Bytes> {
     (0..n)
         .map(|i| Bytes::from(format!("{prefix}-{i:06}")))
@@ -567,14 +577,7 @@ async fn a_damaged_record_is_skipped_not_waited_for() {
     producer.close().await;
     s.close().await;
 
-    let segment = dir.path().join(dafka_store::format::segment_file_name(0));
-    let mut bytes = std::fs::read(&segment).unwrap();
-    let at = bytes
-        .windows(sent[5000].len())
-        .position(|w| w == &sent[5000][..])
-        .unwrap();
-    bytes[at + 3] ^= 0x10;
-    std::fs::write(&segment, bytes).unwrap();
+    damage(dir.path(), &sent[5000]);
 
     let s = store(dir.path(), &towers).await;
     let report = s.engine().recovery_report().clone();
@@ -730,5 +733,49 @@ async fn a_full_disk_is_reported_to_the_producer() {
     wait_for_head(&s, "full", partition, 2048).await;
     producer.close().await;
     s.close().await;
+    tower.close().await;
+}
+
+/// Issue 21: a store with a hole (a record damaged on its disk) fills it from another store
+/// that holds the record: after a restart its writer FETCHes the hole, the other store's
+/// reader answers, and the record is served by the damaged store again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hole_is_filled_from_another_store() {
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s1 = store(d1.path(), &towers).await;
+    let s2 = store(d2.path(), &towers).await;
+    let producer = ProducerNode::start(
+        "repaired",
+        fast(&towers),
+        producer_options().with_min_acks(2),
+    )
+    .await
+    .unwrap();
+    let sent = values("repaired", 3000);
+    producer.send_many(sent.clone()).await.unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    producer.close().await;
+    wait_for_head(&s1, "repaired", partition, 3000).await;
+    s1.close().await;
+
+    damage(d1.path(), &sent[1234]);
+
+    let s1 = store(d1.path(), &towers).await;
+    let key = dafka_store::PartitionKey::new("repaired", *partition.as_bytes());
+    let id = s1.engine().lookup(&key).unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !s1.engine().holes(id).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "hole never filled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = s1.engine().read(id, 1234, 1, 1 << 20).unwrap();
+    assert_eq!((got[0].offset, &got[0].value), (1234, &sent[1234]));
+    s1.close().await;
+    s2.close().await;
+    let disk = on_disk(d1.path(), "repaired", partition);
+    assert_eq!(disk.len(), 3000, "every record served after a reopen");
+    assert!(disk.iter().all(|(o, v)| *v == sent[*o as usize]));
     tower.close().await;
 }

@@ -28,6 +28,7 @@ mod chunk;
 pub mod error;
 pub mod file;
 pub mod format;
+mod holes;
 mod recovery;
 mod store;
 

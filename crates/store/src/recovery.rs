@@ -22,7 +22,7 @@
 //!   name); only an all-zero or short header of a last segment that starts at or past the
 //!   durable point is a torn creation, and rewritten.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use crate::chunk::ChunkReader;
 use crate::error::OpenError;
@@ -456,7 +456,7 @@ fn damage(out: &mut Recovered, segment: &Segment, pos: u64, kind: DamageKind) {
 /// Offsets `from..to` of a partition are not in this store: a hole (reads answer `Lost`).
 fn hole(out: &mut Recovered, segment: &Segment, pos: u64, partition: u32, from: u64, to: u64) {
     if let Some(p) = out.partitions.get_mut(&partition) {
-        p.holes.insert(from, to);
+        p.holes.insert(from, to, false);
     }
     damage(
         out,
@@ -546,7 +546,7 @@ fn apply(
             let gap = (offset > p.accepted).then_some(p.accepted);
             p.accepted = end;
             p.durable = end;
-            p.holes.insert(offset, end);
+            p.holes.insert(offset, end, true);
             if let Some(from) = gap {
                 hole(out, segment, pos, partition, from, offset);
             }
@@ -561,6 +561,14 @@ fn apply(
                 );
                 return;
             };
+            if r.offset < p.accepted && p.holes.fillable(r.offset) {
+                // Filled from another store after the damage was found.
+                p.holes.remove(r.offset);
+                p.fills.insert(r.offset, segment.base + pos);
+                segment.max_ts = segment.max_ts.max(r.timestamp_ms);
+                out.report.records += 1;
+                return;
+            }
             if r.offset < p.accepted {
                 damage(
                     out,
@@ -586,13 +594,4 @@ fn apply(
             }
         }
     }
-}
-
-/// The partition's hole holding `offset`, as `(from, to)`.
-pub(crate) fn hole_at(holes: &BTreeMap<u64, u64>, offset: u64) -> Option<(u64, u64)> {
-    holes
-        .range(..=offset)
-        .next_back()
-        .filter(|&(_, &to)| offset < to)
-        .map(|(&from, &to)| (from, to))
 }

@@ -1,6 +1,6 @@
 //! The engine: appends, group commit on the writer thread, reads, retention.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -18,6 +18,7 @@ use crate::format::{
     self, ENTRY_PREFIX_LEN, HEADER_LEN, KIND_RECORD, MAX_TOPIC_LEN, RECORD_FIXED_LEN,
     RECORD_VALUE_AT, SegmentHeader,
 };
+use crate::holes::Holes;
 use crate::recovery::{self, RecoveryReport};
 use crate::{PartitionId, PartitionKey};
 
@@ -183,9 +184,14 @@ pub(crate) struct Partition {
     pub(crate) since_index: Option<usize>,
     /// The batch that last touched the partition, and where in its `touched` list.
     touched: (u64, usize),
-    /// Offsets whose records were damaged on disk, `from -> to` (never served: reads in them
-    /// answer [`ReadError::Lost`]).
-    pub(crate) holes: BTreeMap<u64, u64>,
+    /// Offsets not held below the head: damaged on disk, or skipped (reads of them answer
+    /// [`ReadError::Lost`]).
+    pub(crate) holes: Holes,
+    /// Records that filled holes, by offset: their global positions (they lie later in the
+    /// log than the sparse index says).
+    pub(crate) fills: BTreeMap<u64, u64>,
+    /// Offsets being filled (in a batch not yet acknowledged).
+    pub(crate) filling: BTreeSet<u64>,
 }
 
 impl Partition {
@@ -199,7 +205,9 @@ impl Partition {
             index: Vec::new(),
             since_index: None,
             touched: (u64::MAX, 0),
-            holes: BTreeMap::new(),
+            holes: Holes::default(),
+            fills: BTreeMap::new(),
+            filling: BTreeSet::new(),
         }
     }
 
@@ -253,6 +261,8 @@ struct Pending {
     buf: BytesMut,
     /// Index candidates: (partition, offset, position in `buf`).
     index: Vec<(u32, u64, u32)>,
+    /// Records filling holes: (partition, offset, position in `buf`).
+    fills: Vec<(u32, u64, u32)>,
     /// Partitions with records in the batch, and their head after it.
     touched: Vec<(u32, u64)>,
     /// Partitions first declared in the batch.
@@ -267,6 +277,7 @@ impl Pending {
             seq,
             buf,
             index: Vec::new(),
+            fills: Vec::new(),
             touched: Vec::new(),
             declared: Vec::new(),
             records: 0,
@@ -294,6 +305,80 @@ pub(crate) struct State {
     /// Places a read found damaged since open (logged once each; at most
     /// [`MAX_DAMAGE_LOGGED`]).
     damage_seen: HashSet<(String, u64)>,
+}
+
+/// What [`Store::append_entries`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Records at the partitions' heads.
+    Records,
+    /// Skip entries at the heads.
+    Skip,
+    /// Records into holes.
+    Fill,
+}
+
+/// `from..to` without the offsets in `taken`.
+fn split_around(from: u64, to: u64, taken: &BTreeSet<u64>) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut start = from;
+    for &t in taken.range(from..to) {
+        if t > start {
+            out.push((start, t));
+        }
+        start = t + 1;
+    }
+    if start < to {
+        out.push((start, to));
+    }
+    out
+}
+
+/// Reads the records that filled holes, at their positions: consecutive offsets, stopping once
+/// `max_bytes` of values are gathered (at least one record).
+fn read_fills(
+    positions: &[(u64, u64)],
+    segments: &[(u64, String, Arc<dyn SegmentFile>, u64)],
+    max_bytes: usize,
+) -> Result<Vec<Record>, ReadError> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for &(offset, pos) in positions {
+        let Some((base, name, file, len)) = segments.iter().rev().find(|(base, ..)| *base <= pos)
+        else {
+            break;
+        };
+        let io = |source| ReadError::Io {
+            file: name.clone(),
+            source,
+        };
+        let mut reader = ChunkReader::new(&**file, *len, ENTRY_PREFIX_LEN);
+        let at = pos - base;
+        let Some(prefix) = reader.peek(at, ENTRY_PREFIX_LEN).map_err(io)? else {
+            break;
+        };
+        let Ok(prefix) = format::decode_prefix(prefix) else {
+            break;
+        };
+        let Some(entry) = reader.get(at, prefix.entry_len()).map_err(io)? else {
+            break;
+        };
+        match format::decode_record(&entry) {
+            Ok(Some(r)) if r.offset == offset => {
+                bytes += entry.len() - RECORD_VALUE_AT;
+                out.push(Record {
+                    offset,
+                    timestamp_ms: r.timestamp_ms,
+                    value: entry.slice(RECORD_VALUE_AT..),
+                });
+            }
+            _ => break,
+        }
+        if bytes >= max_bytes {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// Most damaged places found by reads that are remembered (and so logged only once).
@@ -494,14 +579,29 @@ impl Store {
     /// sync policy. Blocks while the batch being formed is over
     /// [`Config::max_pending_bytes`].
     pub fn append(&self, records: &[AppendRecord<'_>]) -> Result<Ticket, AppendError> {
-        let max = self.shared.config.max_record_bytes;
-        if let Some(r) = records.iter().find(|r| r.value.len() > max) {
-            return Err(AppendError::RecordTooLarge {
-                size: r.value.len(),
-                max,
-            });
-        }
-        self.append_entries(records, false)
+        self.append_entries(records, Mode::Records)
+    }
+
+    /// Appends records for offsets in the partition's holes of damaged records (fetched from
+    /// another store that holds them): each offset must be in such a hole, and not filled or
+    /// being filled already (else [`AppendError::Repeat`]). Once acknowledged they are read as
+    /// any other record. All or nothing; the ticket completes as [`append`](Self::append)'s.
+    pub fn fill(&self, records: &[AppendRecord<'_>]) -> Result<Ticket, AppendError> {
+        self.append_entries(records, Mode::Fill)
+    }
+
+    /// The partition's holes of damaged records not yet filled (nor being filled), ascending:
+    /// what another store may fill ([`fill`](Self::fill)).
+    pub fn holes(&self, partition: PartitionId) -> Vec<(u64, u64)> {
+        let st = self.shared.lock();
+        let Some(p) = st.partitions.get(&partition.0) else {
+            return Vec::new();
+        };
+        p.holes
+            .damaged()
+            .into_iter()
+            .flat_map(|(from, to)| split_around(from, to, &p.filling))
+            .collect()
     }
 
     /// Gives the partition's next offset a place without keeping a record there (a record
@@ -515,15 +615,22 @@ impl Store {
             timestamp_ms: 0,
             value: &[],
         };
-        self.append_entries(&[record], true)
+        self.append_entries(&[record], Mode::Skip)
     }
 
-    /// Appends records (or, with `skip`, skip entries for their offsets).
+    /// Appends records at the head, skip entries at the head, or records into holes.
     fn append_entries(
         &self,
         records: &[AppendRecord<'_>],
-        skip: bool,
+        mode: Mode,
     ) -> Result<Ticket, AppendError> {
+        let max = self.shared.config.max_record_bytes;
+        if let Some(r) = records.iter().find(|r| r.value.len() > max) {
+            return Err(AppendError::RecordTooLarge {
+                size: r.value.len(),
+                max,
+            });
+        }
         let mut st = self.shared.lock();
         usable(&st)?;
         while st.pending.buf.len() > self.shared.config.max_pending_bytes {
@@ -538,6 +645,16 @@ impl Store {
         for (i, r) in records.iter().enumerate() {
             let refusal = match st.partitions.get_mut(&r.partition.0) {
                 None => Some(AppendError::UnknownPartition(r.partition)),
+                Some(p) if mode == Mode::Fill => {
+                    let free = r.offset < p.accepted
+                        && p.holes.fillable(r.offset)
+                        && !p.fills.contains_key(&r.offset);
+                    (!free || !p.filling.insert(r.offset)).then_some(AppendError::Repeat {
+                        partition: r.partition,
+                        offset: r.offset,
+                        head: p.accepted,
+                    })
+                }
                 Some(p) if r.offset == p.accepted => {
                     p.accepted += 1;
                     None
@@ -559,7 +676,11 @@ impl Store {
             if let Some(refusal) = refusal {
                 for done in records[..i].iter().rev() {
                     if let Some(p) = st.partitions.get_mut(&done.partition.0) {
-                        p.accepted = done.offset;
+                        if mode == Mode::Fill {
+                            p.filling.remove(&done.offset);
+                        } else {
+                            p.accepted = done.offset;
+                        }
                     }
                 }
                 return Err(refusal);
@@ -574,20 +695,30 @@ impl Store {
             let Some(p) = st.partitions.get_mut(&r.partition.0) else {
                 continue; // checked above
             };
-            if skip {
-                format::encode_skip(&mut pending.buf, r.partition.0, r.offset, 1);
-                p.holes.insert(r.offset, r.offset + 1);
-            } else {
-                format::encode_record(
-                    &mut pending.buf,
-                    r.partition.0,
-                    r.offset,
-                    r.timestamp_ms,
-                    r.value,
-                );
-                if p.index_due(format::record_size(r.value.len()), interval) {
-                    pending.index.push((r.partition.0, r.offset, pos));
+            match mode {
+                Mode::Skip => {
+                    format::encode_skip(&mut pending.buf, r.partition.0, r.offset, 1);
+                    p.holes.insert(r.offset, r.offset + 1, true);
                 }
+                Mode::Records | Mode::Fill => {
+                    format::encode_record(
+                        &mut pending.buf,
+                        r.partition.0,
+                        r.offset,
+                        r.timestamp_ms,
+                        r.value,
+                    );
+                }
+            }
+            if mode == Mode::Fill {
+                // Below the head: no index entry (the index follows the log's order), no move
+                // of the head; its position is kept apart once acknowledged.
+                pending.fills.push((r.partition.0, r.offset, pos));
+                pending.max_ts = pending.max_ts.max(r.timestamp_ms);
+                continue;
+            }
+            if mode == Mode::Records && p.index_due(format::record_size(r.value.len()), interval) {
+                pending.index.push((r.partition.0, r.offset, pos));
             }
             if p.touched.0 == pending.seq {
                 pending.touched[p.touched.1].1 = r.offset + 1;
@@ -597,7 +728,7 @@ impl Store {
             }
             pending.max_ts = pending.max_ts.max(r.timestamp_ms);
         }
-        if !skip {
+        if mode != Mode::Skip {
             pending.records += records.len() as u64;
         }
         let ticket = Ticket {
@@ -719,7 +850,24 @@ impl Store {
         if from == head || max_records == 0 {
             return Ok(Vec::new());
         }
-        if let Some((_, to)) = recovery::hole_at(&p.holes, from) {
+        if p.fills.contains_key(&from) {
+            let positions: Vec<(u64, u64)> = p
+                .fills
+                .range(from..)
+                .zip(from..)
+                .take_while(|&((&o, _), want)| o == want)
+                .take(max_records)
+                .map(|((&o, &pos), _)| (o, pos))
+                .collect();
+            let segments: Vec<(u64, String, Arc<dyn SegmentFile>, u64)> = st
+                .segments
+                .iter()
+                .map(|s| (s.base, s.name.clone(), s.file.clone(), s.len))
+                .collect();
+            drop(st);
+            return read_fills(&positions, &segments, max_bytes);
+        }
+        if let Some((_, to)) = p.holes.at(from) {
             return Err(ReadError::Lost { from, to });
         }
         let first_base = st.segments.front().map_or(0, |s| s.base);
@@ -834,7 +982,7 @@ impl Store {
     /// opened): they become a hole of the partition, answered at once from now on.
     fn lost(&self, partition: PartitionId, from: u64, to: u64) -> ReadError {
         if let Some(p) = self.shared.lock().partitions.get_mut(&partition.0) {
-            p.holes.insert(from, to);
+            p.holes.insert(from, to, false);
         }
         ReadError::Lost { from, to }
     }
@@ -911,6 +1059,7 @@ fn apply_retention(shared: &Shared, now_ms: u64) -> usize {
             for p in st.partitions.values_mut() {
                 let keep = p.index.partition_point(|&(_, pos)| pos < base);
                 p.index.drain(..keep);
+                p.fills.retain(|_, pos| *pos >= base);
             }
         }
         st.stats.segments_dropped += dropped.len() as u64;
@@ -1185,6 +1334,13 @@ impl Writer {
             for &(id, offset, rel) in &batch.index {
                 if let Some(p) = st.partitions.get_mut(&id) {
                     p.index.push((offset, abs + u64::from(rel)));
+                }
+            }
+            for &(id, offset, rel) in &batch.fills {
+                if let Some(p) = st.partitions.get_mut(&id) {
+                    p.filling.remove(&offset);
+                    p.holes.remove(offset);
+                    p.fills.insert(offset, abs + u64::from(rel));
                 }
             }
             st.durable_seq = batch.seq;

@@ -610,3 +610,50 @@ fn golden_v1_directory_is_read() {
         }
     }
 }
+
+/// Issue 21: a store with a hole (damaged records) fills it with the records another store
+/// holds: `holes` lists it, `fill` writes them, reads serve them in order, and so after a
+/// reopen; a second fill, or one outside a hole, is refused.
+#[test]
+fn a_hole_is_filled_and_stays_filled() {
+    let w = write_store();
+    let full = w.dir.file(SEGMENT).unwrap().contents();
+    let needle = value(w.p.0 + 1, 1, 40);
+    let at = full.windows(40).position(|x| x == &needle[..]).unwrap();
+    let dir = copy(&w.dir);
+    let mut bytes = full.clone();
+    bytes[at + 5] ^= 0x01;
+    dir.file(SEGMENT).unwrap().replace(bytes);
+    let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
+    assert_eq!(store.holes(w.p), [(1, 2)]);
+    assert_eq!(store.holes(w.q), []);
+    let fill = |store: &Store, offset: u64| {
+        store.fill(&[AppendRecord {
+            partition: w.p,
+            offset,
+            timestamp_ms: 5,
+            value: &needle,
+        }])
+    };
+    assert!(matches!(
+        fill(&store, 2),
+        Err(dafka_store::AppendError::Repeat { .. })
+    ));
+    fill(&store, 1)
+        .unwrap()
+        .wait(std::time::Duration::from_secs(10))
+        .unwrap();
+    assert!(matches!(
+        fill(&store, 1),
+        Err(dafka_store::AppendError::Repeat { .. })
+    ));
+    assert_eq!(store.holes(w.p), []);
+    check_partition(&store, w.p, 7);
+    // The partition goes on after the fill.
+    append_one(&store, w.p, 7, &value(1, 7, 5));
+    check_partition(&store, w.p, 8);
+    store.close();
+    let store = Store::open(Arc::new(dir), Config::default()).unwrap();
+    assert_eq!(store.holes(w.p), []);
+    check_partition(&store, w.p, 8);
+}
