@@ -1,5 +1,5 @@
 """Batch planning of the dafka source (`_plan`, `_check_batch_ranges`), no Spark session:
-minPartitions bounds (issue 21, item 7c) and offsets past the end (item 7a)."""
+minPartitions bounds (issue 21, item 7c) and offsets past the end (items 7a, 7b)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from dafka._spark_dafka import (
     _check_batch_ranges,
     _Options,
     _parse,
+    _past_stores_end,
     _plan,
 )
 from dafka.errors import InvalidArgumentError
@@ -82,3 +83,13 @@ def test_an_end_past_the_stores_end_is_warned_about(caplog: pytest.LogCaptureFix
         f"endingOffsets 500 of t/{P} is past the stores' end 100" in r.getMessage()
         for r in caplog.records
     ), caplog.records
+
+
+def test_a_stream_started_past_the_stores_end_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 21, item 7b: a query started past the head said nothing while it waited."""
+    _past_stores_end("startingOffsets", {"t": {P: 50, Q: 10}}, {"t": {P: (0, 20), Q: (0, 20)}})
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1, said
+    assert f"startingOffsets 50 of t/{P} is past the stores' end 20" in said[0], said

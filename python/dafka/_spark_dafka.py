@@ -346,8 +346,8 @@ def _check_batch_ranges(
 ) -> None:
     """A batch read's offsets against each other and the stores' bounds. A start past the end
     fails (offsets given by hand that cannot be meant: an empty result would hide the
-    mistake); an end past what the stores hold is warned about: its tasks wait, up to
-    pollTimeout, for records not written yet."""
+    mistake); an end past what the stores hold is logged (`_past_stores_end`)."""
+    waiting: Offsets = {}
     for t, parts in end.items():
         for p, e in sorted(parts.items()):
             s = start.get(t, {}).get(p)
@@ -362,14 +362,29 @@ def _check_batch_ranges(
                     f"dafka source: startingOffsets {s} of {t}/{p} is past its endingOffsets "
                     f"{e} ({stores})"
                 )
-            if s is not None and s < e and e > (held[1] if held else 0):
+            if s is not None and s < e:
+                waiting.setdefault(t, {})[p] = e
+    _past_stores_end("endingOffsets", waiting, bounds)
+
+
+def _past_stores_end(
+    name: str, offsets: Offsets, bounds: dict[str, dict[str, tuple[int, int]]]
+) -> None:
+    """Logs (WARNING, once per query) each offset of `offsets` past its partition's end in the
+    stores: instead of waiting silently, a batch task waits up to pollTimeout for those
+    records, a stream reads that partition only once producers have written past it."""
+    for t, parts in offsets.items():
+        for p, o in sorted(parts.items()):
+            held_end = bounds.get(t, {}).get(p, (0, 0))[1]
+            if o > held_end:
                 _log.warning(
-                    "dafka source: endingOffsets %d of %s/%s is past the stores' end %d: its "
-                    "tasks wait up to pollTimeout for the records not written yet",
-                    e,
+                    "dafka source: %s %d of %s/%s is past the stores' end %d: nothing from "
+                    "there is read until producers write it",
+                    name,
+                    o,
                     t,
                     p,
-                    held[1] if held else 0,
+                    held_end,
                 )
 
 
@@ -599,6 +614,7 @@ class DafkaStreamReader(DataSourceStreamReader):
         o = self.options
         bounds = _bounds(o)
         start = _resolve(o.starting, "startingOffsets", o, bounds)
+        _past_stores_end("startingOffsets", start, bounds)
         self._last = start
         return start
 
