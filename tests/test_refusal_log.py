@@ -1,5 +1,5 @@
 """The "authentication refused" warning is rate-limited per listener (issue 13): a burst of
-refused clients logs at most REFUSALS_LOGGED_PER_SECOND (10) warnings a second, and how many
+refused clients logs at most FAILURES_LOGGED_PER_SECOND (10) warnings a second, and how many
 were not logged is said once the window is over (at the next connection or refusal) or when
 the listener closes."""
 

@@ -94,6 +94,39 @@ def test_bad_options_fail_at_once_naming_the_option(
         assert time.monotonic() - started < 30
 
 
+def test_batch_read_with_nothing_to_read_is_empty(spark: Any, cluster: dafka.LocalCluster) -> None:
+    """Nothing to read is an empty DataFrame with the source's schema (issue 21, item 7a:
+    pyspark's stand-in partition for an empty plan failed the task with AssertionError); a
+    start past the end fails when the query is built, naming the offsets."""
+    schema = spark.createDataFrame([], DAFKA_SCHEMA).schema.simpleString()
+    t = _topic()
+    p = _produce(cluster.towers, t, [b"%d" % i for i in range(10)])
+    empty = {
+        "a topic nobody wrote": (_topic(), {}),
+        "latest on a finished topic": (t, {"startingOffsets": "latest"}),
+        "start == end": (
+            t,
+            {
+                "startingOffsets": json.dumps({t: {p: 4}}),
+                "endingOffsets": json.dumps({t: {p: 4}}),
+            },
+        ),
+    }
+    for case, (topic, options) in empty.items():
+        df = _read(spark, cluster, topic, **options)
+        assert df.schema.simpleString() == schema, case
+        assert df.collect() == [], case
+    past = f"startingOffsets 7 of {t}/{p} is past its endingOffsets 3"
+    with pytest.raises(Exception, match=past):
+        _read(
+            spark,
+            cluster,
+            t,
+            startingOffsets=json.dumps({t: {p: 7}}),
+            endingOffsets=json.dumps({t: {p: 3}}),
+        ).collect()
+
+
 def test_unreachable_towers_fail_within_the_offsets_timeout(spark: Any) -> None:
     started = time.monotonic()
     with pytest.raises(Exception, match="no store answered within"):

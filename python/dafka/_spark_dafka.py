@@ -19,7 +19,9 @@ acknowledged (``flush``). Partition identity: one producer, so one Dafka partiti
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import math
 import os
 import threading
@@ -65,6 +67,16 @@ _STREAM_READ = _READ | {"maxoffsetspertrigger"}
 _WRITE = _COMMON | {"topic", "minacks", "flushtimeout"}
 # Spark's own keys that may reach a data source's options.
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+
+# minPartitions splits no range into pieces of fewer records than this (a range already
+# smaller stays whole): a task costs about 0.1 s of scheduling and start-up whatever it reads,
+# so 1,000 one-record tasks made a 1,000-row read take 107 s.
+MIN_SPLIT_RECORDS = 100
+# The largest minPartitions accepted: more tasks than this cost more to schedule than any
+# read gains from them.
+MAX_MIN_PARTITIONS = 10_000
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,7 +130,9 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         topics=topics,
         starting=starting,
         ending=ending,
-        min_partitions=_number(opts, "minpartitions", "minPartitions", int, 1),
+        min_partitions=_number(
+            opts, "minpartitions", "minPartitions", int, 1, most=MAX_MIN_PARTITIONS
+        ),
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         max_offsets_per_trigger=(
             _number(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", int, 1)
@@ -136,7 +150,9 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
     )
 
 
-def _number(opts: dict[str, str], key: str, name: str, kind: type, default: Any) -> Any:
+def _number(
+    opts: dict[str, str], key: str, name: str, kind: type, default: Any, most: Any = None
+) -> Any:
     raw = opts.get(key)
     if raw is None:
         return default
@@ -147,6 +163,8 @@ def _number(opts: dict[str, str], key: str, name: str, kind: type, default: Any)
         raise InvalidArgumentError(f"option {name} must be {what}, not {raw!r}") from None
     if not value > 0 or (kind is float and math.isinf(value)):
         raise InvalidArgumentError(f"option {name} must be > 0, not {raw!r}")
+    if most is not None and value > most:
+        raise InvalidArgumentError(f"option {name} must be at most {most}, not {raw!r}")
     return value
 
 
@@ -296,7 +314,8 @@ def _plan(
     low: dict[str, dict[str, tuple[int, int]]] | None,
 ) -> list[DafkaPartition]:
     """Ranges from `start` to `end` (a partition missing from `start` starts at its low-water
-    mark, 0 if unknown); checks for data lost to retention; splits for ``minPartitions``."""
+    mark, 0 if unknown); checks for data lost to retention; splits for ``minPartitions``, into
+    pieces of at least ``MIN_SPLIT_RECORDS`` records."""
     ranges = []
     for t, parts in end.items():
         for p, e in sorted(parts.items()):
@@ -314,13 +333,59 @@ def _plan(
     out = []
     for r in ranges:
         size = r.end - r.start
-        pieces = max(1, min(size, math.ceil(size * o.min_partitions / total)))
-        step = math.ceil(size / pieces)
-        out += [
-            DafkaPartition(r.topic, r.partition, a, min(a + step, r.end))
-            for a in range(r.start, r.end, step)
-        ]
+        wanted = math.ceil(size * o.min_partitions / total)
+        pieces = max(1, min(size // MIN_SPLIT_RECORDS, wanted))
+        # Even pieces (sizes differ by one at most): none below size // pieces.
+        cuts = [r.start + size * i // pieces for i in range(pieces + 1)]
+        out += [DafkaPartition(r.topic, r.partition, a, b) for a, b in itertools.pairwise(cuts)]
     return out
+
+
+def _check_batch_ranges(
+    start: Offsets, end: Offsets, bounds: dict[str, dict[str, tuple[int, int]]]
+) -> None:
+    """A batch read's offsets against each other and the stores' bounds. A start past the end
+    fails (offsets given by hand that cannot be meant: an empty result would hide the
+    mistake); an end past what the stores hold is logged (`_past_stores_end`)."""
+    waiting: Offsets = {}
+    for t, parts in end.items():
+        for p, e in sorted(parts.items()):
+            s = start.get(t, {}).get(p)
+            held = bounds.get(t, {}).get(p)
+            if s is not None and s > e:
+                stores = (
+                    f"the stores hold offsets {held[0]}..{held[1] - 1}"
+                    if held and held[1] > held[0]
+                    else "the stores hold none of its records"
+                )
+                raise InvalidArgumentError(
+                    f"dafka source: startingOffsets {s} of {t}/{p} is past its endingOffsets "
+                    f"{e} ({stores})"
+                )
+            if s is not None and s < e:
+                waiting.setdefault(t, {})[p] = e
+    _past_stores_end("endingOffsets", waiting, bounds)
+
+
+def _past_stores_end(
+    name: str, offsets: Offsets, bounds: dict[str, dict[str, tuple[int, int]]]
+) -> None:
+    """Logs (WARNING, once per query) each offset of `offsets` past its partition's end in the
+    stores: instead of waiting silently, a batch task waits up to pollTimeout for those
+    records, a stream reads that partition only once producers have written past it."""
+    for t, parts in offsets.items():
+        for p, o in sorted(parts.items()):
+            held_end = bounds.get(t, {}).get(p, (0, 0))[1]
+            if o > held_end:
+                _log.warning(
+                    "dafka source: %s %d of %s/%s is past the stores' end %d: nothing from "
+                    "there is read until producers write it",
+                    name,
+                    o,
+                    t,
+                    p,
+                    held_end,
+                )
 
 
 def _gone(topic: str, partition: str, first: int, end: int) -> DafkaError:
@@ -514,12 +579,17 @@ class DafkaBatchReader(DataSourceReader):
         bounds = _bounds(o)
         start = _resolve(o.starting, "startingOffsets", o, bounds)
         end = _resolve(o.ending, "endingOffsets", o, bounds)
+        _check_batch_ranges(start, end, bounds)
         self._partitions = _plan(start, end, o, bounds)
 
     def partitions(self) -> list[DafkaPartition]:
         return list(self._partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, DafkaPartition) and partition.value is None:
+            # Nothing to read (no partition, or every range empty): pyspark plans one task
+            # with its stand-in `InputPartition(None)` instead of none; it reads no row.
+            return
         assert isinstance(partition, DafkaPartition)
         yield from _read(partition, self.options)
 
@@ -544,6 +614,7 @@ class DafkaStreamReader(DataSourceStreamReader):
         o = self.options
         bounds = _bounds(o)
         start = _resolve(o.starting, "startingOffsets", o, bounds)
+        _past_stores_end("startingOffsets", start, bounds)
         self._last = start
         return start
 

@@ -180,7 +180,8 @@ impl Handoff {
     /// outcome is either in the future or (cancelled) back in the stash.
     async fn complete(self, outcome: Outcome, stash: Option<Stash>) {
         let (done, ran) = oneshot::channel();
-        let scheduled = Python::attach(|py| {
+        // (Not scheduled when Python is exiting: no loop will run it.)
+        let scheduled = runtime::attach(|py| {
             let complete = Py::new(
                 py,
                 Complete {
@@ -204,7 +205,7 @@ impl Handoff {
                 }
             }
         });
-        if scheduled.is_ok() {
+        if scheduled.is_some_and(|s| s.is_ok()) {
             let _ = ran.await;
         }
     }

@@ -46,7 +46,8 @@ where
             () = cancel.wait() => return,
             output = wait => output,
         };
-        Python::attach(|py| {
+        // Nothing to resolve when Python is exiting: no loop will run it.
+        let _ = runtime::attach(|py| {
             let finish: Finish = Box::new(move |py| finish(py, output));
             let resolve = Resolve {
                 fut: handoff.fut.clone_ref(py),

@@ -22,15 +22,44 @@ mod security;
 mod zmtp;
 mod zre;
 
+/// pyo3-log's logger, entered through [`runtime::attach`]: a record logged by a runtime
+/// thread while the interpreter finalizes (nodes never closed are dropped then, and log their
+/// shutdown) is dropped instead of panicking in pyo3.
+struct ToPython(pyo3_log::Logger);
+
+impl log::Log for ToPython {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        // pyo3-log attaches again inside: that nests (the thread is attached already).
+        let _ = runtime::attach(|_| self.0.log(record));
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Rust `log` records (and `tracing` events, through tracing's `log`
     // feature) go to Python's `logging`, under loggers named after the Rust
     // module path (`dafka_zmtp::...`). Levels are cached; see pyo3-log.
-    if let Err(e) = pyo3_log::try_init() {
+    // (pyo3-log's default: Python's own levels filter further.)
+    let level = log::LevelFilter::Debug;
+    let logger = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::LoggersAndLevels)?.filter(level);
+    match log::set_boxed_logger(Box::new(ToPython(logger))) {
+        Ok(()) => log::set_max_level(level),
         // Another extension already installed a global logger; keep going.
-        log::debug!("dafka: Python logging bridge not installed: {e}");
+        Err(e) => log::debug!("dafka: Python logging bridge not installed: {e}"),
     }
+    // Runs before the interpreter finalizes (atexit handlers run last-registered first, so
+    // after those of the modules imported later, such as `dafka.zmtp`'s flush).
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (wrap_pyfunction!(runtime::python_exiting, m)?,))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<zmtp::PySocket>()?;
     m.add_class::<frame::Frame>()?;

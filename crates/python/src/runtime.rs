@@ -7,9 +7,14 @@
 //! runtime; a call from another pid leaks the parent's runtime (dropping it
 //! would try to join threads that do not exist in this process) and builds a
 //! fresh one for the child.
+//!
+//! The runtime's threads outlive the interpreter: nodes the program never closed are dropped
+//! while Python finalizes, and their threads keep running (and logging) until the process
+//! ends. A thread that enters Python once it is no longer initialized panics, so threads enter
+//! it through [`attach`] only, which the `atexit` hook [`python_exiting`] closes.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::Duration;
 
@@ -34,9 +39,18 @@ static PID_HOOK: Once = Once::new();
 /// Set when the handler could not be registered: then ask the kernel.
 static PID_UNHOOKED: AtomicBool = AtomicBool::new(false);
 
+/// Set by [`python_exiting`]: threads no longer enter Python.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Threads inside [`attach`] (running Python or waiting for the GIL).
+static ATTACHED: AtomicUsize = AtomicUsize::new(0);
+/// How long [`python_exiting`] waits for the threads inside [`attach`] to leave.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
 extern "C" fn refresh_pid() {
-    // Async-signal-safe: getpid and an atomic store.
+    // Async-signal-safe: getpid and atomic stores. The child has none of the parent's
+    // other threads, so none is inside `attach`.
     PID.store(std::process::id(), Ordering::Relaxed);
+    ATTACHED.store(0, Ordering::SeqCst);
 }
 
 /// The current process id, without a system call.
@@ -53,6 +67,42 @@ pub(crate) fn pid() -> u32 {
         return std::process::id();
     }
     PID.load(Ordering::Relaxed)
+}
+
+/// Runs `f` attached to the interpreter, unless Python is exiting (then `None`, and `f` does
+/// not run). What runtime threads (and any thread not started by Python) use to enter Python.
+pub(crate) fn attach<R>(f: impl FnOnce(Python<'_>) -> R) -> Option<R> {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            ATTACHED.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    if EXITING.load(Ordering::SeqCst) {
+        return None;
+    }
+    ATTACHED.fetch_add(1, Ordering::SeqCst);
+    let _leave = Leave;
+    // Counted before this second look: `python_exiting` either sees this thread inside and
+    // waits for it, or set the flag first and this thread sees it.
+    if EXITING.load(Ordering::SeqCst) {
+        return None;
+    }
+    Python::try_attach(f)
+}
+
+/// The `atexit` hook: from now on no thread enters Python through [`attach`]; returns once
+/// the threads already inside have left (with the GIL released so that they can finish),
+/// before the interpreter finalizes, or after [`EXIT_WAIT`].
+#[pyfunction]
+pub(crate) fn python_exiting(py: Python<'_>) {
+    EXITING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = std::time::Instant::now() + EXIT_WAIT;
+        while ATTACHED.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }
 
 /// A handle on this process's runtime, built on first use and rebuilt once in

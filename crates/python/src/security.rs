@@ -13,7 +13,7 @@ use dafka_zmtp::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PySet, PyString, PyTuple};
 
-use crate::errors;
+use crate::{errors, runtime};
 
 /// libzmq's option numbers (`zmq.h`) of the security options.
 pub(crate) const OPTION_NUMBERS: &[(i32, &str)] = &[
@@ -283,7 +283,11 @@ fn authenticator(value: &Bound<'_, PyAny>) -> PyResult<Option<Authenticator>> {
     if value.is_callable() {
         let f: Py<PyAny> = value.clone().unbind();
         return Ok(Some(Authenticator::from_fn(move |req| {
-            off_the_io_worker(|| Python::attach(|py| call(py, &f, req)))
+            off_the_io_worker(|| {
+                runtime::attach(|py| call(py, &f, req)).unwrap_or_else(|| {
+                    AuthDecision::Deny("the Python interpreter is exiting".to_owned())
+                })
+            })
         })));
     }
     Err(errors::invalid(

@@ -306,7 +306,7 @@ impl PyZreNode {
                 } => e,
             };
             let (done, ran) = oneshot::channel();
-            let scheduled = Python::attach(|py| {
+            let scheduled = runtime::attach(|py| {
                 let deliver = Deliver {
                     fut: handoff.fut.clone_ref(py),
                     event: Mutex::new(Some(event)),
@@ -330,7 +330,8 @@ impl PyZreNode {
                 }
                 scheduled.is_ok()
             });
-            if scheduled {
+            // (Not scheduled when Python is exiting: no loop will run it.)
+            if scheduled == Some(true) {
                 // Keep the turn until the event is in the future or back in the stash.
                 let _ = ran.await;
             }

@@ -9,15 +9,15 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, PeerError, SocketType};
+use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, SocketType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::Message;
+use crate::failures::FailureLog;
 use crate::inproc::announced_identity;
 use crate::monitor::{ConnectionEnd, PeerId, Rejection, SocketEvent};
 use crate::pipe::{Out, Pipe};
-use crate::refusals::RefusalLog;
 use crate::socket::{Inner, Link, Phase, Stop};
 
 /// Read in chunks of this size.
@@ -118,8 +118,8 @@ pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config 
 }
 
 /// Drive one connection until it ends. `connect_pipe` is the persistent pipe
-/// of a connecting socket; a bound socket gets a fresh pipe at handshake. Authentication
-/// refusals are logged through `refusals`, the listener's (or the connector's) rate limit.
+/// of a connecting socket; a bound socket gets a fresh pipe at handshake. How the peer made it
+/// end is logged through `failures`, the listener's (or the connector's) rate limit.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run<R, W>(
     inner: Arc<Inner>,
@@ -129,7 +129,7 @@ pub(crate) async fn run<R, W>(
     id: PeerId,
     stop: &Stop,
     peer: &str,
-    refusals: &RefusalLog,
+    failures: &FailureLog,
 ) -> Outcome
 where
     R: StreamRead,
@@ -457,21 +457,7 @@ where
             }
         });
     }
-    match &end {
-        ConnectionEnd::Protocol(dafka_zmtp_proto::Error::Peer(
-            e @ PeerError::AuthenticationRefused { .. },
-        )) => refusals.log(peer, e),
-        ConnectionEnd::Protocol(e) => {
-            tracing::warn!(peer, error = %e, "closing connection: protocol error")
-        }
-        ConnectionEnd::Rejected(e) => tracing::warn!(peer, error = %e, "closing connection"),
-        ConnectionEnd::Subscription(e) => {
-            tracing::warn!(peer, error = %e, "closing connection: peer broke a limit")
-        }
-        ConnectionEnd::Io(e) => tracing::debug!(peer, error = %e, "connection I/O error"),
-        ConnectionEnd::PeerClosed => tracing::debug!(peer, "peer closed the connection"),
-        ConnectionEnd::Closed => {}
-    }
+    failures.log_end(peer, &end);
     Outcome { end, was_ready }
 }
 
@@ -829,7 +815,7 @@ mod tests {
             PeerId(1),
             &Stop::default(),
             "test",
-            &RefusalLog::default(),
+            &FailureLog::default(),
         )
         .await;
         (outcome, start.elapsed())
@@ -870,7 +856,7 @@ mod tests {
                 id,
                 &Stop::default(),
                 "test",
-                &RefusalLog::default(),
+                &FailureLog::default(),
             )
             .await
         })

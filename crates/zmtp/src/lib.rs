@@ -52,11 +52,11 @@ mod conn;
 mod drive;
 mod endpoint;
 mod error;
+mod failures;
 mod inproc;
 mod monitor;
 mod options;
 mod pipe;
-mod refusals;
 mod socket;
 mod subs;
 mod sys;
@@ -74,11 +74,11 @@ pub use dafka_zmtp_proto::{
 
 pub use crate::background::{pending_closes, term};
 pub use crate::error::{Error, SendError, TermTimeout};
+pub use crate::failures::FAILURES_LOGGED_PER_SECOND;
 pub use crate::monitor::{
     ConnectionEnd, Monitor, PeerId, Rejection, SocketEvent, SubscriptionLimit,
 };
 pub use crate::options::Options;
-pub use crate::refusals::REFUSALS_LOGGED_PER_SECOND;
 
 use crate::endpoint::Endpoint;
 use crate::socket::Inner;

@@ -13,9 +13,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use crate::conn;
 use crate::endpoint::tcp_string;
 use crate::error::Error;
+use crate::failures::FailureLog;
 use crate::monitor::{ConnectionEnd, PeerId, SocketEvent};
 use crate::pipe::Pipe;
-use crate::refusals::RefusalLog;
 use crate::socket::{Inner, Phase, Stop};
 
 async fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
@@ -180,7 +180,7 @@ impl Drop for IpcListener {
 async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>, endpoint: String) {
     let mut phase = inner.phase();
     let limit = connection_limit(&inner);
-    let refusals = Arc::new(RefusalLog::default());
+    let failures = Arc::new(FailureLog::default());
     loop {
         let Some(permit) = admit(&inner, limit.as_ref(), &mut phase, &stop).await else {
             break;
@@ -188,7 +188,7 @@ async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>,
         tokio::select! {
             r = listener.accept_split() => match r {
                 Ok((rd, wr, peer)) => {
-                    refusals.flush();
+                    failures.flush();
                     let id = inner.next_peer();
                     inner.events.emit(|| SocketEvent::Accepted {
                         endpoint: endpoint.clone(),
@@ -197,10 +197,10 @@ async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>,
                     });
                     let conn_inner = inner.clone();
                     let conn_stop = stop.clone();
-                    let refusals = refusals.clone();
+                    let failures = failures.clone();
                     inner.spawn_connection(async move {
                         let _permit = permit;
-                        conn::run(conn_inner, rd, wr, None, id, &conn_stop, &peer, &refusals).await;
+                        conn::run(conn_inner, rd, wr, None, id, &conn_stop, &peer, &failures).await;
                     });
                 }
                 Err(e) => {
@@ -367,7 +367,7 @@ async fn connector(
     let mut phase = inner.phase();
     let base = inner.options.reconnect_ivl;
     let mut ivl = base;
-    let refusals = RefusalLog::default();
+    let failures = FailureLog::default();
     loop {
         let ph = *phase.borrow_and_update();
         if ph == Phase::Terminated || (ph == Phase::Closing && pipe.is_empty()) || stop.is_stopped()
@@ -394,7 +394,7 @@ async fn connector(
                     id,
                     &stop,
                     &peer,
-                    &refusals,
+                    &failures,
                 )
                 .await;
                 if outcome.was_ready {
