@@ -141,6 +141,20 @@ struct Missing {
     reports: u32,
 }
 
+/// A partition positioned past the end the stores hold: it waits for records to be written
+/// there (said once per position, so a typo'd start offset does not wait silently).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastEnd {
+    /// The topic.
+    pub topic: Topic,
+    /// The partition (its producer's id).
+    pub partition: NodeId,
+    /// Where it is positioned.
+    pub next: u64,
+    /// One past the highest offset the stores said they hold.
+    pub end: u64,
+}
+
 /// A record delivered in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -167,6 +181,13 @@ struct Partition {
     until: Option<u64>,
     /// Stores that said they lack the offsets at `next`.
     missing: Option<Missing>,
+    /// One past the highest offset a store said it holds (DIRECT-HEAD).
+    stores_end: Option<u64>,
+    /// When a store's DIRECT-HEAD first showed `next` past the stores' end (to be said once
+    /// [`ConsumerConfig::fetch_retry`] later, when every store had time to answer).
+    past_since: Option<Instant>,
+    /// That was said for the current position.
+    said_past: bool,
 }
 
 impl Partition {
@@ -178,6 +199,9 @@ impl Partition {
             retry: None,
             until: None,
             missing: None,
+            stores_end: None,
+            past_since: None,
+            said_past: false,
         }
     }
 
@@ -248,6 +272,8 @@ pub struct Consumer {
     losses: VecDeque<Loss>,
     /// Offsets skipped so far because no store holds them.
     lost: u64,
+    /// Partitions found positioned past the stores' end, not yet polled.
+    past_end: VecDeque<PastEnd>,
 }
 
 /// A running offsets query.
@@ -296,6 +322,7 @@ impl Consumer {
             heads_asked: None,
             losses: VecDeque::new(),
             lost: 0,
+            past_end: VecDeque::new(),
         })
     }
 
@@ -367,6 +394,8 @@ impl Consumer {
         p.next = next;
         p.retry = None;
         p.until = None;
+        p.past_since = None;
+        p.said_past = false;
         self.reorder_bytes -= p.drop_held_below(next);
     }
 
@@ -448,7 +477,9 @@ impl Consumer {
                 self.answer(&h.topic, h.producer, |b| {
                     b.end = b.end.max(h.sequence.saturating_add(1));
                 });
-                self.on_head(&h.topic, h.producer, h.sequence, now)
+                self.on_head(&h.topic, h.producer, h.sequence, now)?;
+                self.on_stores_end(&h.topic, h.producer, h.sequence.saturating_add(1), now);
+                Ok(())
             }
             Message::DirectLowWater(d) => {
                 self.check_to(Kind::DirectLowWater, &d.to)?;
@@ -770,6 +801,51 @@ impl Consumer {
         self.skip_to(key, to, now)
     }
 
+    /// A store holds the partition up to `end`: a position past the end the stores hold is
+    /// noted, to be said once every store had time to answer.
+    fn on_stores_end(&mut self, topic: &Topic, producer: NodeId, end: u64, now: Instant) {
+        let Some(p) = self.partitions.get_mut(&(topic.clone(), producer)) else {
+            return;
+        };
+        let end = p.stores_end.map_or(end, |e| e.max(end));
+        p.stores_end = Some(end);
+        if p.next <= end || p.said_past {
+            p.past_since = None;
+        } else if p.past_since.is_none() {
+            p.past_since = Some(now);
+        }
+    }
+
+    /// Says (once per position) which partitions stayed past the stores' end for
+    /// `fetch_retry` after a store said where it ends.
+    fn check_past_end(&mut self, now: Instant) {
+        let wait = self.config.fetch_retry;
+        for ((topic, partition), p) in self.partitions.iter_mut() {
+            let (Some(since), Some(end)) = (p.past_since, p.stores_end) else {
+                continue;
+            };
+            if now < since + wait {
+                continue;
+            }
+            p.past_since = None;
+            if p.next > end {
+                p.said_past = true;
+                self.past_end.push_back(PastEnd {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    next: p.next,
+                    end,
+                });
+            }
+        }
+    }
+
+    /// The next partition found positioned past the end the stores hold (once per position),
+    /// for the driver to log: it waits for records to be written there.
+    pub fn poll_past_end(&mut self) -> Option<PastEnd> {
+        self.past_end.pop_front()
+    }
+
     /// Moves a partition's next offset up to `to` (nobody can serve the offsets before it):
     /// drops what is held below it, delivers what is held from it on, FETCHes the rest.
     fn skip_to(&mut self, key: (Topic, NodeId), to: u64, now: Instant) -> Result<(), PeerError> {
@@ -923,6 +999,7 @@ impl Consumer {
         };
         let id = self.config.id;
         retry::fetch_gaps(&mut self.partitions, now, ask, id, &mut self.transmit);
+        self.check_past_end(now);
         if self.next_heads.is_some_and(|at| now >= at) {
             self.next_heads = Some(now + self.config.heads_refresh);
             self.heads_asked = Some(now);
@@ -943,9 +1020,16 @@ impl Consumer {
         retry::put_off_all(&mut self.partitions, now, self.config.fetch_retry);
     }
 
-    /// The earliest FETCH retry, or the next time the topics' heads are asked for.
+    /// The earliest FETCH retry, the next time the topics' heads are asked for, or when a
+    /// position past the stores' end is to be said.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [retry::earliest(&self.partitions), self.next_heads]
+        let past = self
+            .partitions
+            .values()
+            .filter_map(|p| p.past_since)
+            .min()
+            .map(|since| since + self.config.fetch_retry);
+        [retry::earliest(&self.partitions), self.next_heads, past]
             .into_iter()
             .flatten()
             .min()

@@ -896,3 +896,46 @@ fn a_single_store_is_believed_after_its_retries() {
     c.handle_message(&direct(3), t0).unwrap();
     assert_eq!(delivered(&mut c), [2, 3]);
 }
+
+/// Issue 21 item 7: a consumer started past the head waited silently. A partition positioned
+/// past the end every store holds is said once (per position), `fetch_retry` after a store
+/// said where it ends (a store that lags is not taken for the end); not when another store
+/// holds it, nor when it is at the end.
+#[test]
+fn a_position_past_the_stores_end_is_said_once() {
+    let t0 = Instant::now();
+    let retry = Duration::from_millis(200);
+    let store_head = |seq| {
+        Message::DirectHead(dafka_proto::DirectHead {
+            to: id(C1),
+            head: head_of(seq),
+        })
+    };
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), 50, None, t0);
+    c.handle_message(&store_head(9), t0).unwrap();
+    assert_eq!(c.poll_timeout(), Some(t0 + retry));
+    c.handle_timeout(t0 + retry / 2);
+    assert_eq!(c.poll_past_end(), None);
+    c.handle_timeout(t0 + retry);
+    let past = c.poll_past_end().unwrap();
+    assert_eq!((past.partition, past.next, past.end), (id(P1), 50, 10));
+    c.handle_message(&store_head(9), t0 + retry).unwrap();
+    c.handle_timeout(t0 + retry * 4);
+    assert_eq!(c.poll_past_end(), None, "once per position");
+
+    // Another store holds up to 60 before the wait is over: nothing said.
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), 50, None, t0);
+    c.handle_message(&store_head(9), t0).unwrap();
+    c.handle_message(&store_head(59), t0 + retry / 2).unwrap();
+    c.handle_timeout(t0 + retry * 2);
+    assert_eq!(c.poll_past_end(), None);
+
+    // At the end exactly (the next record to be written): nothing said.
+    let mut c = assigned();
+    c.assign(topic("golden"), id(P1), 10, None, t0);
+    c.handle_message(&store_head(9), t0).unwrap();
+    c.handle_timeout(t0 + retry * 2);
+    assert_eq!(c.poll_past_end(), None);
+}

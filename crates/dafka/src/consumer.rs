@@ -528,7 +528,13 @@ impl Role for ConsumerRole {
     }
 
     fn on_timeout(&mut self, now: Instant) {
-        self.shared.lock().consumer.handle_timeout(now);
+        let mut state = self.shared.lock();
+        state.consumer.handle_timeout(now);
+        // Found only when a timeout is handled (every store had time to answer).
+        while let Some(p) = state.consumer.poll_past_end() {
+            tracing::warn!(topic = %p.topic, partition = %p.partition, next = p.next, end = p.end,
+                "positioned past the end the stores hold: waiting for records to be written there");
+        }
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
