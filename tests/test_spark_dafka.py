@@ -499,3 +499,33 @@ def test_heads_thread_stops_when_no_one_asks_and_restarts_on_demand(
             time.sleep(0.05)
     finally:
         heads.stop()
+
+
+def test_fail_on_data_loss_for_a_record_damaged_on_every_store(spark: Any, tmp_path: Path) -> None:
+    """Issue 21: a record damaged on the only store that held it. The read no longer waits
+    for it forever: with failOnDataLoss (the default) the query fails naming the offset, and
+    with failOnDataLoss=false it returns every other record."""
+    t, path = _topic(), tmp_path / "store"
+    values = [b"%099d" % i for i in range(1000)]
+    with dafka.Tower(sub="tcp://127.0.0.1:0") as tower:
+        with dafka.Store(path, towers=tower.towers):
+            partition = _produce(tower.towers, t, values)
+        segment = path / "00000000000000000000.log"
+        data = bytearray(segment.read_bytes())
+        data[data.index(values[500]) + 7] ^= 0x01
+        segment.write_bytes(bytes(data))
+        with dafka.Store(path, towers=tower.towers):
+
+            def read(**options: str) -> Any:
+                reader = (
+                    spark.read.format("dafka")
+                    .option("towers", tower.towers)
+                    .option("subscribe", t)
+                    .option("startingOffsets", "earliest")
+                )
+                return reader.options(**options).load()
+
+            with pytest.raises(Exception, match=rf"offsets 500\.\.500 of {t}/{partition}"):
+                read().collect()
+            df = read(failOnDataLoss="false").selectExpr("min(offset)", "max(offset)", "count(*)")
+            assert tuple(df.first()) == (0, 999, 999)

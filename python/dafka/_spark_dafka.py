@@ -391,14 +391,16 @@ def _past_stores_end(
 def _gone(topic: str, partition: str, first: int, end: int) -> DafkaError:
     return DafkaError(
         f"dafka source: offsets {first}..{end - 1} of {topic}/{partition} are gone "
-        "(store retention); set failOnDataLoss=false to skip them"
+        "(dropped by store retention, or damaged on every store that held them); set "
+        "failOnDataLoss=false to skip them"
     )
 
 
 def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
     """The records of one range, as the Rust consumer's Arrow batches (never touched in
     Python: the reader delivers the range and nothing past it). Records the stores no longer
-    hold (retention) are noticed at once: the DIRECT-LOW-WATER a store answers moves the
+    hold (retention, or damaged on every store: DIRECT-MISSING) are noticed at once: the
+    DIRECT-LOW-WATER a store answers, or the skip after DIRECT-MISSINGs, moves the
     reader's position past them, so an empty poll with the position above the next offset
     expected means they are gone; the task then fails naming failOnDataLoss, or
     (failOnDataLoss=false) goes on with what remains."""
