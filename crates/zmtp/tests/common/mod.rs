@@ -103,6 +103,7 @@ pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
 
 // Hand-written wire bytes of a raw peer (independent of the proto crate's encoders), shared
 // with the other crates' tests.
+#[allow(unused_imports)]
 pub use dafka_testkit::zmtp::{greeting, handshake, long_header, ready, ready_with};
 
 /// Options with the given HWMs and no linger.
@@ -127,4 +128,25 @@ pub async fn dead_endpoint() -> String {
 /// The socket address of a `tcp://` endpoint reported by `bind`.
 pub fn addr_of(ep: &str) -> std::net::SocketAddr {
     ep.strip_prefix("tcp://").unwrap().parse().unwrap()
+}
+
+/// A raw peer on `addr` that completes the NULL handshake as `socket_type`, then sends `bytes`
+/// and keeps the connection open.
+pub async fn raw_peer(
+    addr: std::net::SocketAddr,
+    socket_type: &str,
+    bytes: &[u8],
+) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut wire = handshake(socket_type);
+    wire.extend_from_slice(bytes);
+    let _ = tokio::io::AsyncWriteExt::write_all(&mut s, &wire).await;
+    s
+}
+
+/// A long frame header announcing `announced` bytes, followed by `have` of them.
+pub fn partial_frame(announced: u64, have: usize) -> Vec<u8> {
+    let mut f = long_header(announced);
+    f.resize(9 + have, 0xAB);
+    f
 }
