@@ -100,7 +100,9 @@ pub(crate) struct Charge {
 impl Charge {
     /// The connection now holds `bytes`: counted, unless the total would pass the budget
     /// (then nothing changes and the connection must close; dropping the charge frees its
-    /// share).
+    /// share). The growth is added first and taken back when it passes, so the total never
+    /// stays above the budget; two connections growing at the same moment may then both be
+    /// refused where one alone would have fitted (it errs towards closing a stranger).
     pub(crate) fn hold(&mut self, bytes: usize) -> Result<(), MemoryLimit> {
         if bytes <= self.bytes {
             HELD.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
