@@ -38,6 +38,49 @@ use crate::zre_discovery::{Change, ZreCluster, ZreDiscovery};
 /// Most malformed-input warnings logged per second; the rest are counted and summed up.
 pub const LOG_BURST: u32 = 10;
 
+/// The largest frame a publisher accepts from a peer, and one more than its longest
+/// subscription prefix. Only subscriptions and cancels come into a publisher (a producer's or
+/// store writer's PUB, a consumer's or store reader's XPUB, a node's beacon PUB, the tower's
+/// XPUB), as SUBSCRIBE/CANCEL commands or as `01`/`00` + prefix messages, and the longest
+/// prefix Dafka makes is 257 bytes (`M` + a topic of 255 + `00`); 1 KiB leaves room. A peer
+/// announcing a larger frame is disconnected from its header (logged), so a stranger on a
+/// publisher's port holds at most this (or a 64 KiB command, the floor every ZMTP command
+/// has) instead of 64 MiB. What the publisher sends is not limited by it.
+pub const SUBSCRIPTION_INPUT_MAX: usize = 1024;
+
+/// Most bytes of a beacon frame other than the host or endpoint: `B` or `W`, a 32-hex UUID, a
+/// port of at most 5 digits.
+const BEACON_SHORT_FIELD: usize = 64;
+
+/// The limits on what comes into a publisher (see [`SUBSCRIPTION_INPUT_MAX`]): one frame of at
+/// most 1 KiB.
+pub fn subscription_input_limits() -> dafka_zmtp::Limits {
+    let max = SUBSCRIPTION_INPUT_MAX as u64;
+    dafka_zmtp::Limits::new(
+        max,
+        dafka_zmtp::Limits::message_cost(1, SUBSCRIPTION_INPUT_MAX),
+    )
+}
+
+/// The limits on what comes into a beacon socket (the tower's XSUB, node beacons; a node's
+/// beacon SUB, tower beacons and the welcome): at most four frames, the host or endpoint at most
+/// `limits.max_endpoint` bytes (1024 by default), the others under 64. 1,344 bytes per message
+/// by default; a larger frame closes the connection from its header (logged).
+pub fn beacon_input_limits(limits: &Limits) -> dafka_zmtp::Limits {
+    let frame = limits.max_endpoint.max(BEACON_SHORT_FIELD);
+    dafka_zmtp::Limits::new(
+        frame as u64,
+        dafka_zmtp::Limits::message_cost(4, 3 * BEACON_SHORT_FIELD + frame),
+    )
+}
+
+/// `options` for a socket whose input is subscriptions only (a publisher).
+pub(crate) fn hears_subscriptions(options: Options) -> Options {
+    options
+        .with_recv_limits(Some(subscription_input_limits()))
+        .with_max_subscription_size(SUBSCRIPTION_INPUT_MAX - 1)
+}
+
 /// Least time between a beacon and the one that answers a newcomer (see the module docs).
 pub const ANSWER_BEACON_GAP: Duration = Duration::from_millis(100);
 
@@ -557,11 +600,13 @@ impl Plumbing {
             .with_mechanism(client);
         let publisher = Socket::new(
             publisher_type,
-            Options::default()
-                .with_sndhwm(config.sndhwm)
-                .with_linger(Some(config.linger))
-                .with_xpub_verbose(true)
-                .with_mechanism(server),
+            hears_subscriptions(
+                Options::default()
+                    .with_sndhwm(config.sndhwm)
+                    .with_linger(Some(config.linger))
+                    .with_xpub_verbose(true)
+                    .with_mechanism(server),
+            ),
         )?;
         let bound = publisher
             .bind(&format!("tcp://{}:{}", bracket(&host), config.port))
@@ -571,9 +616,12 @@ impl Plumbing {
             reason: "bound endpoint has no port",
         })?;
         let subscriber = Socket::new(SocketType::Sub, quick.clone().with_rcvhwm(config.rcvhwm))?;
-        let beacon_pub = Socket::new(SocketType::Pub, quick.clone())?;
+        let beacon_pub = Socket::new(SocketType::Pub, hears_subscriptions(quick.clone()))?;
         let beacon_events = beacon_pub.monitor(64);
-        let beacon_sub = Socket::new(SocketType::Sub, quick)?;
+        let beacon_sub = Socket::new(
+            SocketType::Sub,
+            quick.with_recv_limits(Some(beacon_input_limits(&config.limits))),
+        )?;
         beacon_sub.subscribe(dafka_proto::BEACON_TOPIC)?;
         beacon_sub.subscribe(dafka_proto::WELCOME_TOPIC)?;
         for tower in &config.towers {

@@ -20,7 +20,9 @@ use dafka_proto::{BeaconMessage, Limits, TowerBeacon, WELCOME_TOPIC};
 use dafka_zmtp::{Options, Socket, SocketType};
 
 use crate::error::Error;
-use crate::node::{Control, NodeStats, NodeTask, TowerAddress, split_tcp};
+use crate::node::{
+    Control, NodeStats, NodeTask, TowerAddress, beacon_input_limits, hears_subscriptions, split_tcp,
+};
 use crate::security::ClusterKeys;
 
 /// Attempts at finding two consecutive free ports when the XSUB port is 0. Linux gives
@@ -90,12 +92,21 @@ impl Tower {
     /// Binds both sockets and starts forwarding, on the current tokio runtime.
     pub async fn start(config: TowerConfig) -> Result<Tower, Error> {
         let (server, _) = crate::security::mechanisms(config.security.as_ref());
-        let xsub = Socket::new(SocketType::Xsub, quick().with_mechanism(server.clone()))?;
+        // Node beacons come into the XSUB and subscriptions into the XPUB, a few hundred bytes
+        // each: a stranger announcing more is closed from the frame's header.
+        let xsub = Socket::new(
+            SocketType::Xsub,
+            quick()
+                .with_mechanism(server.clone())
+                .with_recv_limits(Some(beacon_input_limits(&config.limits))),
+        )?;
         let xpub = Socket::new(
             SocketType::Xpub,
-            quick()
-                .with_xpub_welcome_msg(Some(Bytes::from_static(WELCOME_TOPIC)))
-                .with_mechanism(server),
+            hears_subscriptions(
+                quick()
+                    .with_xpub_welcome_msg(Some(Bytes::from_static(WELCOME_TOPIC)))
+                    .with_mechanism(server),
+            ),
         )?;
         let (sub, publ) = bind_pair(&xsub, &xpub, &config).await?;
         let control = Arc::new(Control::default());

@@ -1,6 +1,7 @@
 //! Test-only helpers shared by the tests of several dafka crates (a dev-dependency only, never
-//! published): hex of the captured vectors, their `key=value;…` field column, and a small
-//! seeded generator for reproducible lossy networks and crash points.
+//! published): hex of the captured vectors, their `key=value;…` field column, a small
+//! seeded generator for reproducible lossy networks and crash points, the hand-written bytes of
+//! a raw ZMTP peer ([`zmtp`]) and the memory of this process ([`proc_status_kib`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -61,6 +62,72 @@ impl Rng {
     }
 }
 
+/// A field of `/proc/self/status` that counts kilobytes (`VmRSS`, `VmData`, ...), or `None`
+/// where there is no such file or field (not Linux).
+///
+/// `VmRSS` is the resident memory the issue reports speak of; `VmData` (private writable
+/// mappings, where every heap allocation lands, touched or not) moves only with this process's
+/// own allocations. Memory tests read one before and after and compare.
+pub fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Hand-written wire bytes of a raw ZMTP 3.1 peer, independent of the protocol crate's
+/// encoders (RFC 37), for tests that play a peer over a bare socket.
+pub mod zmtp {
+    /// A ZMTP 3.1 greeting announcing `mechanism` (as-server clear).
+    pub fn greeting(mechanism: &[u8]) -> Vec<u8> {
+        let mut g = vec![0xFFu8];
+        g.extend_from_slice(&[0; 8]);
+        g.push(0x7F);
+        g.extend_from_slice(&[3, 1]);
+        let mut mech = mechanism.to_vec();
+        mech.resize(20, 0);
+        g.extend_from_slice(&mech);
+        g.push(0);
+        g.extend_from_slice(&[0; 31]);
+        g
+    }
+
+    /// A READY command frame carrying `properties` (name, value) in order.
+    pub fn ready_with(properties: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut body = vec![5u8];
+        body.extend_from_slice(b"READY");
+        for (name, value) in properties {
+            body.push(name.len() as u8);
+            body.extend_from_slice(name.as_bytes());
+            body.extend_from_slice(&(value.len() as u32).to_be_bytes());
+            body.extend_from_slice(value);
+        }
+        let mut out = vec![0x04, body.len() as u8];
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// A READY announcing only `Socket-Type`.
+    pub fn ready(socket_type: &str) -> Vec<u8> {
+        ready_with(&[("Socket-Type", socket_type.as_bytes())])
+    }
+
+    /// NULL greeting followed by a READY announcing `socket_type`.
+    pub fn handshake(socket_type: &str) -> Vec<u8> {
+        let mut v = greeting(b"NULL");
+        v.extend_from_slice(&ready(socket_type));
+        v
+    }
+
+    /// The header of a long (8-byte size) message frame announcing `len` body bytes.
+    pub fn long_header(len: u64) -> Vec<u8> {
+        let mut h = vec![0x02];
+        h.extend_from_slice(&len.to_be_bytes());
+        h
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +152,13 @@ mod tests {
         let mut r = Rng(1);
         assert_eq!(r.next(), 0x4082_2041);
         assert_eq!(r.next(), 0x1000_4106_0c01_1441);
+    }
+
+    #[test]
+    fn proc_status_reads_kilobytes() {
+        if cfg!(target_os = "linux") {
+            assert!(proc_status_kib("VmRSS").is_some_and(|k| k > 0));
+        }
+        assert_eq!(proc_status_kib("NoSuchField"), None);
     }
 }

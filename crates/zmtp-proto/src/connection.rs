@@ -29,7 +29,6 @@ const MAX_IDENTITY: usize = 255;
 /// cannot make us buffer a 64 MiB "READY".
 pub const HANDSHAKE_FRAME_MAX: u64 = crate::frame::COMMAND_SIZE_FLOOR;
 
-/// The limits in force during the handshake: commands up to
 /// The failure an ERROR command from the peer causes.
 fn error_command(reason: &[u8]) -> Error {
     PeerError::ErrorCommand {
@@ -38,6 +37,7 @@ fn error_command(reason: &[u8]) -> Error {
     .into()
 }
 
+/// The limits in force during the handshake: commands up to
 /// [`HANDSHAKE_FRAME_MAX`], message frames (refused then anyway) no larger.
 fn handshake_limits(limits: Limits) -> Limits {
     Limits {
@@ -115,8 +115,13 @@ pub struct Config {
     /// Extra READY properties (`X-*`, `Resource`); names 1-255 of `A-Z a-z 0-9 - _ . +`,
     /// not `Socket-Type` or `Identity`. Sent in canonical spelling.
     pub properties: Vec<(String, Bytes)>,
-    /// Frame and message size limits for both directions.
+    /// Frame and message size limits for both directions (unless `recv_limits` is set).
     pub limits: Limits,
+    /// Limits for what the peer sends only, when they should differ from `limits` (which then
+    /// bound only what we send): a socket whose input is small by its role (a publisher hears
+    /// only subscriptions) refuses a large frame from its header, while it still sends large
+    /// messages. `None` (the default): `limits` both ways.
+    pub recv_limits: Option<Limits>,
     /// The security mechanism and our role in it (NULL, PLAIN or CURVE client or server).
     pub mechanism: MechanismConfig,
     /// The peer's address as the driver knows it (`127.0.0.1:40000`, an IPC path), handed to
@@ -137,6 +142,7 @@ impl Config {
             identity: Bytes::new(),
             properties: Vec::new(),
             limits: Limits::default(),
+            recv_limits: None,
             mechanism: MechanismConfig::Null,
             peer_address: String::new(),
             heartbeat: None,
@@ -237,7 +243,10 @@ enum State {
 /// Any `Err` from `handle_input` or `handle_timeout` means: log it, flush `poll_transmit`, close.
 pub struct Connection {
     socket_type: SocketType,
+    /// What we send is checked against these.
     limits: Limits,
+    /// What the peer sends is checked against these.
+    recv_limits: Limits,
     heartbeat: Option<Heartbeat>,
     handshake_timeout: Option<Duration>,
     local_metadata: Metadata,
@@ -248,7 +257,14 @@ pub struct Connection {
     decoder: FrameDecoder,
     /// Parts of the message being received.
     partial: Message,
+    /// Body bytes of `partial` (kept, so that neither the driver's look at it after every
+    /// read nor the cost check of every boxed part is linear in the parts).
+    partial_bytes: usize,
     events: VecDeque<Event>,
+    /// Units (greeting, commands, whole messages) decoded so far: a driver tells by it whether
+    /// the bytes it still holds belong to a unit that was already there (see
+    /// [`Connection::units_decoded`]).
+    units: u64,
     /// Scratch list of the frames found by one pass of `consume_ready` (kept for its capacity).
     heads: Vec<FrameHead>,
     /// Control bytes not yet handed to the driver.
@@ -300,17 +316,21 @@ impl Connection {
         let mut pending = BytesMut::with_capacity(GREETING_LEN + 64);
         // NOTES.md: send all 64 bytes at once; never wait for the peer's greeting first.
         Greeting::new(mechanism.name(), mechanism.as_server()).encode(&mut pending);
+        let recv_limits = config.recv_limits.unwrap_or(config.limits);
         Ok(Connection {
             socket_type: config.socket_type,
             limits: config.limits,
+            recv_limits,
             heartbeat: config.heartbeat.filter(|h| !h.interval.is_zero()),
             handshake_timeout: config.handshake_timeout,
             local_metadata,
             mechanism,
             cipher: None,
             state: State::Greeting,
-            decoder: FrameDecoder::new(handshake_limits(config.limits)),
+            decoder: FrameDecoder::new(handshake_limits(recv_limits)),
             partial: Message::new(),
+            partial_bytes: 0,
+            units: 0,
             events: VecDeque::new(),
             heads: Vec::new(),
             pending,
@@ -329,9 +349,31 @@ impl Connection {
         self.socket_type
     }
 
-    /// The limits in force.
+    /// The limits in force for what we send.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// The limits in force for what the peer sends ([`Config::recv_limits`], else
+    /// [`Config::limits`]).
+    pub fn recv_limits(&self) -> Limits {
+        self.recv_limits
+    }
+
+    /// The cost ([`Limits::message_cost`]: bodies plus [`FRAME_OVERHEAD`] per part) of the
+    /// parts of a multipart message received so far, while the message is incomplete (its last
+    /// part has not arrived); 0 between messages. With the partial frame a driver holds in its
+    /// read buffer, this is the memory a peer makes us hold. Constant time.
+    pub fn partial_message_cost(&self) -> u64 {
+        Limits::message_cost(self.partial.len(), self.partial_bytes)
+    }
+
+    /// How many units (the greeting, commands, whole messages) have been decoded: when it has
+    /// not moved since the driver last looked, the bytes it still holds (its partial frame,
+    /// [`partial_message_cost`](Self::partial_message_cost)) belong to the same unit as then.
+    /// A driver times a unit that stops arriving by it.
+    pub fn units_decoded(&self) -> u64 {
+        self.units
     }
 
     /// Whether the handshake is complete (and the connection has not failed).
@@ -453,12 +495,14 @@ impl Connection {
                         return Ok(());
                     };
                     buf.advance(GREETING_LEN);
+                    self.units += 1;
                     self.on_greeting(&greeting)?;
                 }
                 State::Handshake => {
                     let Some(frame) = self.decoder.decode(buf)? else {
                         return Ok(());
                     };
+                    self.units += 1;
                     self.on_handshake_frame(frame, now)?;
                 }
                 // (`handle_input_with` refuses a closed connection before this runs.)
@@ -507,6 +551,11 @@ impl Connection {
             }
         }
         let chunk = buf.split_to(end).freeze();
+        // Whole messages and commands: what the frames complete (a MORE part completes none).
+        self.units += heads
+            .iter()
+            .filter(|h| !matches!(h.kind, FrameKind::Message { more: true }))
+            .count() as u64;
         let mut pos = 0usize;
         let mut result = Ok(());
         for head in heads.drain(..) {
@@ -519,8 +568,10 @@ impl Connection {
                     sink(&mut self.events, Message::from(body));
                 }
                 FrameKind::Message { more } => {
+                    self.partial_bytes += body.len();
                     self.partial.push(body);
                     if !more {
+                        self.partial_bytes = 0;
                         let msg = std::mem::take(&mut self.partial);
                         sink(&mut self.events, msg);
                     }
@@ -620,8 +671,8 @@ impl Connection {
         // arrives in its own MESSAGE box, CURVE_MESSAGE_OVERHEAD bytes larger;
         // the inner message's size is checked as boxes open.
         self.decoder = FrameDecoder::new(match self.cipher {
-            None => self.limits,
-            Some(_) => boxed_limits(self.limits),
+            None => self.recv_limits,
+            Some(_) => boxed_limits(self.recv_limits),
         });
         self.peer_socket_type = Some(peer_type);
         self.handshake_deadline = None;
@@ -710,6 +761,9 @@ impl Connection {
                 return Ok(());
             };
             let (flags, inner) = cipher.open_frame(body)?;
+            if flags & (CURVE_FLAG_COMMAND | CURVE_FLAG_MORE) != CURVE_FLAG_MORE {
+                self.units += 1;
+            }
             if flags & CURVE_FLAG_COMMAND != 0 {
                 if !self.partial.is_empty() {
                     return Err(PeerError::CommandInsideMessage.into());
@@ -718,19 +772,19 @@ impl Connection {
                 self.on_command(cmd, now)?;
                 continue;
             }
-            let cost = Limits::message_cost(
-                self.partial.len() + 1,
-                self.partial.byte_len() + inner.len(),
-            );
-            if cost > self.limits.max_message_size {
+            let cost =
+                Limits::message_cost(self.partial.len() + 1, self.partial_bytes + inner.len());
+            if cost > self.recv_limits.max_message_size {
                 return Err(LimitError::MessageTooLarge {
                     size: cost,
-                    max: self.limits.max_message_size,
+                    max: self.recv_limits.max_message_size,
                 }
                 .into());
             }
+            self.partial_bytes += inner.len();
             self.partial.push(inner);
             if flags & CURVE_FLAG_MORE == 0 {
+                self.partial_bytes = 0;
                 let msg = std::mem::take(&mut self.partial);
                 sink(&mut self.events, msg);
                 messages += 1;
@@ -742,6 +796,7 @@ impl Connection {
     fn fail(&mut self) {
         self.state = State::Closed;
         self.partial = Message::new();
+        self.partial_bytes = 0;
         self.handshake_deadline = None;
         self.next_ping = None;
         self.heartbeat_deadline = None;

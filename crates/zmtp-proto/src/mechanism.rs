@@ -93,6 +93,20 @@ impl MechanismConfig {
         )
     }
 
+    /// Whether a completed handshake proves who the peer is: a CURVE handshake in either role
+    /// (the server by its long-term key, the client by its vouch and our authenticator), and
+    /// the PLAIN server role (our authenticator admitted the credentials). NULL proves nothing,
+    /// nor does a PLAIN client's handshake (the server sends no credentials). A driver trusts
+    /// an authenticated peer with more memory than a stranger.
+    pub fn authenticates_peer(&self) -> bool {
+        matches!(
+            self,
+            MechanismConfig::PlainServer { .. }
+                | MechanismConfig::CurveClient { .. }
+                | MechanismConfig::CurveServer { .. }
+        )
+    }
+
     pub(crate) fn build(&self, peer_address: &str) -> Box<dyn Mechanism + Send + Sync> {
         match self {
             MechanismConfig::Null => Box::new(NullMechanism),

@@ -492,6 +492,86 @@ fn oversized_message_rejected_before_body_arrives() {
     assert_eq!(p.b.conn.poll_event(), None);
 }
 
+/// `recv_limits` bound what the peer sends, from the header, while `limits` still let us send
+/// large messages: a publisher that hears only subscriptions.
+#[test]
+fn recv_limits_bound_the_peer_only() {
+    let mut publisher = Config::new(SocketType::Pub);
+    publisher.recv_limits = Some(Limits::new(1024, 1024 + FRAME_OVERHEAD));
+    let mut p = Pair::new(publisher, Config::new(SocketType::Sub));
+    p.run();
+    assert_eq!(
+        p.a.conn.recv_limits(),
+        Limits::new(1024, 1024 + FRAME_OVERHEAD)
+    );
+    assert_eq!(p.a.conn.limits(), Limits::default());
+    // We send 1 MiB: `limits` allow it.
+    let big = Message::from(Bytes::from(vec![7u8; 1 << 20]));
+    p.send(true, &big);
+    assert!(p.b.take_events().contains(&Event::Message(big.clone())));
+    // A subscription and a 1 KiB message come in; a frame one byte larger is refused from its
+    // 9-byte header, before any of its body.
+    let mut wire = BytesMut::new();
+    p.b.conn
+        .send_command(&Command::Subscribe(Bytes::from_static(b"topic")), &mut wire)
+        .unwrap();
+    p.b.conn
+        .send_message(&Message::from(Bytes::from(vec![1u8; 1024])), &mut wire)
+        .unwrap();
+    p.a.conn.handle_input(&mut wire, p.now).unwrap();
+    assert!(wire.is_empty());
+    p.b.conn
+        .send_message(&Message::from(Bytes::from(vec![1u8; 1025])), &mut wire)
+        .unwrap();
+    wire.truncate(9);
+    assert_eq!(
+        p.a.conn.handle_input(&mut wire, p.now),
+        Err(LimitError::FrameTooLarge {
+            size: 1025,
+            max: 1024
+        }
+        .into())
+    );
+}
+
+/// What a driver needs to time a unit that stops arriving and to count the memory a peer
+/// makes it hold: the units decoded so far and the bytes of an incomplete multipart message.
+#[test]
+fn units_decoded_and_partial_message_cost() {
+    let mut p = Pair::new(Config::new(SocketType::Push), Config::new(SocketType::Pull));
+    p.run();
+    // The greeting and READY.
+    assert_eq!(p.b.conn.units_decoded(), 2);
+    assert_eq!(p.b.conn.partial_message_cost(), 0);
+    let mut wire = BytesMut::new();
+    let msg = Message::from(vec![Bytes::from(vec![1u8; 300]), Bytes::from(vec![2u8; 5])]);
+    p.a.conn.send_message(&msg, &mut wire).unwrap();
+    // The first part and one byte of the second: one part held, no unit more.
+    let first = 9 + 300;
+    let mut input = BytesMut::from(&wire[..first + 1]);
+    p.b.conn.handle_input(&mut input, p.now).unwrap();
+    assert_eq!(input.len(), 1);
+    assert_eq!(p.b.conn.partial_message_cost(), 300 + FRAME_OVERHEAD);
+    assert_eq!(p.b.conn.units_decoded(), 2);
+    input.extend_from_slice(&wire[first + 1..]);
+    p.b.conn.handle_input(&mut input, p.now).unwrap();
+    assert!(input.is_empty());
+    assert_eq!(p.b.conn.partial_message_cost(), 0);
+    assert_eq!(p.b.conn.units_decoded(), 3);
+    // A command counts as a unit too.
+    p.a.conn
+        .send_command(
+            &Command::Ping {
+                ttl_deciseconds: 0,
+                context: Bytes::new(),
+            },
+            &mut input,
+        )
+        .unwrap();
+    p.b.conn.handle_input(&mut input, p.now).unwrap();
+    assert_eq!(p.b.conn.units_decoded(), 4);
+}
+
 #[test]
 fn oversized_multipart_message_rejected() {
     let mut small = Config::new(SocketType::Pull);

@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::Message;
+use crate::budget::{Charge, MemoryLimit};
 use crate::failures::FailureLog;
 use crate::inproc::announced_identity;
 use crate::monitor::{ConnectionEnd, PeerId, Rejection, SocketEvent};
@@ -97,9 +98,7 @@ pub(crate) fn config(inner: &Inner) -> Config {
 
 /// The protocol configuration of a socket of type `socket_type` with options `o`.
 pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config {
-    // Deadlines are `Instant + Duration`, which panics on overflow: cap
-    // absurd values from the options (ten years is "never" here).
-    let cap = |d: std::time::Duration| d.min(std::time::Duration::from_secs(10 * 365 * 86_400));
+    let cap = cap_duration;
     let heartbeat = o.heartbeat_ivl.map(|interval| Heartbeat {
         interval: cap(interval),
         ttl: cap(o.heartbeat_ttl.unwrap_or_default()),
@@ -110,6 +109,7 @@ pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config 
         identity: announced_identity(socket_type, o),
         properties: o.properties.clone(),
         limits: o.limits,
+        recv_limits: o.recv_limits,
         mechanism: o.mechanism.clone(),
         peer_address: String::new(),
         heartbeat,
@@ -194,6 +194,18 @@ where
 
     // Complete frames may wait undecoded in `rbuf` (no room in the receive queue for them).
     let mut undecoded = false;
+    // What the peer makes us hold: the partial frame in `rbuf` and the parts of an incomplete
+    // message (as of the last decode that left no complete frame behind).
+    let mut held = 0usize;
+    // The peer's share of the process-wide budget, until it proves who it is (`budget.rs`).
+    let mut charge = Some(Charge::default());
+    // The unit being received (as `Connection::units_decoded` counted it) and since when,
+    // while something is held and the connection reads: `message_timeout` runs from then.
+    let mut receiving: Option<(u64, Instant)> = None;
+    let message_timeout = inner.options.message_timeout.map(cap_duration);
+    // When the one timer fires: the earliest of the connection's own timers and
+    // `message_timeout` as they were when it was set (`None`: not set).
+    let mut wake = deadline;
     // The receive low-water mark set on the stream (1 is the kernel's default);
     // `None` once the transport has refused one.
     let mut lowat = Some(1usize);
@@ -202,7 +214,10 @@ where
         // (Not on top of messages decoded by this turn's read, not yet handed over.)
         if undecoded && batch.is_empty() && failure.is_none() && inner.inbound.has_space() {
             match decode(&inner, &mut conn, link.as_ref(), &mut rbuf, &mut batch) {
-                Ok(more) => undecoded = more,
+                Ok(more) => {
+                    undecoded = more;
+                    failure = account(&conn, &rbuf, undecoded, &mut held, charge.as_mut());
+                }
                 Err(e) => failure = Some(e),
             }
         }
@@ -239,6 +254,11 @@ where
                             );
                             eviction = eviction_of(&l);
                             link = Some(l);
+                            // A peer that proved who it is no longer counts against the
+                            // budget for strangers.
+                            if inner.options.mechanism.authenticates_peer() {
+                                charge = None;
+                            }
                         }
                         Err(e) => break 'conn ConnectionEnd::Rejected(e),
                     }
@@ -280,11 +300,7 @@ where
             fill(&inner, &mut conn, l, &mut local, &mut wbuf, &mut parts);
         }
 
-        let next = conn.poll_timeout();
-        if next != deadline {
-            deadline = next;
-            sleep.as_mut().reset(to_tokio(deadline));
-        }
+        deadline = conn.poll_timeout();
 
         if phase.has_changed().unwrap_or(true) {
             ph = *phase.borrow_and_update();
@@ -313,6 +329,28 @@ where
             link.is_some() && (undecoded || !batch.is_empty() || !inner.inbound.has_space());
         let unwritten = queued(&parts, &wbuf);
         let reading = !inbound_full && unwritten < MAX_UNWRITTEN;
+        // A unit stopped short is timed only while we read: our own back-pressure is no fault
+        // of the peer's, and the clock starts again when reading resumes.
+        receiving = match receiving {
+            _ if !reading || held == 0 || message_timeout.is_none() => None,
+            Some((unit, since)) if unit == conn.units_decoded() => Some((unit, since)),
+            _ => Some((conn.units_decoded(), now())),
+        };
+        let stall = receiving.zip(message_timeout).map(|((_, t), d)| t + d);
+        let next = match (deadline, stall) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        // The timer is moved earlier at once, but never later: when it fires early, nothing has
+        // expired and it is set again from what is due then. (With a unit completing at
+        // nearly every read of a busy stream, moving it at every read would cost a timer
+        // update per read.)
+        if let Some(n) = next
+            && wake.is_none_or(|w| n < w)
+        {
+            wake = next;
+            sleep.as_mut().reset(to_tokio(wake));
+        }
         let chunk = if link.is_some() {
             read_chunk
         } else {
@@ -393,7 +431,11 @@ where
                         read_chunk = (read_chunk / 2).max(READ_CHUNK);
                     }
                     match decode(&inner, &mut conn, link.as_ref(), &mut rbuf, &mut batch) {
-                        Ok(more) => undecoded = more,
+                        Ok(more) => {
+                            undecoded = more;
+                            failure =
+                                account(&conn, &rbuf, undecoded, &mut held, charge.as_mut());
+                        }
                         Err(e) => failure = Some(e),
                     }
                 }
@@ -403,8 +445,15 @@ where
             pipe = poll_some(&mut pipe_wake), if can_fill => {
                 pipe_wake = Some(Box::pin(pipe_woken(pipe)));
             }
-            _ = &mut sleep, if deadline.is_some() => {
-                if let Err(e) = conn.handle_timeout(now()) {
+            _ = &mut sleep, if wake.is_some() => {
+                wake = None;
+                let t = now();
+                if let (Some(s), Some(d)) = (stall, message_timeout)
+                    && t >= s
+                {
+                    break ConnectionEnd::Memory(MemoryLimit::Stalled(d));
+                }
+                if let Err(e) = conn.handle_timeout(t) {
                     break ConnectionEnd::Protocol(e);
                 }
             }
@@ -459,6 +508,32 @@ where
     }
     failures.log_end(peer, &end);
     Outcome { end, was_ready }
+}
+
+/// Deadlines are `Instant + Duration`, which panics on overflow: absurd values from the options
+/// are capped (ten years is "never" here).
+fn cap_duration(d: std::time::Duration) -> std::time::Duration {
+    d.min(std::time::Duration::from_secs(10 * 365 * 86_400))
+}
+
+/// After a decode: what the peer makes us hold now, in `held`, charged to the budget for
+/// unauthenticated peers while `charge` is there. Not while complete frames wait undecoded
+/// (`undecoded`: we stopped decoding, not the peer sending; nothing is read meanwhile, so what
+/// is held does not grow). `Some` ends the connection: the budget would be passed.
+fn account(
+    conn: &Connection,
+    rbuf: &BytesMut,
+    undecoded: bool,
+    held: &mut usize,
+    charge: Option<&mut Charge>,
+) -> Option<ConnectionEnd> {
+    if undecoded {
+        return None;
+    }
+    let partial = usize::try_from(conn.partial_message_cost()).unwrap_or(usize::MAX);
+    *held = rbuf.len().saturating_add(partial);
+    let charge = charge?;
+    charge.hold(*held).err().map(ConnectionEnd::Memory)
 }
 
 /// Capacity to give the read buffer while it holds the first `have` bytes of
@@ -804,9 +879,14 @@ mod tests {
     /// Runs an accept-side PULL connection with `options` over `ours` until it ends: its
     /// outcome and how long it ran.
     async fn run_pull_to_end(options: Options, ours: DuplexStream) -> (Outcome, Duration) {
+        run_accepted(inner(SocketType::Pull, options), ours).await
+    }
+
+    /// Runs an accept-side connection of the socket `inner` over `ours` until it ends: its
+    /// outcome and how long it ran.
+    async fn run_accepted(inner: Arc<Inner>, ours: DuplexStream) -> (Outcome, Duration) {
         let (rd, wr) = tokio::io::split(ours);
         let start = tokio::time::Instant::now();
-        let inner = inner(SocketType::Pull, options);
         let outcome = run(
             inner,
             rd,
@@ -885,6 +965,111 @@ mod tests {
         theirs.read_exact(&mut g).await.unwrap();
         assert_eq!(g[0], 0xFF);
         assert_eq!(g[9], 0x7F);
+    }
+
+    /// A long frame header announcing `len` bytes, and `have` of them.
+    fn partial_frame(len: u64, have: usize) -> Vec<u8> {
+        let mut f = vec![0x02];
+        f.extend_from_slice(&len.to_be_bytes());
+        f.resize(9 + have, 0xAB);
+        f
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_that_stops_arriving_is_closed_after_message_timeout() {
+        let options = Options {
+            message_timeout: Some(Duration::from_secs(2)),
+            ..Default::default()
+        };
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        theirs.write_all(&peer_handshake("PUSH")).await.unwrap();
+        // Whole messages keep coming for longer than the timeout: each restarts the clock.
+        let writer = tokio::spawn(async move {
+            for _ in 0..10 {
+                theirs.write_all(&[0x00, 0x02, b'o', b'k']).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            // Then half a frame, and nothing more.
+            theirs.write_all(&partial_frame(1000, 500)).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            theirs
+        });
+        let (outcome, elapsed) = run_pull_to_end(options, ours).await;
+        assert!(
+            matches!(
+                outcome.end,
+                ConnectionEnd::Memory(MemoryLimit::Stalled(d)) if d == Duration::from_secs(2)
+            ),
+            "{:?}",
+            outcome.end
+        );
+        assert!(outcome.was_ready);
+        // 5 s of messages, then the 2 s of the stalled frame.
+        assert!(
+            elapsed >= Duration::from_secs(7) && elapsed < Duration::from_millis(7100),
+            "{elapsed:?}"
+        );
+        writer.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_greeting_that_stops_arriving_is_closed_after_message_timeout() {
+        let options = Options {
+            message_timeout: Some(Duration::from_secs(1)),
+            ..Default::default()
+        };
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        theirs
+            .write_all(&peer_handshake("PUSH")[..20])
+            .await
+            .unwrap();
+        let (outcome, elapsed) = run_pull_to_end(options, ours).await;
+        assert!(
+            matches!(outcome.end, ConnectionEnd::Memory(MemoryLimit::Stalled(_))),
+            "{:?}",
+            outcome.end
+        );
+        assert!(!outcome.was_ready);
+        assert!(elapsed >= Duration::from_secs(1) && elapsed < Duration::from_millis(1100));
+    }
+
+    /// While our receive queue is full the connection does not read: a partial frame behind
+    /// the messages waiting is not the peer's fault, and its clock starts only once reading
+    /// resumes.
+    #[tokio::test(start_paused = true)]
+    async fn message_timeout_does_not_run_while_we_hold_reading_back() {
+        let options = Options {
+            message_timeout: Some(Duration::from_secs(2)),
+            rcvhwm: 1,
+            ..Default::default()
+        };
+        let inner = inner(SocketType::Pull, options);
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let mut wire = peer_handshake("PUSH");
+        // Two messages (the second finds the queue full), then half a frame.
+        wire.extend_from_slice(&[0x00, 0x01, b'a', 0x00, 0x01, b'b']);
+        wire.extend_from_slice(&partial_frame(1000, 500));
+        theirs.write_all(&wire).await.unwrap();
+        let task = tokio::spawn(run_accepted(inner.clone(), ours));
+        // Nobody takes the messages for a long while: the connection stays.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!task.is_finished(), "closed while we held its reading back");
+        assert_eq!(&inner.try_recv().unwrap().frames()[0][..], b"a");
+        // (The connection decodes the second once there is room.)
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(&inner.try_recv().unwrap().frames()[0][..], b"b");
+        // Reading resumes: now the half frame is the peer's, and 2 s later it is closed.
+        let (outcome, elapsed) = task.await.unwrap();
+        assert!(
+            matches!(outcome.end, ConnectionEnd::Memory(MemoryLimit::Stalled(_))),
+            "{:?}",
+            outcome.end
+        );
+        assert!(
+            elapsed >= Duration::from_secs(32) && elapsed < Duration::from_millis(32200),
+            "{elapsed:?}"
+        );
+        drop(theirs);
     }
 
     #[tokio::test(start_paused = true)]

@@ -35,7 +35,8 @@ pub(crate) enum Failure {
     Protocol,
     /// The socket rejected the peer after its handshake.
     Rejected,
-    /// The peer broke a subscription limit.
+    /// The peer broke a limit: a frame or message too large, a subscription limit, memory
+    /// held too long or past the budget for unauthenticated peers.
     Limit,
 }
 
@@ -137,9 +138,14 @@ impl FailureLog {
             ConnectionEnd::Protocol(dafka_zmtp_proto::Error::Peer(
                 e @ PeerError::AuthenticationRefused { .. },
             )) => self.log(peer, Failure::Refused, e),
+            // A frame over the size limits is a broken limit, not a grammar error.
+            ConnectionEnd::Protocol(e @ dafka_zmtp_proto::Error::Limit(_)) => {
+                self.log(peer, Failure::Limit, e)
+            }
             ConnectionEnd::Protocol(e) => self.log(peer, Failure::Protocol, e),
             ConnectionEnd::Rejected(e) => self.log(peer, Failure::Rejected, e),
             ConnectionEnd::Subscription(e) => self.log(peer, Failure::Limit, e),
+            ConnectionEnd::Memory(e) => self.log(peer, Failure::Limit, e),
             ConnectionEnd::Io(e) => tracing::debug!(peer, error = %e, "connection I/O error"),
             ConnectionEnd::PeerClosed => tracing::debug!(peer, "peer closed the connection"),
             ConnectionEnd::Closed => {}

@@ -48,6 +48,7 @@
 #![deny(unsafe_code)]
 
 mod background;
+mod budget;
 mod conn;
 mod drive;
 mod endpoint;
@@ -73,6 +74,10 @@ pub use dafka_zmtp_proto::{
 };
 
 pub use crate::background::{pending_closes, term};
+pub use crate::budget::{
+    DEFAULT_UNAUTHENTICATED_BUDGET, MemoryLimit, UNAUTHENTICATED_BUDGET_ENV,
+    set_unauthenticated_budget, unauthenticated_budget, unauthenticated_held,
+};
 pub use crate::error::{Error, SendError, TermTimeout};
 pub use crate::failures::FAILURES_LOGGED_PER_SECOND;
 pub use crate::monitor::{

@@ -171,6 +171,10 @@ pub enum ConnectionEnd {
     /// The peer broke a subscription limit of the options.
     #[error("subscription limit: {0}")]
     Subscription(#[from] SubscriptionLimit),
+    /// The peer held more memory than it may, or held it too long: a frame that stopped
+    /// arriving, or an unauthenticated peer past the process-wide budget.
+    #[error("memory limit: {0}")]
+    Memory(#[from] crate::budget::MemoryLimit),
     /// Our side ended it: the socket closed, or the endpoint was unbound or
     /// disconnected.
     #[error("closed by this socket")]
@@ -189,6 +193,7 @@ impl ConnectionEnd {
             ConnectionEnd::Protocol(e) => ConnectionEnd::Protocol(e.clone()),
             ConnectionEnd::Rejected(r) => ConnectionEnd::Rejected(*r),
             ConnectionEnd::Subscription(s) => ConnectionEnd::Subscription(*s),
+            ConnectionEnd::Memory(m) => ConnectionEnd::Memory(*m),
             ConnectionEnd::Closed => ConnectionEnd::Closed,
         }
     }

@@ -85,6 +85,19 @@ pub struct Options {
     /// Frame and message size limits applied to peers (and checked on send).
     /// The default is bounded (unlike libzmq's unlimited `ZMQ_MAXMSGSIZE`).
     pub limits: Limits,
+    /// Limits for what peers send only, when a socket's input is smaller by its role than
+    /// what it sends (a publisher hears only subscriptions): a peer announcing a larger frame
+    /// is disconnected from the frame's header (logged), and `limits` then bound only what
+    /// this socket sends. Like libzmq's `ZMQ_MAXMSGSIZE`, which is inbound only. Commands may
+    /// still be 64 KiB (a READY, a SUBSCRIBE). Default `None`: `limits` both ways.
+    pub recv_limits: Option<Limits>,
+    /// Close a connection whose peer started a unit (the greeting, a command, a message) and
+    /// did not complete it within this time: a peer that stops in the middle of a frame does
+    /// not hold the bytes it sent for ever (see also [`handshake_timeout`](Self::handshake_timeout)).
+    /// Counted only while the connection reads (not while this socket's receive queue holds
+    /// its reading back). `None`: no limit (libzmq has none). Default 60 s: a 64 MiB frame
+    /// arrives within it above about 10 Mbit/s.
+    pub message_timeout: Option<Duration>,
     /// Give up a TCP connect attempt after this long (then retry after the
     /// reconnect interval). Default `None`: the operating system's timeout.
     pub connect_timeout: Option<Duration>,
@@ -131,6 +144,8 @@ impl Default for Options {
             xpub_verbose: false,
             xpub_welcome_msg: None,
             limits: Limits::default(),
+            recv_limits: None,
+            message_timeout: Some(Duration::from_secs(60)),
             connect_timeout: None,
             handshake_timeout: Some(Duration::from_secs(30)),
             properties: Vec::new(),
@@ -193,6 +208,8 @@ setters! {
     xpub_verbose / with_xpub_verbose: bool,
     xpub_welcome_msg / with_xpub_welcome_msg: Option<Bytes>,
     limits / with_limits: Limits,
+    recv_limits / with_recv_limits: Option<Limits>,
+    message_timeout / with_message_timeout: Option<Duration>,
     connect_timeout / with_connect_timeout: Option<Duration>,
     handshake_timeout / with_handshake_timeout: Option<Duration>,
     properties / with_properties: Vec<(String, Bytes)>,

@@ -19,19 +19,7 @@ use tokio::net::TcpStream;
 
 /// `VmData` of this process, in KiB.
 fn vm_data_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmData:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmData in /proc/self/status")
-}
-
-/// A long (8-byte size) message frame header announcing `len` body bytes.
-fn long_header(len: u64) -> Vec<u8> {
-    let mut h = vec![0x02];
-    h.extend_from_slice(&len.to_be_bytes());
-    h
+    dafka_testkit::proc_status_kib("VmData").expect("VmData in /proc/self/status")
 }
 
 /// Connects a raw peer that completes the handshake as PUSH and has read the

@@ -101,47 +101,10 @@ pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
     .is_ok()
 }
 
-/// Hand-written wire bytes of a peer (independent of the proto crate's
-/// encoders): a ZMTP 3.1 greeting announcing `mechanism`.
-pub fn greeting(mechanism: &[u8]) -> Vec<u8> {
-    let mut g = vec![0xFFu8];
-    g.extend_from_slice(&[0; 8]);
-    g.push(0x7F);
-    g.extend_from_slice(&[3, 1]);
-    let mut mech = mechanism.to_vec();
-    mech.resize(20, 0);
-    g.extend_from_slice(&mech);
-    g.push(0);
-    g.extend_from_slice(&[0; 31]);
-    g
-}
-
-/// A READY command frame carrying `properties` (name, value) in order.
-pub fn ready_with(properties: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut body = vec![5u8];
-    body.extend_from_slice(b"READY");
-    for (name, value) in properties {
-        body.push(name.len() as u8);
-        body.extend_from_slice(name.as_bytes());
-        body.extend_from_slice(&(value.len() as u32).to_be_bytes());
-        body.extend_from_slice(value);
-    }
-    let mut out = vec![0x04, body.len() as u8];
-    out.extend_from_slice(&body);
-    out
-}
-
-/// A READY announcing only `Socket-Type`.
-pub fn ready(socket_type: &str) -> Vec<u8> {
-    ready_with(&[("Socket-Type", socket_type.as_bytes())])
-}
-
-/// NULL greeting followed by a READY announcing `socket_type`.
-pub fn handshake(socket_type: &str) -> Vec<u8> {
-    let mut v = greeting(b"NULL");
-    v.extend_from_slice(&ready(socket_type));
-    v
-}
+// Hand-written wire bytes of a raw peer (independent of the proto crate's encoders), shared
+// with the other crates' tests.
+#[allow(unused_imports)]
+pub use dafka_testkit::zmtp::{greeting, handshake, long_header, ready, ready_with};
 
 /// Options with the given HWMs and no linger.
 pub fn hwm(snd: usize, rcv: usize) -> Options {
@@ -165,4 +128,25 @@ pub async fn dead_endpoint() -> String {
 /// The socket address of a `tcp://` endpoint reported by `bind`.
 pub fn addr_of(ep: &str) -> std::net::SocketAddr {
     ep.strip_prefix("tcp://").unwrap().parse().unwrap()
+}
+
+/// A raw peer on `addr` that completes the NULL handshake as `socket_type`, then sends `bytes`
+/// and keeps the connection open.
+pub async fn raw_peer(
+    addr: std::net::SocketAddr,
+    socket_type: &str,
+    bytes: &[u8],
+) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut wire = handshake(socket_type);
+    wire.extend_from_slice(bytes);
+    let _ = tokio::io::AsyncWriteExt::write_all(&mut s, &wire).await;
+    s
+}
+
+/// A long frame header announcing `announced` bytes, followed by `have` of them.
+pub fn partial_frame(announced: u64, have: usize) -> Vec<u8> {
+    let mut f = long_header(announced);
+    f.resize(9 + have, 0xAB);
+    f
 }
