@@ -323,38 +323,18 @@ impl NodeStats {
 }
 
 /// Logs dropped input at most [`LOG_BURST`] times a second, then how many more were dropped.
-#[derive(Debug)]
-pub(crate) struct LogLimiter {
-    window: Instant,
-    logged: u32,
-    suppressed: u64,
-}
+#[derive(Debug, Default)]
+pub(crate) struct LogLimiter(dafka_wire::LogWindow);
 
 impl LogLimiter {
-    pub(crate) fn new(now: Instant) -> Self {
-        LogLimiter {
-            window: now,
-            logged: 0,
-            suppressed: 0,
-        }
-    }
-
     pub(crate) fn allow(&mut self, now: Instant) -> bool {
-        if now.duration_since(self.window) >= Duration::from_secs(1) {
-            if self.suppressed > 0 {
-                tracing::warn!(
-                    count = self.suppressed,
-                    "more malformed or refused messages dropped"
-                );
+        match self.0.admit(now, LOG_BURST) {
+            Some(0) => true,
+            Some(count) => {
+                tracing::warn!(count, "more malformed or refused messages dropped");
+                true
             }
-            *self = LogLimiter::new(now);
-        }
-        if self.logged < LOG_BURST {
-            self.logged += 1;
-            true
-        } else {
-            self.suppressed += 1;
-            false
+            None => false,
         }
     }
 }
@@ -657,7 +637,7 @@ impl Plumbing {
             next_beacon: now,
             last_beacon: None,
             next_sweep: now,
-            log: LogLimiter::new(now),
+            log: LogLimiter::default(),
             stats: Arc::new(NodeStats::default()),
             zre,
         })
@@ -978,13 +958,13 @@ mod tests {
     #[test]
     fn log_limiter_allows_a_burst_a_second() {
         let t0 = Instant::now();
-        let mut log = LogLimiter::new(t0);
+        let mut log = LogLimiter::default();
         let allowed = (0..100).filter(|_| log.allow(t0)).count();
         assert_eq!(allowed, LOG_BURST as usize);
-        assert_eq!(log.suppressed, 100 - u64::from(LOG_BURST));
         assert!(!log.allow(t0 + Duration::from_millis(999)));
+        // The next window: allowed, having said the count (the window's own test counts).
         assert!(log.allow(t0 + Duration::from_secs(1)));
-        assert_eq!(log.suppressed, 0);
+        assert_eq!(log.0.due(None), None, "nothing left unsaid");
     }
 
     #[test]

@@ -227,7 +227,7 @@ impl ProducerNode {
         let port = plumbing.port();
         let role = ProducerRole {
             shared: shared.clone(),
-            refusal_log: LogLimiter::new(Instant::now()),
+            refusal_log: LogLimiter::default(),
         };
         let node = ProducerNode {
             shared,

@@ -183,7 +183,7 @@ impl StoreNode {
             engine: engine.clone(),
             ids,
             tickets: tx,
-            log: LogLimiter::new(now()),
+            log: LogLimiter::default(),
         };
         let rrole = ReaderRole {
             reader,

@@ -207,7 +207,7 @@ async fn forward(
 ) {
     let mut beacons = Vec::new();
     let mut subscriptions = Vec::new();
-    let mut log = crate::node::LogLimiter::new(crate::node::now());
+    let mut log = crate::node::LogLimiter::default();
     while !control.stopping() {
         tokio::select! {
             _ = control.wake.notified() => {}

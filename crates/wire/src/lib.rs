@@ -14,7 +14,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod log_window;
 pub mod uuid_hex;
+
+pub use log_window::{LOG_WINDOW, LogWindow};
 
 use bytes::{Buf, Bytes};
 use thiserror::Error;

@@ -13,16 +13,15 @@
 
 use std::fmt::Display;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use dafka_wire::LogWindow;
 use dafka_zmtp_proto::PeerError;
 
 use crate::monitor::ConnectionEnd;
 
 /// Most failures of one kind one listener logs at `warn` per second.
 pub const FAILURES_LOGGED_PER_SECOND: u32 = 10;
-
-const WINDOW: Duration = Duration::from_secs(1);
 
 /// What a peer did to lose its connection: each kind has its own window, so a flood of one
 /// kind never hides the first few of another.
@@ -71,46 +70,21 @@ impl Failure {
 
 /// The failure log of one listener (or connecting socket).
 #[derive(Debug, Default)]
-pub(crate) struct FailureLog(Mutex<[Window; Failure::ALL.len()]>);
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Window {
-    start: Option<Instant>,
-    logged: u32,
-    suppressed: u64,
-}
+pub(crate) struct FailureLog(Mutex<[LogWindow; Failure::ALL.len()]>);
 
 impl FailureLog {
     /// Whether a failure of `kind` at `now` is logged at `warn`: `Some(n)` with the `n` of its
     /// kind not logged since the last one that was, `None` when this one is not.
     pub(crate) fn admit(&self, kind: Failure, now: Instant) -> Option<u64> {
         let mut windows = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let w = &mut windows[kind as usize];
-        if w.start
-            .is_none_or(|s| now.saturating_duration_since(s) >= WINDOW)
-        {
-            w.start = Some(now);
-            w.logged = 0;
-        }
-        if w.logged < FAILURES_LOGGED_PER_SECOND {
-            w.logged += 1;
-            Some(std::mem::take(&mut w.suppressed))
-        } else {
-            w.suppressed += 1;
-            None
-        }
+        windows[kind as usize].admit(now, FAILURES_LOGGED_PER_SECOND)
     }
 
     /// The failures of `kind` not logged, if their window is over at `now` (`None` while it
     /// runs, and when there are none); they are then counted as said.
     pub(crate) fn due(&self, kind: Failure, now: Option<Instant>) -> Option<u64> {
         let mut windows = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let w = &mut windows[kind as usize];
-        let over = match (now, w.start) {
-            (Some(now), Some(s)) => now.saturating_duration_since(s) >= WINDOW,
-            _ => true,
-        };
-        (over && w.suppressed > 0).then(|| std::mem::take(&mut w.suppressed))
+        windows[kind as usize].due(now)
     }
 
     /// Says the failures not logged whose window is over (called as connections arrive).
@@ -180,6 +154,8 @@ impl Drop for FailureLog {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -539,6 +539,7 @@ impl ZreNode {
             events: event_tx,
             peer_tx,
             peer_rx,
+            drops: dafka_wire::LogWindow::default(),
         };
         let task = tokio::spawn(driver.run(command_rx));
         Ok(ZreNode {
@@ -796,7 +797,14 @@ struct Driver {
     /// when it is full, and its monitor then drops its oldest events.
     peer_tx: mpsc::Sender<(Uuid, SocketEvent)>,
     peer_rx: mpsc::Receiver<(Uuid, SocketEvent)>,
+    /// Messages dropped (a peer's bad or out-of-place input) are logged at most
+    /// [`DROPS_LOGGED_PER_SECOND`] a second, then counted.
+    drops: dafka_wire::LogWindow,
 }
+
+/// Most "ZRE message dropped" lines a node logs at `warn` a second (a peer can send bad
+/// messages as fast as it likes; the others go to `debug` and are counted).
+pub const DROPS_LOGGED_PER_SECOND: u32 = 10;
 
 impl Driver {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
@@ -874,7 +882,11 @@ impl Driver {
             (Some(_), None) => return,
         };
         if let Err(e) = self.node.handle_authenticated_message(id, key, frames, now) {
-            tracing::warn!("ZRE message dropped: {e}");
+            match self.drops.admit(now, DROPS_LOGGED_PER_SECOND) {
+                Some(0) => tracing::warn!("ZRE message dropped: {e}"),
+                Some(n) => tracing::warn!("ZRE message dropped: {e} ({n} more dropped before)"),
+                None => tracing::debug!("ZRE message dropped: {e}"),
+            }
         }
     }
 
