@@ -198,6 +198,7 @@ fn set_reason(d: &Bound<'_, PyDict>, reason: &ConnectionEnd) -> PyResult<()> {
         ConnectionEnd::Protocol(_) => ("protocol", None),
         ConnectionEnd::Rejected(_) => ("rejected", None),
         ConnectionEnd::Subscription(_) => ("subscription", None),
+        ConnectionEnd::Memory(_) => ("memory", None),
         ConnectionEnd::Closed => ("closed", None),
         _ => ("other", None),
     };
