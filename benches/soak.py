@@ -67,9 +67,12 @@ run.SECTIONS.setdefault("soak", ("<!-- soak:begin (benches/soak.py) -->", "<!-- 
 TOPIC = "soak"
 SIZE = 100
 DIGITS = 12  # the offset, in decimal, at the start of every value
+TAG = 2  # then "|" and the producer's tag ("p0", "p1"), then "." up to SIZE
 FS_MIB = 512
 SEGMENT_BYTES = 4 << 20
 KINDS = ("kill", "link", "disk", "damage")
+MAX_RUNS = 10_000  # missing runs listed per partition
+ROLE_DEADLINE = 6 * 3600  # seconds: a role process stops by then whatever happens
 COMMENT = "dafka-soak"
 SUBNET = "10.231"
 
@@ -80,10 +83,14 @@ def emit(kind: str, **fields: Any) -> None:
 
 
 def stdin_lines() -> Callable[[float], str | None]:
-    """The orchestrator's lines, read on a thread: `next_line(timeout)`."""
+    """The orchestrator's lines, read on a thread: `next_line(timeout)`. "STOP" at the end of
+    input, and after ROLE_DEADLINE seconds whatever happens, so no role outlives its run."""
     import queue
 
     lines: queue.Queue[str] = queue.Queue()
+    timer = threading.Timer(ROLE_DEADLINE, lambda: lines.put("STOP"))
+    timer.daemon = True
+    timer.start()
 
     def read() -> None:
         for line in sys.stdin:
@@ -174,7 +181,7 @@ class Seen:
             self.duplicates += 1
         bits[offset] = 1
         self.count += 1
-        if value is None or not value[:DIGITS].isdigit() or int(value[:DIGITS]) != offset:
+        if value is None or value != value_of(offset, value[DIGITS + 1 : DIGITS + 1 + TAG]):
             self.bad_values += 1
 
     def add_batch(self, batch: Any) -> int:
@@ -186,22 +193,23 @@ class Seen:
         return batch.num_rows
 
     def has_all(self, ends: dict[str, int]) -> bool:
-        return all(self.missing(p, end) == [] for p, end in ends.items())
+        for p, end in ends.items():
+            bits = self.bits.get(p, bytearray())
+            if len(bits) < end or bits.count(0, 0, end):
+                return False
+        return True
 
     def missing(self, partition: str, end: int) -> list[list[int]]:
-        """Runs [from, to) of offsets below `end` not delivered."""
+        """Runs [from, to) of offsets below `end` not delivered (at most MAX_RUNS)."""
         bits = self.bits.get(partition, bytearray())
+        bits = bits + b"\0" * max(0, end - len(bits))
         runs: list[list[int]] = []
-        start = None
-        for o in range(end):
-            present = o < len(bits) and bits[o]
-            if not present and start is None:
-                start = o
-            elif present and start is not None:
-                runs.append([start, o])
-                start = None
-        if start is not None:
-            runs.append([start, end])
+        at = bits.find(0, 0, end)
+        while at >= 0 and len(runs) < MAX_RUNS:
+            stop = bits.find(1, at, end)
+            stop = end if stop < 0 else stop
+            runs.append([at, stop])
+            at = bits.find(0, stop, end)
         return runs
 
     def report(self, acked: dict[str, int], sent: dict[str, int]) -> dict[str, Any]:
@@ -212,15 +220,19 @@ class Seen:
             "duplicates": self.duplicates,
             "bad_values": self.bad_values,
             "acked_missing": sum(b - a for runs in lost.values() for a, b in runs),
-            "acked_missing_runs": {p: r[:20] for p, r in lost.items() if r},
+            "acked_missing_runs": {p: r for p, r in lost.items() if r},
             "sent_missing": sum(b - a for runs in unsent.values() for a, b in runs),
         }
 
 
 def read_until(poll: Callable[[], Any], seen: Seen, ends: dict[str, int], idle: float) -> None:
-    """Polls until every offset below `ends` was delivered or `idle` seconds pass without one."""
-    last = time.monotonic()
-    while not seen.has_all(ends) and time.monotonic() - last < idle:
+    """Polls until every offset below `ends` was delivered, `idle` seconds pass without one, or
+    ten minutes in all."""
+    last = started = time.monotonic()
+    while not seen.has_all(ends):
+        now = time.monotonic()
+        if now - last >= idle or now - started >= 600:
+            return
         if seen.add_batch(poll()):
             last = time.monotonic()
 
@@ -286,15 +298,19 @@ def sink_report(spark: Any, sink: str, acked: dict[str, int], sent: dict[str, in
     from pyspark.sql import functions as F
 
     df = spark.read.parquet(sink)
-    digits = F.substring(F.col("value"), 1, DIGITS).cast("string").cast("long")
-    good = digits == F.col("offset")
-    bad = df.where(~good).count()
+    expected = F.concat(
+        F.lpad(F.col("offset").cast("string"), DIGITS, "0").cast("binary"),
+        F.lit("|").cast("binary"),
+        F.substring(F.col("value"), DIGITS + 2, TAG),
+        F.lit("." * (SIZE - DIGITS - 1 - TAG)).cast("binary"),
+    )
+    bad = df.where(F.col("value") != expected).count()
     table = df.select("partition", "offset").toArrow()
     seen = Seen()
     for partition, offset in zip(
         table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True
     ):
-        seen.add(partition, offset, b"%0*d" % (DIGITS, offset))
+        seen.add(partition, offset, value_of(offset, b"p0"))
     out = seen.report(acked, sent)
     out["bad_values"] = bad
     return out
@@ -871,6 +887,28 @@ def span(samples: list[dict[str, Any]], name: str, key: str) -> tuple[Any, Any, 
     return (xs[0], xs[-1], max(xs)) if xs else (None, None, None)
 
 
+HOW = [
+    "- *Acknowledged*: sent before a `flush()` that returned (`min_acks` 1: one store has it "
+    "on disk, fdatasync'd). Producers send at a fixed rate and flush every second.",
+    "- *Network*: each store runs in its own network namespace behind a veth pair. Nodes "
+    "found through a tower announce 127.0.0.1, so both ends rewrite addresses (iptables NAT, "
+    "`route_localnet`): the store's port range on the host's loopback leads to it, and "
+    "127.0.0.1 outside that range in its namespace leads to the host. *Link down* is "
+    "`ip link set` on the namespace's end.",
+    "- *Disk full*: `fallocate` of every free block of the store's ext4 (about 10 MiB of "
+    "reserved clusters stay, which writes cannot use); its next write fails with ENOSPC and "
+    "poisons the store (`poisoned` below: its log said so). The file is removed after the "
+    "fault's seconds and the store stopped (`close`) and started again on the same "
+    "directory, as docs/storage.md says a poisoned store needs.",
+    "- *Damage*: the store is SIGKILLed, one byte of a random sealed segment (any but the "
+    "last, past the 20-byte header) is XORed with a random non-zero byte, the store restarted.",
+    "- *Each store alone*: after the run, each store is started alone with a tower and a "
+    "`PartitionReader` reads `[0, acknowledged end)` of every partition from it. Consumers and "
+    "the sink check every value byte for byte; the sink is read back through Spark (committed "
+    "files only). *Skipped as held by no store*: the consumer's own log lines saying so.",
+]
+
+
 def render(data: dict[str, Any]) -> str:
     begin, end = run.SECTIONS["soak"]
     m, finals = data["machine"], data["finals"]
@@ -888,6 +926,8 @@ def render(data: dict[str, Any]) -> str:
         "(local[2], Parquet sink); a fault every "
         f"{data['fault_interval']} s (kill, link down {data['fault_seconds']} s, disk full "
         f"{data['fault_seconds']} s then a restart, a flipped byte in a sealed segment).",
+        "",
+        *HOW,
         "",
         f"**Verdict: {'PASS' if not why else 'FAIL: ' + '; '.join(why)}.**",
         "",
@@ -922,13 +962,22 @@ def render(data: dict[str, Any]) -> str:
     for name in names:
         r, f = span(data["samples"], name, "rss_kib"), span(data["samples"], name, "fds")
         mib = " / ".join("—" if v is None else f"{v / 1024:,.0f}" for v in r)
-        L.append(f"| {name} | {mib} | {' / '.join('—' if v is None else str(v) for v in f)} |")
+        label = name
+        if name == "spark-py-workers":
+            n = span(data["samples"], name, "count")
+            label = f"{name} (sum over Spark's Python processes: {n[0]} / {n[1]} / {n[2]})"
+        L.append(f"| {label} | {mib} | {' / '.join('—' if v is None else str(v) for v in f)} |")
     L += ["", "Faults and restarts (seconds from the start):", ""]
     for e in data["events"]:
         rest = {k: v for k, v in e.items() if k not in ("t_s", "kind", "store")}
         L.append(f"- {e['t_s']:.0f} s {e['kind']} {e['store']} {json.dumps(rest) if rest else ''}")
     L += ["", "![soak: RSS and fds over time](docs/bench/soak.png)", "", end]
     return "\n".join(L) + "\n"
+
+
+def interrupt(*_: object) -> None:
+    """SIGTERM ends the run as Ctrl-C does: every namespace, rule and mount is removed."""
+    raise KeyboardInterrupt
 
 
 def main() -> int:
@@ -957,7 +1006,7 @@ def main() -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, interrupt)
     purge_stale_rules()
     (REPO / "target").mkdir(exist_ok=True)
     work = REPO / "target" / f"soak-{os.getpid()}"
