@@ -39,10 +39,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import errno
+import hashlib
 import importlib.util
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -257,7 +259,9 @@ def role_consumer(args: argparse.Namespace) -> int:
                 return 0
             ends = json.loads(line.split(" ", 1)[1])
             read_until(lambda: c.poll(max_records=10_000, timeout=0.5), seen, ends["sent"], 90)
-            emit("FINAL", **seen.report(ends["acked"], ends["sent"]))
+            # Consumer.lost (offsets skipped as held by no store) is newer than this script.
+            lost = getattr(c, "lost", None)
+            emit("FINAL", consumer_lost=lost, **seen.report(ends["acked"], ends["sent"]))
             return 0
 
 
@@ -406,6 +410,9 @@ class StoreHost:
         self.path = self.mnt / "store"
         self.proc: Proc | None = None
         self.log = work / f"{self.name}.log"
+
+    def setup(self) -> None:
+        """Wires the namespace and makes the filesystem (`unwire` undoes what was done)."""
         self._wire()
         self._filesystem()
 
@@ -429,14 +436,15 @@ class StoreHost:
         # namespace (through the host, forwarded): the same. From this store: the host's
         # loopback (the catch-all, after every store's forwarding rule, which go first).
         from_ns = ["!", "-i", h, "-d", f"{SUBNET}.0.0/16", "-p", "tcp", *ports]
-        self.rules = [
+        rules = [
             ["-A", "OUTPUT", *tcp_lo, *ports, "-j", "DNAT", "--to", f"{net}.2", *tag],
             ["-A", "POSTROUTING", "-o", h, "-j", "SNAT", "--to-source", f"{net}.1", *tag],
             ["-I", "PREROUTING", *from_ns, "-j", "DNAT", "--to", f"{net}.2", *tag],
             ["-A", "PREROUTING", "-i", h, "-p", "tcp", "-j", "DNAT", "--to", "127.0.0.1", *tag],
         ]
-        for rule in self.rules:
+        for rule in rules:
             sh("iptables", "-t", "nat", *rule)
+            self.rules.append(rule)
         for rule in (
             ["OUTPUT", *tcp_lo, "!", "--dport", f"{lo}:{hi}", "-j", "DNAT", "--to", f"{net}.1"],
             ["POSTROUTING", "-o", n, "-j", "SNAT", "--to-source", f"{net}.2"],
@@ -575,7 +583,9 @@ def cmdline(pid: int) -> str:
 class Soak:
     """The orchestration: processes, faults, samples, the end checks."""
 
-    def __init__(self, args: argparse.Namespace, lab: Lab, work: Path) -> None:
+    def __init__(
+        self, args: argparse.Namespace, lab: Lab, work: Path, hosts: list[StoreHost]
+    ) -> None:
         self.args, self.lab, self.work = args, lab, work
         self.rng = random.Random(args.seed)
         self.t0 = time.monotonic()
@@ -584,7 +594,10 @@ class Soak:
         self.deaths: list[dict[str, Any]] = []
         self.progress: dict[str, dict[str, Any]] = {}
         self.procs: dict[str, Proc] = {}
-        self.stores = [StoreHost(lab, work, i) for i in range(2)]
+        self.stores = hosts  # filled one by one, so a failure half-way is still cleaned up
+        for i in range(2):
+            hosts.append(StoreHost(lab, work, i))
+            hosts[-1].setup()
         self.towers = ""
 
     def now(self) -> float:
@@ -917,7 +930,9 @@ def render(data: dict[str, Any]) -> str:
         begin,
         "## Soak",
         "",
-        f"`make soak SOAK_SECONDS={data['seconds']}` ({data['date']}, commit `{m['commit']}`; "
+        f"`make soak SOAK_SECONDS={data['seconds']}` ({data['date']}, commit `{m['commit']}`, "
+        f"extension `{data['wheel']['native']}` built {data['wheel']['built']}, sha256 "
+        f"`{data['wheel']['sha256']}`; "
         f"{m['cpu']}, {m['cores']} cores, {m['ram_gib']:.0f} GiB, Linux {m['kernel']}, load "
         f"{' '.join(m['load'])} at the start). {data['producers']} producers at "
         f"{data['rate']:,} records/s of {SIZE} B in all, 2 stores (sync always, "
@@ -951,7 +966,9 @@ def render(data: dict[str, Any]) -> str:
         L.append(
             f"| {name}: delivered / duplicates / acknowledged missing / bad values / "
             f"skipped as held by no store (its log) | {f['delivered']:,} / {f['duplicates']:,}"
-            f" / {f['acked_missing']:,} / {f['bad_values']:,} / {f.get('logged_lost', 0):,} |"
+            f" / {f['acked_missing']:,} / {f['bad_values']:,} / {f.get('logged_lost', 0):,}"
+            + ("" if f.get("consumer_lost") is None else f" (`lost`: {f['consumer_lost']:,})")
+            + " |"
         )
     L += [
         "",
@@ -973,6 +990,22 @@ def render(data: dict[str, Any]) -> str:
         L.append(f"- {e['t_s']:.0f} s {e['kind']} {e['store']} {json.dumps(rest) if rest else ''}")
     L += ["", "![soak: RSS and fds over time](docs/bench/soak.png)", "", end]
     return "\n".join(L) + "\n"
+
+
+def pin_package(work: Path) -> dict[str, Any]:
+    """Copies the installed dafka package into `work` and puts it first on every child's
+    PYTHONPATH, so that a wheel reinstalled during the run does not mix versions (restarted
+    stores, new Spark workers); returns what identifies the copy."""
+    spec = importlib.util.find_spec("dafka")
+    assert spec is not None and spec.submodule_search_locations, "dafka is not installed"
+    src = Path(next(iter(spec.submodule_search_locations)))
+    shutil.copytree(src, work / "pkg" / "dafka", ignore=shutil.ignore_patterns("__pycache__"))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(work / "pkg") + (os.pathsep + old if old else "")
+    native = next(src.glob("_native*.so"))
+    digest = hashlib.sha256(native.read_bytes()).hexdigest()[:16]
+    mtime = dt.datetime.fromtimestamp(native.stat().st_mtime, dt.UTC)
+    return {"native": native.name, "sha256": digest, "built": f"{mtime:%Y-%m-%d %H:%M} UTC"}
 
 
 def interrupt(*_: object) -> None:
@@ -1013,28 +1046,31 @@ def main() -> int:
     work.mkdir()
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     data: dict[str, Any] = {"machine": run.machine_info({}), "date": date}
+    data["wheel"] = pin_package(work)
     data.update({k: getattr(args, k) for k in ("seconds", "rate", "producers", "consumers")})
     data.update(fault_interval=args.fault_interval, fault_seconds=args.fault_seconds)
     soak: Soak | None = None
-    with Lab() as lab:
-        try:
-            soak = Soak(args, lab, work)
-            soak.start()
-            soak.loop()
-            data.update(soak.finish())
-        finally:
-            if soak is not None:
-                for s in soak.stores:
-                    s.kill()
-                    s.unwire()
+    hosts: list[StoreHost] = []
+    try:
+        with Lab() as lab:
+            try:
+                soak = Soak(args, lab, work, hosts)
+                soak.start()
+                soak.loop()
+                data.update(soak.finish())
+            finally:
+                for host in hosts:
+                    host.kill()
+                    host.unwire()
+    finally:
+        if not args.keep and not any(h.mnt.is_mount() for h in hosts):
+            shutil.rmtree(work, ignore_errors=True)
     assert soak is not None
     data.update(events=soak.events, samples=soak.samples, deaths=soak.deaths)
     data["producer_progress"] = soak.progress
     data["verdict"] = verdict(data)
     plot(data, REPO / "docs/bench/soak.png")
     run.rewrite_section(Path(args.out), "soak", render(data), Path(args.raw_json), data)
-    if not args.keep:
-        subprocess.run(["rm", "-rf", str(work)], check=False)
     print("soak:", "PASS" if not data["verdict"] else "FAIL: " + "; ".join(data["verdict"]))
     return 1 if data["verdict"] else 0
 
