@@ -1029,6 +1029,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=21)
     ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
     ap.add_argument("--raw-json", default=str(REPO / "bench-out/soak.json"))
+    ap.add_argument("--plot", default=str(REPO / "docs/bench/soak.png"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     if args.role:
@@ -1069,7 +1070,7 @@ def main() -> int:
     data.update(events=soak.events, samples=soak.samples, deaths=soak.deaths)
     data["producer_progress"] = soak.progress
     data["verdict"] = verdict(data)
-    plot(data, REPO / "docs/bench/soak.png")
+    plot(data, Path(args.plot))
     run.rewrite_section(Path(args.out), "soak", render(data), Path(args.raw_json), data)
     print("soak:", "PASS" if not data["verdict"] else "FAIL: " + "; ".join(data["verdict"]))
     return 1 if data["verdict"] else 0
