@@ -258,6 +258,7 @@ SECTIONS = {
     "spark": ("<!-- spark:begin (benches/spark.py) -->", "<!-- spark:end -->"),
     "zre": ("<!-- zre-bench:begin (benches/zre.py) -->", "<!-- zre-bench:end -->"),
     "dafka": ("<!-- dafka-e2e:begin (benches/dafka_e2e.py) -->", "<!-- dafka-e2e:end -->"),
+    "soak": ("<!-- soak:begin (benches/soak.py) -->", "<!-- soak:end -->"),
 }
 
 

@@ -65,7 +65,6 @@ REPO = run.REPO
 sys.path.insert(0, str(REPO / "tests"))
 from netns import Lab, Proc, ip  # noqa: E402
 
-run.SECTIONS.setdefault("soak", ("<!-- soak:begin (benches/soak.py) -->", "<!-- soak:end -->"))
 TOPIC = "soak"
 SIZE = 100
 DIGITS = 12  # the offset, in decimal, at the start of every value
