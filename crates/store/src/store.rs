@@ -904,15 +904,16 @@ impl Store {
             let mut reader = ChunkReader::new(&*file, len, chunk);
             let mut pos = start.saturating_sub(base).max(HEADER_LEN as u64);
             let wanted = partition.0.to_be_bytes();
-            // Damaged bytes found at open, to jump over (they hold no whole entry).
+            // Damaged bytes found at open, to jump over (they hold no whole entry): one
+            // compare per entry against the next one (none: never).
             let first = pos;
-            let mut skips = skips.into_iter().filter(|&(_, to)| to > first).peekable();
+            let mut skips = skips.into_iter().filter(|&(_, to)| to > first);
+            let none = (u64::MAX, u64::MAX);
+            let mut skip = skips.next().unwrap_or(none);
             loop {
-                if let Some(&(from, to)) = skips.peek()
-                    && pos >= from
-                {
-                    pos = pos.max(to);
-                    skips.next();
+                if pos >= skip.0 {
+                    pos = pos.max(skip.1);
+                    skip = skips.next().unwrap_or(none);
                     continue;
                 }
                 // A commit entry (the last of every segment) is shorter than this peek.
