@@ -501,6 +501,7 @@ fn record_header(entry: &[u8], body_len: usize) -> Result<RecordHeader, FormatEr
 /// [`decode_entry`]). Its value is
 /// `entry[RECORD_VALUE_AT..]`, for the caller to slice out of its own buffer (one
 /// reference count per record served).
+#[inline]
 pub fn decode_record(entry: &[u8]) -> Result<Option<RecordHeader>, FormatError> {
     let prefix = check_entry(entry)?;
     match entry.get(ENTRY_PREFIX_LEN) {

@@ -981,6 +981,8 @@ impl Store {
 
     /// A read found offsets `from..to` missing (their records damaged since the store was
     /// opened): they become a hole of the partition, answered at once from now on.
+    #[cold]
+    #[inline(never)]
     fn lost(&self, partition: PartitionId, from: u64, to: u64) -> ReadError {
         if let Some(p) = self.shared.lock().partitions.get_mut(&partition.0) {
             p.holes.insert(from, to, false);
@@ -990,6 +992,8 @@ impl Store {
 
     /// A read met a damaged entry (the disk damaged it after the store was opened): logged
     /// and counted once per place.
+    #[cold]
+    #[inline(never)]
     fn damaged_on_read(&self, segment: &str, position: u64, error: &format::FormatError) {
         let mut st = self.shared.lock();
         if st.damage_seen.len() >= MAX_DAMAGE_LOGGED
