@@ -760,11 +760,6 @@ impl Consumer {
     /// [`MISSING_REPORTS`] times with nobody delivering them.
     fn on_missing(&mut self, d: &DirectMissing, now: Instant) -> Result<(), PeerError> {
         let key = (d.topic.clone(), d.producer);
-        let reachable: Vec<NodeId> = self
-            .heard_by
-            .intersection(&self.heard_from)
-            .copied()
-            .collect();
         let Some(p) = self.partitions.get_mut(&key) else {
             return Ok(());
         };
@@ -786,7 +781,9 @@ impl Consumer {
         if m.stores.len() < MAX_STORES {
             m.stores.insert(d.store);
         }
-        let all = !reachable.is_empty() && reachable.iter().all(|s| m.stores.contains(s));
+        // Every store reachable both ways (hello each way) said so.
+        let mut reachable = self.heard_by.intersection(&self.heard_from).peekable();
+        let all = reachable.peek().is_some() && reachable.all(|s| m.stores.contains(s));
         if !all && m.reports < MISSING_REPORTS {
             return Ok(());
         }

@@ -433,13 +433,23 @@ impl StoreWriter {
         reason: RefusalReason,
         detail: &str,
     ) {
+        self.queue_refusal(key, sequence, reason, StoreRefusal::detail_of(detail));
+    }
+
+    fn queue_refusal(
+        &mut self,
+        key: &PartitionKey,
+        sequence: u64,
+        reason: RefusalReason,
+        detail: Bytes,
+    ) {
         self.transmit.push_back(Message::StoreRefusal(StoreRefusal {
             producer: key.1,
             store: self.config.id,
             topic: key.0.clone(),
             sequence,
             reason,
-            detail: StoreRefusal::detail_of(detail),
+            detail,
         }));
     }
 
@@ -476,14 +486,7 @@ impl StoreWriter {
         p.told_failed = Some(now);
         let sequence = p.durable;
         let detail = self.failed.clone().unwrap_or_default();
-        self.transmit.push_back(Message::StoreRefusal(StoreRefusal {
-            producer: key.1,
-            store: self.config.id,
-            topic: key.0,
-            sequence,
-            reason: RefusalReason::Failed,
-            detail,
-        }));
+        self.queue_refusal(&key, sequence, RefusalReason::Failed, detail);
         Ok(())
     }
 

@@ -314,8 +314,10 @@ impl WriterRole {
 
     /// Writes the records that fill holes (from another store) into the engine.
     fn fill(&mut self, writer: &mut StoreWriter) {
-        let timestamp_ms = dafka_store::now_ms();
+        // Called on every turn of the task; fills are rare: the clock only when there is one.
+        let mut timestamp_ms = None;
         while let Some(r) = writer.poll_fill() {
+            let timestamp_ms = *timestamp_ms.get_or_insert_with(dafka_store::now_ms);
             let Some(&id) = self.ids.get(&(r.topic.clone(), r.producer)) else {
                 continue;
             };

@@ -240,8 +240,8 @@ fn walk(file: &dyn SegmentFile, name: &str, end: u64) -> Result<Vec<Item>, OpenE
 /// file, created if absent.
 fn durable_point(
     dir: &dyn Dir,
+    names: &[String],
 ) -> Result<(Option<u64>, std::sync::Arc<dyn SegmentFile>), OpenError> {
-    let names = dir.list().map_err(io_err("list", "store directory"))?;
     if !names.iter().any(|n| n == DURABLE_POINT_FILE) {
         let file = dir
             .create(DURABLE_POINT_FILE)
@@ -269,15 +269,12 @@ fn durable_point(
 
 /// The segments in the directory by base position; a `.log` file that is not a segment
 /// name is an error naming it.
-fn segment_names(dir: &dyn Dir) -> Result<Vec<(u64, String)>, OpenError> {
+fn segment_names(names: &[String]) -> Result<Vec<(u64, String)>, OpenError> {
     let mut bases = Vec::new();
-    for name in dir.list().map_err(io_err("list", "store directory"))? {
-        if !name.ends_with(".log") {
-            continue;
-        }
-        match format::parse_segment_file_name(&name) {
-            Some(base) => bases.push((base, name)),
-            None => return Err(OpenError::BadFileName { file: name }),
+    for name in names.iter().filter(|n| n.ends_with(".log")) {
+        match format::parse_segment_file_name(name) {
+            Some(base) => bases.push((base, name.clone())),
+            None => return Err(OpenError::BadFileName { file: name.clone() }),
         }
     }
     bases.sort();
@@ -285,8 +282,9 @@ fn segment_names(dir: &dyn Dir) -> Result<Vec<(u64, String)>, OpenError> {
 }
 
 pub(crate) fn recover(dir: &dyn Dir, config: &Config) -> Result<Recovered, OpenError> {
-    let bases = segment_names(dir)?;
-    let (point, point_file) = durable_point(dir)?;
+    let names = dir.list().map_err(io_err("list", "store directory"))?;
+    let bases = segment_names(&names)?;
+    let (point, point_file) = durable_point(dir, &names)?;
     let mut out = Recovered {
         partitions: HashMap::new(),
         by_key: HashMap::new(),
