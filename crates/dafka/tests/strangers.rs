@@ -131,17 +131,23 @@ async fn strangers_cost_a_tower_and_a_store_little_memory() {
         .unwrap();
     let towers = vec![tower.address().clone()];
     let dir = tempfile::tempdir().unwrap();
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
+    // The writer binds `port`, the reader `port + 1`: a free port probed may have a busy
+    // neighbour (or be taken again meanwhile), so try a few.
+    let mut attempt = 0;
+    let (store, port) = loop {
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let node = NodeConfig::new(towers.clone()).with_port(port);
+        match StoreNode::open(dir.path(), node, StoreOptions::default()).await {
+            Ok(store) => break (store, port),
+            Err(dafka_node::Error::Socket(dafka_zmtp::Error::AddrInUse(_))) if attempt < 20 => {
+                attempt += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
     };
-    let store = StoreNode::open(
-        dir.path(),
-        NodeConfig::new(towers.clone()).with_port(port),
-        StoreOptions::default(),
-    )
-    .await
-    .unwrap();
     let beacon_port = addr_of(&tower.address().sub);
     let store_port: SocketAddr = ([127, 0, 0, 1], port).into();
     // The store's reader publishes on the next port (an XPUB).
