@@ -48,7 +48,17 @@ $(VENV)/.stamp: requirements-dev.txt
 venv: $(VENV)/.stamp
 
 # Debian packages, installed only when absent: libzmq for the Rust benchmark
-# and interop tests against the real libzmq, a JRE for Spark.
+# and interop tests against the real libzmq, a JRE for Spark, OpenSSL 3 and
+# libsodium to link (so the first build does not compile them from source).
+# The fragment says how this machine builds them (scripts/sysdeps.sh); make
+# writes it before anything else, then reads it.
+SYSDEPS_MK := $(TARGET_DIR)/sysdeps.mk
+ifneq ($(filter-out help clean,$(or $(MAKECMDGOALS),help)),)
+include $(SYSDEPS_MK)
+endif
+$(SYSDEPS_MK): scripts/sysdeps.sh
+	@bash scripts/sysdeps.sh --makefile $@
+
 sysdeps:
 	@bash scripts/sysdeps.sh
 
@@ -56,10 +66,19 @@ sysdeps:
 
 # One release build of the extension: the wheel users install. It is installed
 # into .venv, and tests/test_wheel.py installs the same file into a fresh venv.
-wheel: venv
+# Built and installed again only when a file it is made of changed (a second
+# `make demo` starts the demo at once); cargo prints each crate as it compiles.
+WHEEL_INPUTS := $(shell find crates python -type f -not -path '*/__pycache__/*' 2>/dev/null) \
+  Cargo.toml Cargo.lock pyproject.toml README.md
+$(DIST)/.installed: $(VENV)/.stamp $(WHEEL_INPUTS)
+	@echo "wheel: release build of the extension with $(CRYPTO)"
+	@echo "wheel: a first build takes a few minutes; later ones rebuild only what changed"
 	rm -rf $(DIST)
-	$(PY) -m maturin build --release --quiet --out $(DIST)
+	$(PY) -m maturin build --release --out $(DIST)
 	$(PY) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(DIST)/dafka-*.whl
+	@touch $@
+
+wheel: $(DIST)/.installed
 
 develop: wheel
 

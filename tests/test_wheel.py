@@ -38,7 +38,23 @@ def test_wheel_installs_into_an_empty_venv(repo: Path, tmp_path: Path, cargo_ver
         names = zf.namelist()
     assert "dafka/py.typed" in names
     assert "dafka/_native.pyi" in names
-    assert any(n.startswith("dafka/_native") and n.endswith(".so") for n in names), names
+    native = [n for n in names if n.startswith("dafka/_native") and n.endswith(".so")]
+    assert native, names
+    # Self-contained: OpenSSL and libsodium are linked statically (built from source, or the
+    # system's static libraries where `make` found them), so the extension needs nothing
+    # outside glibc and libgcc, and no library is bundled beside it.
+    assert not [n for n in names if ".libs/" in n], names
+    with zipfile.ZipFile(wheel) as zf:
+        (tmp_path / "native.so").write_bytes(zf.read(native[0]))
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(tmp_path / "native.so")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    needed = {line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line}
+    assert needed <= {"libc.so.6", "libm.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2"}, needed
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
