@@ -156,12 +156,16 @@ def test_send_many_refuses_nulls_and_other_types(cluster: dafka.LocalCluster) ->
 def test_flush_returns_only_once_a_store_acknowledged(tmp_path: Path) -> None:
     with dafka.Tower(sub="tcp://127.0.0.1:0") as tower:
         with dafka.Producer(topic(), towers=tower.towers) as producer:
+            assert producer.acknowledged == 0
             producer.send(b"x")
+            producer.send_many([b"y", b"z"])
             # No store: nothing acknowledges, flush runs out of time.
             with pytest.raises(dafka.TimeoutError, match="unacknowledged"):
                 producer.flush(timeout=0.5)
+            assert producer.acknowledged == 0
             with dafka.Store(tmp_path / "store", towers=tower.towers, sync="always"):
                 producer.flush(timeout=20)
+                assert producer.acknowledged == 3
 
 
 def test_positions_give_the_next_offset_per_partition(cluster: dafka.LocalCluster) -> None:

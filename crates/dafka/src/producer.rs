@@ -492,6 +492,13 @@ impl ProducerNode {
         self.shared.lock().unacked_records()
     }
 
+    /// Records acknowledged by `min_acks` stores so far: acknowledgements are cumulative, so
+    /// these are the offsets below `next_offset() - unacked_records()`, read under one lock.
+    pub fn acknowledged_records(&self) -> u64 {
+        let shared = self.shared.lock();
+        shared.next_offset() - shared.unacked_records() as u64
+    }
+
     /// Input the node dropped.
     pub fn stats(&self) -> &NodeStats {
         &self.task.stats

@@ -395,6 +395,15 @@ impl PyProducer {
         self.node.is_closed()
     }
 
+    /// Records acknowledged by the stores so far (acknowledged durable under the stores'
+    /// `sync="always"`): every offset below this one.
+    #[getter]
+    fn acknowledged(&self, py: Python<'_>) -> PyResult<u64> {
+        let node = self.node.get("producer")?;
+        // The node's task holds this lock while publishing: never wait for it holding the GIL.
+        Ok(py.detach(|| node.acknowledged_records()))
+    }
+
     /// Sends one record; returns its offset.
     ///
     /// With room in the unacknowledged buffer it returns at once, the GIL held: the record is
