@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -111,6 +112,25 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release wheel users install: the one `make` built (DAFKA_WHEEL_DIR), or one built
+    here when pytest runs alone."""
+    wheel_dir = os.environ.get("DAFKA_WHEEL_DIR")
+    if wheel_dir:
+        found = sorted(Path(wheel_dir).glob("dafka-*.whl"))
+        if found:
+            return found[-1]
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "maturin", "build", "--release", "--quiet", "--out", str(out)],
+        cwd=REPO,
+        check=True,
+        timeout=1200,
+    )
+    return sorted(out.glob("dafka-*.whl"))[-1]
 
 
 @pytest.fixture(scope="session")

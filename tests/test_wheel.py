@@ -12,25 +12,8 @@ from pathlib import Path
 import pytest
 
 
-def _wheel(repo: Path, tmp: Path) -> Path:
-    wheel_dir = os.environ.get("DAFKA_WHEEL_DIR")
-    if wheel_dir:
-        found = sorted(Path(wheel_dir).glob("dafka-*.whl"))
-        if found:
-            return found[-1]
-    out = tmp / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "maturin", "build", "--release", "--quiet", "--out", str(out)],
-        cwd=repo,
-        check=True,
-        timeout=1200,
-    )
-    return sorted(out.glob("dafka-*.whl"))[-1]
-
-
 @pytest.mark.slow
-def test_wheel_installs_into_an_empty_venv(repo: Path, tmp_path: Path, cargo_version: str) -> None:
-    wheel = _wheel(repo, tmp_path)
+def test_wheel_installs_into_an_empty_venv(wheel: Path, tmp_path: Path, cargo_version: str) -> None:
     # abi3 for CPython 3.11+ (the buffer protocol of zero-copy frames needs the
     # 3.11 stable ABI): one wheel per platform serves every later Python.
     assert "-cp311-abi3-" in wheel.name, wheel.name
