@@ -216,6 +216,9 @@ pub struct StoreWriter {
     appends: VecDeque<Append>,
     acks: VecDeque<PartitionKey>,
     transmit: VecDeque<Message>,
+    /// STORE-REFUSALs: they go out before any ACK, so a producer hears that a record was
+    /// skipped before the ACK that covers its offset (an ACK first let a flush end without it).
+    refusals: VecDeque<Message>,
     /// The STORE-ACK that follows the ACK just returned.
     store_ack: Option<Message>,
     dropped: u64,
@@ -237,6 +240,7 @@ impl StoreWriter {
             appends: VecDeque::new(),
             acks: VecDeque::new(),
             transmit: VecDeque::new(),
+            refusals: VecDeque::new(),
             store_ack: None,
             dropped: 0,
             failed: None,
@@ -443,7 +447,7 @@ impl StoreWriter {
         reason: RefusalReason,
         detail: Bytes,
     ) {
-        self.transmit.push_back(Message::StoreRefusal(StoreRefusal {
+        self.refusals.push_back(Message::StoreRefusal(StoreRefusal {
             producer: key.1,
             store: self.config.id,
             topic: key.0.clone(),
@@ -536,10 +540,13 @@ impl StoreWriter {
         }
     }
 
-    /// The next message to publish: ACKs (each followed by its STORE-ACK, the extension that
-    /// names this writer), then FETCHes.
+    /// The next message to publish: STORE-REFUSALs, then ACKs (each followed by its
+    /// STORE-ACK, the extension that names this writer), then FETCHes.
     pub fn poll_transmit(&mut self) -> Option<Message> {
         if let Some(m) = self.store_ack.take() {
+            return Some(m);
+        }
+        if let Some(m) = self.refusals.pop_front() {
             return Some(m);
         }
         while let Some(key) = self.acks.pop_front() {
