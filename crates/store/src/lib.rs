@@ -31,15 +31,17 @@ pub mod format;
 mod holes;
 mod recovery;
 mod store;
+mod types;
 
 use std::fmt;
 
 pub use error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
 pub use file::{Dir, DirLock, FsDir, LOCK_FILE, MemDir, MemFile, SegmentFile};
 pub use recovery::{Damage, DamageKind, RecoveryReport};
-pub use store::{
-    AppendRecord, Config, MAX_RECORD_BYTES_LIMIT, PartitionInfo, Record, Retention, Stats, Store,
-    SyncPolicy, Ticket, now_ms,
+pub use store::{Store, Ticket, now_ms};
+pub use types::{
+    AppendRecord, Config, MAX_RECORD_BYTES_LIMIT, PartitionInfo, Record, Retention, Stats,
+    SyncPolicy,
 };
 
 /// A partition's compact id within one store, assigned when it is declared.

@@ -32,7 +32,7 @@ use crate::format::{
     FormatError, HEADER_LEN, KIND_COMMIT, KIND_DECLARE, KIND_RECORD, KIND_SKIP, MIN_BODY_LEN,
     RECORD_FIXED_LEN, SKIP_LEN, SegmentHeader,
 };
-use crate::store::{Config, MAX_RECORD_BYTES_LIMIT, Partition, Segment};
+use crate::types::{Config, MAX_RECORD_BYTES_LIMIT, Partition, Segment};
 use crate::{PartitionId, PartitionKey};
 
 /// What opening the store found and did.

@@ -1,6 +1,6 @@
 //! The engine: appends, group commit on the writer thread, reads, retention.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 use crate::chunk::ChunkReader;
 use crate::error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
@@ -18,13 +18,11 @@ use crate::format::{
     self, ENTRY_PREFIX_LEN, HEADER_LEN, KIND_RECORD, MAX_TOPIC_LEN, RECORD_FIXED_LEN,
     RECORD_VALUE_AT, SegmentHeader,
 };
-use crate::holes::Holes;
 use crate::recovery::{self, RecoveryReport};
+use crate::types::{
+    AppendRecord, Config, Partition, PartitionInfo, Record, Segment, Stats, SyncPolicy,
+};
 use crate::{PartitionId, PartitionKey};
-
-/// The hard ceiling on [`Config::max_record_bytes`]; recovery treats a longer entry as
-/// damage, so a record this size can never be mistaken for garbage.
-pub const MAX_RECORD_BYTES_LIMIT: usize = 64 << 20;
 
 /// Largest piece of a segment [`Store::read`] reads at once (a record larger than it is
 /// read whole). A read of 1024 records of 100 B needs about 130 KiB of log: 1 MiB pieces
@@ -32,228 +30,6 @@ pub const MAX_RECORD_BYTES_LIMIT: usize = 64 << 20;
 /// a store's CPU serving Spark, in `clear_page` under `pread`; gone from the profile with
 /// 256 KiB pieces).
 const READ_CHUNK_MAX: usize = 256 << 10;
-
-/// When appended records are acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum SyncPolicy {
-    /// Acknowledge a batch after its `fdatasync` returned (the default): an
-    /// acknowledged record survives a power cut.
-    #[default]
-    Always,
-    /// Acknowledge after the `write`; `fdatasync` at most this often. A process crash
-    /// loses nothing acknowledged, a power cut up to one interval.
-    Interval(Duration),
-    /// Acknowledge after the `write`; never sync (the OS writes back when it likes).
-    Never,
-}
-
-/// Retention: whole segments are dropped, oldest first, never the one being written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Retention {
-    /// Drop a segment once its newest record's receive timestamp is older than this.
-    pub max_age: Option<Duration>,
-    /// Drop the oldest segments while the log is larger than this.
-    pub max_bytes: Option<u64>,
-}
-
-/// Store settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Config {
-    /// When appends are acknowledged.
-    pub sync: SyncPolicy,
-    /// A new segment is started before a batch would take the current one past this.
-    pub segment_bytes: u64,
-    /// The largest record value accepted.
-    pub max_record_bytes: usize,
-    /// Appends block while the batch being formed is larger than this (the writer is
-    /// busy with the previous one).
-    pub max_pending_bytes: usize,
-    /// A sparse index entry per partition every this many bytes of its records.
-    pub index_interval_bytes: usize,
-    /// Retention limits.
-    pub retention: Retention,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            sync: SyncPolicy::Always,
-            segment_bytes: 128 << 20,
-            max_record_bytes: 1 << 20,
-            max_pending_bytes: 8 << 20,
-            index_interval_bytes: 4096,
-            retention: Retention::default(),
-        }
-    }
-}
-
-impl Config {
-    /// The default configuration with another sync policy.
-    pub fn with_sync(sync: SyncPolicy) -> Self {
-        Config {
-            sync,
-            ..Config::default()
-        }
-    }
-
-    fn check(&self) -> Result<(), OpenError> {
-        if self.max_record_bytes > MAX_RECORD_BYTES_LIMIT {
-            return Err(OpenError::Config("max_record_bytes is above 64 MiB"));
-        }
-        if self.segment_bytes < (HEADER_LEN + format::record_size(self.max_record_bytes)) as u64 {
-            return Err(OpenError::Config(
-                "segment_bytes cannot hold one record of max_record_bytes",
-            ));
-        }
-        if self.index_interval_bytes == 0 {
-            return Err(OpenError::Config("index_interval_bytes is zero"));
-        }
-        Ok(())
-    }
-}
-
-/// One record to append.
-#[derive(Debug, Clone, Copy)]
-pub struct AppendRecord<'a> {
-    /// Its partition.
-    pub partition: PartitionId,
-    /// Its offset: the partition's head (offsets are contiguous from 0).
-    pub offset: u64,
-    /// When it was received, milliseconds since the Unix epoch (retention uses it).
-    pub timestamp_ms: u64,
-    /// Its value.
-    pub value: &'a [u8],
-}
-
-/// One record read back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// Offset within its partition.
-    pub offset: u64,
-    /// Receive timestamp, milliseconds since the Unix epoch.
-    pub timestamp_ms: u64,
-    /// The value: a slice of the buffer the segment was read into.
-    pub value: Bytes,
-}
-
-/// What [`Store::partitions`] lists for each partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionInfo {
-    /// Compact id.
-    pub id: PartitionId,
-    /// Topic and producer.
-    pub key: PartitionKey,
-    /// First offset still stored.
-    pub low_water: u64,
-    /// Next offset after the last acknowledged record.
-    pub head: u64,
-}
-
-/// Counters since the store was opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Group-commit batches written (one `write` each).
-    pub batches: u64,
-    /// Bytes written, segment headers and commit entries included.
-    pub bytes_written: u64,
-    /// `fdatasync` calls on segments.
-    pub syncs: u64,
-    /// Records acknowledged.
-    pub records: u64,
-    /// Segments dropped by retention.
-    pub segments_dropped: u64,
-    /// Damaged places in the log: found when the store was opened (each in
-    /// [`RecoveryReport::damage`]) or later by a read. Their records are never served.
-    pub damaged: u64,
-}
-
-pub(crate) struct Partition {
-    pub(crate) key: PartitionKey,
-    /// Next offset an append must carry.
-    pub(crate) accepted: u64,
-    /// Next offset after the last acknowledged record.
-    pub(crate) durable: u64,
-    pub(crate) low_water: u64,
-    /// Whether its declaration is acknowledged (then later segments redeclare it).
-    pub(crate) declared_durable: bool,
-    /// Sparse index: (offset, global position), ascending.
-    pub(crate) index: Vec<(u64, u64)>,
-    /// Record bytes since the last index entry (`None`: no entry yet).
-    pub(crate) since_index: Option<usize>,
-    /// The batch that last touched the partition, and where in its `touched` list.
-    touched: (u64, usize),
-    /// Offsets not held below the head: damaged on disk, or skipped (reads of them answer
-    /// [`ReadError::Lost`]).
-    pub(crate) holes: Holes,
-    /// Records that filled holes, by offset: their global positions (they lie later in the
-    /// log than the sparse index says).
-    pub(crate) fills: BTreeMap<u64, u64>,
-    /// Offsets being filled (in a batch not yet acknowledged).
-    pub(crate) filling: BTreeSet<u64>,
-}
-
-impl Partition {
-    pub(crate) fn new(key: PartitionKey, next_offset: u64, declared_durable: bool) -> Self {
-        Partition {
-            key,
-            accepted: next_offset,
-            durable: next_offset,
-            low_water: next_offset,
-            declared_durable,
-            index: Vec::new(),
-            since_index: None,
-            touched: (u64::MAX, 0),
-            holes: Holes::default(),
-            fills: BTreeMap::new(),
-            filling: BTreeSet::new(),
-        }
-    }
-
-    /// Whether a record of `size` bytes gets an index entry.
-    pub(crate) fn index_due(&mut self, size: usize, interval: usize) -> bool {
-        match self.since_index {
-            Some(n) if n + size < interval => {
-                self.since_index = Some(n + size);
-                false
-            }
-            _ => {
-                self.since_index = Some(0);
-                true
-            }
-        }
-    }
-}
-
-pub(crate) struct Segment {
-    pub(crate) base: u64,
-    pub(crate) name: String,
-    pub(crate) file: Arc<dyn SegmentFile>,
-    /// Readable (acknowledged, undamaged) length of the file.
-    pub(crate) len: u64,
-    /// Newest record timestamp (0: no record).
-    pub(crate) max_ts: u64,
-    /// The first declaration of each partition in this segment: (id, next offset).
-    pub(crate) start_heads: Vec<(u32, u64)>,
-    /// Damaged file ranges `[from, to)` that hold no whole entry, ascending: reads jump over
-    /// them (a damaged length cannot be stepped over).
-    pub(crate) skips: Vec<(u64, u64)>,
-}
-
-impl Segment {
-    pub(crate) fn new(base: u64, name: String, file: Arc<dyn SegmentFile>, len: u64) -> Self {
-        Segment {
-            base,
-            name,
-            file,
-            len,
-            max_ts: 0,
-            start_heads: Vec::new(),
-            skips: Vec::new(),
-        }
-    }
-}
 
 /// The batch being formed by appenders.
 struct Pending {
@@ -1159,30 +935,161 @@ impl Future for Ticket {
     }
 }
 
+/// When the writer syncs, and how many syncs it has not yet counted in [`Stats::syncs`]: the
+/// one place the [`SyncPolicy`] is read.
+#[derive(Debug)]
+struct SyncSchedule {
+    policy: SyncPolicy,
+    /// Written since the last sync.
+    dirty: bool,
+    last_sync: Instant,
+    /// Syncs done and not yet added to the stats (added under the state's lock).
+    uncounted: u64,
+}
+
+impl SyncSchedule {
+    fn new(policy: SyncPolicy, now: Instant) -> Self {
+        SyncSchedule {
+            policy,
+            dirty: false,
+            last_sync: now,
+            uncounted: 0,
+        }
+    }
+
+    /// A batch was written: whether it must be synced before it is acknowledged.
+    fn written(&mut self) -> bool {
+        match self.policy {
+            SyncPolicy::Always => {
+                self.dirty = true;
+                true
+            }
+            SyncPolicy::Interval(_) => {
+                self.dirty = true;
+                false
+            }
+            SyncPolicy::Never => false,
+        }
+    }
+
+    /// When the writer, idle, must sync what it wrote (`None`: only when work comes).
+    fn deadline(&self) -> Option<Instant> {
+        match self.policy {
+            SyncPolicy::Interval(every) if self.dirty => Some(self.last_sync + every),
+            _ => None,
+        }
+    }
+
+    /// Whether a new segment's header is synced (with the directory) before it is used.
+    fn syncs_segments(&self) -> bool {
+        !matches!(self.policy, SyncPolicy::Never)
+    }
+
+    /// A sync of everything written is due (something was written since the last).
+    fn due(&self) -> bool {
+        self.dirty
+    }
+
+    fn synced(&mut self, now: Instant) {
+        self.dirty = false;
+        self.last_sync = now;
+        self.uncounted += 1;
+    }
+
+    /// Syncs since the last call, for [`Stats::syncs`].
+    fn take_count(&mut self) -> u64 {
+        std::mem::take(&mut self.uncounted)
+    }
+}
+
+/// The segment being written.
+struct ActiveSegment {
+    file: Arc<dyn SegmentFile>,
+    name: String,
+    /// Its first byte's global position.
+    base: u64,
+    /// Where the next batch is written in the file.
+    pos: u64,
+}
+
+impl ActiveSegment {
+    /// Whether a batch of `len` bytes must start a new segment: it would take this one past
+    /// `segment_bytes` (a segment holding only its header takes any batch).
+    fn is_full_for(&self, len: usize, segment_bytes: u64) -> bool {
+        self.pos > HEADER_LEN as u64 && self.pos + len as u64 > segment_bytes
+    }
+
+    /// The global position after the last byte written.
+    fn end(&self) -> u64 {
+        self.base + self.pos
+    }
+
+    fn poison(&self, op: &'static str, source: io::Error) -> PoisonCause {
+        PoisonCause {
+            op,
+            file: self.name.clone(),
+            source,
+        }
+    }
+
+    /// Writes `buf` at the write position; returns where it starts in the file.
+    fn write(&mut self, buf: &[u8]) -> Result<u64, PoisonCause> {
+        let at = self.pos;
+        self.file
+            .write_all_at(buf, at)
+            .map_err(|e| self.poison("write", e))?;
+        self.pos += buf.len() as u64;
+        Ok(at)
+    }
+
+    fn sync(&self) -> Result<(), PoisonCause> {
+        self.file
+            .sync_data()
+            .map_err(|e| self.poison("fdatasync", e))
+    }
+}
+
+/// A batch taken from the appenders, with what the writer needs to write it.
+struct NextBatch {
+    batch: Pending,
+    /// It starts a new segment, which redeclares these partitions (id, key, next offset).
+    roll: Option<Vec<(u32, PartitionKey, u64)>>,
+}
+
+/// Where a batch was written.
+struct Written {
+    /// The segment the batch started, if it started one.
+    rolled: Option<Segment>,
+    /// The batch's global position, and the active segment's length after it.
+    at: u64,
+    segment_len: u64,
+}
+
 /// The writer thread: takes the whole pending batch, writes it with one `write` and
-/// covers it with one `fdatasync`, then acknowledges it.
+/// covers it with one `fdatasync`, then acknowledges it
+/// ([`next_batch`](Writer::next_batch), [`write_batch`](Writer::write_batch),
+/// [`publish_durable`](Writer::publish_durable)).
 struct Writer {
     shared: Arc<Shared>,
-    /// The segment being written: its file, name, base and write position.
-    active: Option<(Arc<dyn SegmentFile>, String, u64, u64)>,
-    last_sync: Instant,
-    dirty: bool,
+    active: Option<ActiveSegment>,
+    sync: SyncSchedule,
     /// Writing the durable point failed once already (logged once).
     point_failed: bool,
 }
 
 impl Writer {
     fn new(shared: Arc<Shared>) -> Self {
-        let active = shared
-            .lock()
-            .segments
-            .back()
-            .map(|s| (s.file.clone(), s.name.clone(), s.base, s.len));
+        let active = shared.lock().segments.back().map(|s| ActiveSegment {
+            file: s.file.clone(),
+            name: s.name.clone(),
+            base: s.base,
+            pos: s.len,
+        });
+        let sync = SyncSchedule::new(shared.config.sync, Instant::now());
         Writer {
             shared,
             active,
-            last_sync: Instant::now(),
-            dirty: false,
+            sync,
             point_failed: false,
         }
     }
@@ -1191,11 +1098,11 @@ impl Writer {
     /// not synced (an older point on disk after a power cut is still true), and a failure
     /// to write it costs only recovery's precision, so it does not poison the store.
     fn mark_durable(&mut self) {
-        let Some((_, _, base, pos)) = &self.active else {
+        let Some(active) = &self.active else {
             return;
         };
         let point = format::DurablePoint {
-            position: base + pos,
+            position: active.end(),
         };
         if let Err(error) = self.shared.point.write_all_at(&point.encode(), 0)
             && !std::mem::replace(&mut self.point_failed, true)
@@ -1206,204 +1113,197 @@ impl Writer {
     }
 
     fn run(mut self) {
-        if let Err(cause) = self.serve() {
+        let result = self.serve();
+        let mut st = self.shared.lock();
+        st.stats.syncs += self.sync.take_count();
+        if let Err(cause) = result {
             tracing::error!(error = %cause, "store poisoned: no further appends are accepted");
-            let mut st = self.shared.lock();
             st.poisoned = Some(Arc::new(cause));
-            finish(&mut st);
-        } else {
-            finish(&mut self.shared.lock());
         }
+        st.writer_done = true;
+        for (_, waker) in st.wakers.drain(..) {
+            waker.wake();
+        }
+        drop(st);
         self.shared.done.notify_all();
         self.shared.work.notify_all();
-
-        fn finish(st: &mut State) {
-            st.writer_done = true;
-            for (_, waker) in st.wakers.drain(..) {
-                waker.wake();
-            }
-        }
     }
 
     fn serve(&mut self) -> Result<(), PoisonCause> {
-        let config = self.shared.config.clone();
-        loop {
-            let mut st = self.shared.lock();
-            loop {
-                if !st.pending.buf.is_empty() {
-                    break;
-                }
-                if st.closing {
-                    drop(st);
-                    return self.sync_if_dirty();
-                }
-                match config.sync {
-                    SyncPolicy::Interval(every) if self.dirty => {
-                        let deadline = self.last_sync + every;
-                        let now = Instant::now();
-                        if now >= deadline {
-                            drop(st);
-                            self.sync_if_dirty()?;
-                            st = self.shared.lock();
-                        } else {
-                            st = self
-                                .shared
-                                .work
-                                .wait_timeout(st, deadline - now)
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .0;
-                        }
-                    }
-                    _ => {
-                        st = self
-                            .shared
-                            .work
-                            .wait(st)
-                            .unwrap_or_else(PoisonError::into_inner)
-                    }
-                }
-            }
-            let buf = st.spare.take().unwrap_or_default();
-            let next = Pending::new(st.pending.seq + 1, buf);
-            let mut batch = std::mem::replace(&mut st.pending, next);
-            format::encode_commit(&mut batch.buf);
-            let full = self.active.as_ref().is_none_or(|(_, _, _, pos)| {
-                *pos > HEADER_LEN as u64 && *pos + batch.buf.len() as u64 > config.segment_bytes
-            });
-            // Partitions acknowledged so far are redeclared at the start of a new segment.
-            let redeclare: Vec<(u32, PartitionKey, u64)> = if full {
-                let mut v: Vec<_> = st
-                    .partitions
-                    .iter()
-                    .filter(|(_, p)| p.declared_durable)
-                    .map(|(&id, p)| (id, p.key.clone(), p.durable))
-                    .collect();
-                v.sort_by_key(|e| e.0);
-                v
-            } else {
-                Vec::new()
-            };
-            drop(st);
-            self.shared.done.notify_all(); // appenders blocked on a full batch
-
-            let rolled = if full {
-                Some(self.roll(&redeclare)?)
-            } else {
-                None
-            };
-            let Some((file, name, base, pos)) = self.active.as_mut() else {
-                continue; // roll() always sets it
-            };
-            let batch_pos = *pos;
-            file.write_all_at(&batch.buf, batch_pos)
-                .map_err(|source| PoisonCause {
-                    op: "write",
-                    file: name.clone(),
-                    source,
-                })?;
-            *pos += batch.buf.len() as u64;
-            let (seg_base, seg_len) = (*base, *pos);
-            let mut syncs = 0;
-            match config.sync {
-                SyncPolicy::Always => {
-                    self.dirty = true;
-                    self.sync_if_dirty()?;
-                    syncs = 1;
-                }
-                SyncPolicy::Interval(_) => self.dirty = true,
-                SyncPolicy::Never => {}
-            }
-
-            let mut guard = self.shared.lock();
-            let st = &mut *guard;
-            if let Some(seg) = rolled {
-                st.segments.push_back(seg);
-            }
-            let abs = seg_base + batch_pos;
-            if let Some(seg) = st.segments.back_mut() {
-                seg.len = seg_len;
-                seg.max_ts = seg.max_ts.max(batch.max_ts);
-                seg.start_heads
-                    .extend(batch.declared.iter().map(|&id| (id, 0)));
-            }
-            for &id in &batch.declared {
-                if let Some(p) = st.partitions.get_mut(&id) {
-                    p.declared_durable = true;
-                }
-            }
-            for &(id, head) in &batch.touched {
-                if let Some(p) = st.partitions.get_mut(&id) {
-                    p.durable = head;
-                }
-            }
-            for &(id, offset, rel) in &batch.index {
-                if let Some(p) = st.partitions.get_mut(&id) {
-                    p.index.push((offset, abs + u64::from(rel)));
-                }
-            }
-            for &(id, offset, rel) in &batch.fills {
-                if let Some(p) = st.partitions.get_mut(&id) {
-                    p.filling.remove(&offset);
-                    p.holes.remove(offset);
-                    p.fills.insert(offset, abs + u64::from(rel));
-                }
-            }
-            st.durable_seq = batch.seq;
-            let written = batch.buf.len() as u64;
-            let mut buf = std::mem::take(&mut batch.buf);
-            if buf.capacity() <= 2 * self.shared.config.max_pending_bytes {
-                buf.clear();
-                st.spare = Some(buf);
-            }
-            st.stats.batches += 1;
-            st.stats.bytes_written += written;
-            st.stats.syncs += syncs;
-            st.stats.records += batch.records;
-            let seq = batch.seq;
-            st.wakers.retain(|(s, w)| {
-                if *s <= seq {
-                    w.wake_by_ref();
-                    false
-                } else {
-                    true
-                }
-            });
-            drop(guard);
-            self.shared.done.notify_all();
+        while let Some(next) = self.next_batch()? {
+            let NextBatch { mut batch, roll } = next;
+            let full = roll.is_some();
+            let written = self.write_batch(&batch, roll)?;
+            self.publish_durable(&mut batch, written);
             if full {
                 apply_retention(&self.shared, now_ms());
             }
         }
+        self.sync_if_dirty()
+    }
+
+    /// Waits for a batch, syncing on the schedule while idle; `None` once the store closes
+    /// with nothing pending. The batch taken is closed with its commit entry, and the next
+    /// one starts empty (in the spare buffer) for the appenders.
+    fn next_batch(&mut self) -> Result<Option<NextBatch>, PoisonCause> {
+        let mut st = self.shared.lock();
+        loop {
+            st.stats.syncs += self.sync.take_count();
+            if !st.pending.buf.is_empty() {
+                break;
+            }
+            if st.closing {
+                return Ok(None);
+            }
+            match self.sync.deadline() {
+                Some(deadline) if Instant::now() >= deadline => {
+                    drop(st);
+                    self.sync_if_dirty()?;
+                    st = self.shared.lock();
+                }
+                Some(deadline) => {
+                    let wait = deadline.saturating_duration_since(Instant::now());
+                    st = (self.shared.work.wait_timeout(st, wait))
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                None => {
+                    st = self
+                        .shared
+                        .work
+                        .wait(st)
+                        .unwrap_or_else(PoisonError::into_inner)
+                }
+            }
+        }
+        let buf = st.spare.take().unwrap_or_default();
+        let next = Pending::new(st.pending.seq + 1, buf);
+        let mut batch = std::mem::replace(&mut st.pending, next);
+        format::encode_commit(&mut batch.buf);
+        let segment_bytes = self.shared.config.segment_bytes;
+        let full =
+            (self.active.as_ref()).is_none_or(|a| a.is_full_for(batch.buf.len(), segment_bytes));
+        // Partitions acknowledged so far are redeclared at the start of a new segment.
+        let roll = full.then(|| {
+            let mut v: Vec<_> = (st.partitions.iter())
+                .filter(|(_, p)| p.declared_durable)
+                .map(|(&id, p)| (id, p.key.clone(), p.durable))
+                .collect();
+            v.sort_by_key(|e| e.0);
+            v
+        });
+        drop(st);
+        self.shared.done.notify_all(); // appenders blocked on a full batch
+        Ok(Some(NextBatch { batch, roll }))
+    }
+
+    /// Writes the batch (into a new segment if `roll` says so) and syncs it if the schedule
+    /// says so.
+    fn write_batch(
+        &mut self,
+        batch: &Pending,
+        roll: Option<Vec<(u32, PartitionKey, u64)>>,
+    ) -> Result<Written, PoisonCause> {
+        let rolled = match roll {
+            Some(redeclare) => Some(self.roll(&redeclare)?),
+            None => None,
+        };
+        let Some(active) = self.active.as_mut() else {
+            unreachable!("roll() always sets the active segment");
+        };
+        let at = active.base + active.write(&batch.buf)?;
+        let segment_len = active.pos;
+        if self.sync.written() {
+            self.sync_if_dirty()?;
+        }
+        Ok(Written {
+            rolled,
+            at,
+            segment_len,
+        })
+    }
+
+    /// The batch is durable (as the policy defines it): its partitions' heads, index
+    /// entries and fills become readable, the stats count it, and its waiters wake.
+    fn publish_durable(&mut self, batch: &mut Pending, written: Written) {
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        if let Some(seg) = written.rolled {
+            st.segments.push_back(seg);
+        }
+        let abs = written.at;
+        if let Some(seg) = st.segments.back_mut() {
+            seg.len = written.segment_len;
+            seg.max_ts = seg.max_ts.max(batch.max_ts);
+            seg.start_heads
+                .extend(batch.declared.iter().map(|&id| (id, 0)));
+        }
+        for &id in &batch.declared {
+            if let Some(p) = st.partitions.get_mut(&id) {
+                p.declared_durable = true;
+            }
+        }
+        for &(id, head) in &batch.touched {
+            if let Some(p) = st.partitions.get_mut(&id) {
+                p.durable = head;
+            }
+        }
+        for &(id, offset, rel) in &batch.index {
+            if let Some(p) = st.partitions.get_mut(&id) {
+                p.index.push((offset, abs + u64::from(rel)));
+            }
+        }
+        for &(id, offset, rel) in &batch.fills {
+            if let Some(p) = st.partitions.get_mut(&id) {
+                p.filling.remove(&offset);
+                p.holes.remove(offset);
+                p.fills.insert(offset, abs + u64::from(rel));
+            }
+        }
+        st.durable_seq = batch.seq;
+        let written = batch.buf.len() as u64;
+        let mut buf = std::mem::take(&mut batch.buf);
+        if buf.capacity() <= 2 * self.shared.config.max_pending_bytes {
+            buf.clear();
+            st.spare = Some(buf);
+        }
+        st.stats.batches += 1;
+        st.stats.bytes_written += written;
+        st.stats.syncs += self.sync.take_count();
+        st.stats.records += batch.records;
+        let seq = batch.seq;
+        st.wakers.retain(|(s, w)| {
+            if *s <= seq {
+                w.wake_by_ref();
+                false
+            } else {
+                true
+            }
+        });
+        drop(guard);
+        self.shared.done.notify_all();
     }
 
     fn sync_if_dirty(&mut self) -> Result<(), PoisonCause> {
-        if !self.dirty {
+        if !self.sync.due() {
             return Ok(());
         }
-        if let Some((file, name, _, _)) = &self.active {
-            file.sync_data().map_err(|source| PoisonCause {
-                op: "fdatasync",
-                file: name.clone(),
-                source,
-            })?;
-            if !matches!(self.shared.config.sync, SyncPolicy::Always) {
-                self.shared.lock().stats.syncs += 1;
-            }
+        if let Some(active) = &self.active {
+            active.sync()?;
         }
         self.mark_durable();
-        self.dirty = false;
-        self.last_sync = Instant::now();
+        self.sync.synced(Instant::now());
         Ok(())
     }
 
     /// Seals the current segment (synced unless the policy is `never`) and starts the
     /// next: header, redeclarations and a commit, written and synced before any batch.
     fn roll(&mut self, redeclare: &[(u32, PartitionKey, u64)]) -> Result<Segment, PoisonCause> {
-        let never = matches!(self.shared.config.sync, SyncPolicy::Never);
-        if !never {
+        let syncs = self.sync.syncs_segments();
+        if syncs {
             self.sync_if_dirty()?;
         }
-        let base = self.active.as_ref().map_or(0, |(_, _, b, pos)| b + pos);
+        let base = self.active.as_ref().map_or(0, ActiveSegment::end);
         let name = format::segment_file_name(base);
         let cause = |op, source: io::Error| PoisonCause {
             op,
@@ -1421,20 +1321,96 @@ impl Writer {
         }
         format::encode_commit(&mut buf);
         file.write_all_at(&buf, 0).map_err(|e| cause("write", e))?;
-        if !never {
+        if syncs {
             file.sync_data().map_err(|e| cause("fdatasync", e))?;
             self.shared
                 .dir
                 .sync()
                 .map_err(|e| cause("directory fsync", e))?;
         }
-        self.active = Some((file.clone(), name.clone(), base, buf.len() as u64));
-        if !never {
+        self.active = Some(ActiveSegment {
+            file: file.clone(),
+            name: name.clone(),
+            base,
+            pos: buf.len() as u64,
+        });
+        if syncs {
             self.mark_durable();
         }
         self.shared.lock().stats.bytes_written += buf.len() as u64;
         let mut segment = Segment::new(base, name, file, buf.len() as u64);
         segment.start_heads = redeclare.iter().map(|(id, _, next)| (*id, *next)).collect();
         Ok(segment)
+    }
+}
+
+#[cfg(test)]
+mod sync_schedule_tests {
+    use super::*;
+
+    #[test]
+    fn always_syncs_every_batch_and_never_waits_idle() {
+        let t0 = Instant::now();
+        let mut s = SyncSchedule::new(SyncPolicy::Always, t0);
+        assert!(!s.due());
+        assert!(s.written());
+        assert!(s.due());
+        s.synced(t0);
+        assert!(!s.due());
+        assert_eq!(s.deadline(), None);
+        assert!(s.written());
+        s.synced(t0);
+        assert_eq!(s.take_count(), 2);
+        assert_eq!(s.take_count(), 0);
+        assert!(s.syncs_segments());
+    }
+
+    #[test]
+    fn interval_syncs_when_idle_past_the_interval_after_a_write() {
+        let t0 = Instant::now();
+        let every = Duration::from_millis(200);
+        let mut s = SyncSchedule::new(SyncPolicy::Interval(every), t0);
+        // Nothing written: nothing to wait for.
+        assert_eq!(s.deadline(), None);
+        assert!(!s.written(), "acknowledged after the write, not the sync");
+        assert!(s.due());
+        assert_eq!(s.deadline(), Some(t0 + every));
+        // Synced later: the next interval counts from then.
+        let t1 = t0 + Duration::from_millis(300);
+        s.synced(t1);
+        assert_eq!(s.deadline(), None);
+        assert!(!s.written());
+        assert_eq!(s.deadline(), Some(t1 + every));
+        assert_eq!(s.take_count(), 1);
+        assert!(s.syncs_segments());
+    }
+
+    #[test]
+    fn never_syncs_nothing() {
+        let t0 = Instant::now();
+        let mut s = SyncSchedule::new(SyncPolicy::Never, t0);
+        assert!(!s.written());
+        assert!(!s.due());
+        assert_eq!(s.deadline(), None);
+        assert!(!s.syncs_segments());
+        assert_eq!(s.take_count(), 0);
+    }
+
+    #[test]
+    fn a_segment_holding_only_its_header_takes_any_batch() {
+        let active = ActiveSegment {
+            file: Arc::new(crate::file::MemFile::default()),
+            name: "00000000000000000000.log".into(),
+            base: 0,
+            pos: HEADER_LEN as u64,
+        };
+        assert!(!active.is_full_for(10_000, 100));
+        let active = ActiveSegment {
+            pos: HEADER_LEN as u64 + 1,
+            ..active
+        };
+        assert!(active.is_full_for(100, HEADER_LEN as u64 + 100));
+        assert!(!active.is_full_for(99, HEADER_LEN as u64 + 100));
+        assert_eq!(active.end(), HEADER_LEN as u64 + 1);
     }
 }
