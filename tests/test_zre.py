@@ -172,6 +172,10 @@ def test_async_for_and_cancelled_recv_loses_nothing(two: tuple[Node, Node]) -> N
             got.append(event)
             if event.type == "JOIN":
                 break
+        # a shouts to the peers it knows in G: wait until it heard b's JOIN too.
+        deadline = time.monotonic() + TIMEOUT
+        while a.peers_by_group("G") != [b.uuid] and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         # Receives cancelled while they wait, racing the SHOUTs as they arrive: none may eat
         # one (an event taken for a cancelled receive goes back, in order).
         for i in range(50):
