@@ -172,3 +172,21 @@ def ticks_while(blocking: Callable[[], object]) -> int:
         stop.set()
         t.join()
     return ticks
+
+
+def beacon_endpoints(towers: str, within: float = 5.0) -> set[str]:
+    """The publisher endpoints the tower forwards in its beacons for `within` seconds."""
+    host, port = towers.rsplit(":", 1)
+    seen = set()
+    with Socket("SUB", linger=0) as sub:
+        sub.subscribe(b"B")
+        sub.connect(f"{host}:{int(port) + 1}")
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            try:
+                frames = sub.recv_multipart(timeout=0.2)
+            except TimeoutError:
+                continue
+            if len(frames) == 3:
+                seen.add(frames[2].decode())
+    return seen

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import beacon_endpoints
 
 DAFKA = [sys.executable, "-m", "dafka.cli"]
 
@@ -107,8 +108,8 @@ def test_consume_json_lines_and_idle_timeout(towers: str) -> None:
 
 
 def test_a_latest_consumer_prints_only_new_records_and_shows_progress(towers: str) -> None:
-    # Stored before the consumer starts, by a producer gone since: not printed, except the
-    # partition's head record ("latest" includes it, as the reference's consumer does).
+    # Stored before the consumer starts, by a producer gone since: not printed, not even the
+    # partition's head record (its help says "only new records").
     stored = dafka("produce", "t-live", "--towers", towers, stdin=b"old1\nold2\n")
     assert stored.returncode == 0
     consumer = subprocess.Popen(
@@ -128,10 +129,97 @@ def test_a_latest_consumer_prints_only_new_records_and_shows_progress(towers: st
             consumer.wait()
     assert consumer.returncode == 0, err
     lines = out.splitlines()
-    assert len(lines) == 3
-    assert b"new" in lines
-    assert set(lines) <= {b"new", b"old2"}
+    assert lines == [b"new"] * 3
     assert b"processed 3 records" in err
+
+
+def test_a_latest_consumer_of_the_stored_partition_gets_its_next_record_only(
+    towers: str,
+) -> None:
+    # The consumer meets the stored partition through the stores' heads before any new
+    # record: it starts after the head, and the next record of that same partition is the
+    # first printed.
+    first = subprocess.Popen(
+        [*DAFKA, "produce", "t-next", "--towers", towers],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert first.stdin is not None and first.stderr is not None
+    first.stdin.write(b"old1\nold2\n")
+    first.stdin.flush()
+    # Both stored before the consumer starts (a consumer up before they were sent gets them
+    # live, rightly: they would be new to it).
+    deadline = time.monotonic() + 30
+    while True:
+        stored = dafka(
+            "consume", "t-next", "--towers", towers, "--from-beginning", "--max-records", "2"
+        )
+        if stored.returncode == 0 or time.monotonic() > deadline:
+            break
+        assert b"no store holds topic 't-next'" in stored.stderr, stored.stderr
+    assert stored.stdout == b"old1\nold2\n", stored.stderr
+    consumer = subprocess.Popen(
+        [*DAFKA, "consume", "t-next", "--towers", towers, "--max-records", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(3)  # the consumer has heard the partition's HEAD (every second)
+        first.stdin.write(b"new\n")
+        first.stdin.close()
+        assert first.wait(timeout=30) == 0
+        out, err = consumer.communicate(timeout=30)
+    finally:
+        for proc in (first, consumer):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert out == b"new\n", err
+
+
+def test_consume_from_beginning_of_a_topic_no_store_holds_fails_and_says_so(
+    towers: str,
+) -> None:
+    held = dafka("produce", "events", "--towers", towers, stdin=b"e\n")
+    assert held.returncode == 0, held.stderr
+    start = time.monotonic()
+    out = dafka("consume", "evnets", "--towers", towers, "--from-beginning", timeout=30)
+    assert time.monotonic() - start < 15
+    assert out.returncode == 1, out.stderr
+    assert b"dafka consume: error: no store holds topic 'evnets'" in out.stderr, out.stderr
+    assert out.stderr.count(b"no store holds topic") == 1, out.stderr
+    assert b"Traceback" not in out.stderr
+    # A topic held is read as before.
+    ok = dafka("consume", "events", "--towers", towers, "--from-beginning", "--max-records", "1")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_consume_of_new_records_of_a_topic_no_store_holds_says_so_and_waits(
+    towers: str,
+) -> None:
+    out = dafka("consume", "t-not-yet", "--towers", towers, "--idle-timeout", "3")
+    assert out.returncode == 0, out.stderr
+    assert (
+        b"dafka consume: no store holds topic 't-not-yet' yet; waiting for new records"
+        in out.stderr
+    ), out.stderr
+    assert out.stderr.count(b"no store holds topic") == 1, out.stderr
+
+
+def test_host_is_what_a_cli_store_announces(towers: str, tmp_path: Path) -> None:
+    store = subprocess.Popen(
+        [*DAFKA, "store", str(tmp_path / "s"), "--towers", towers, "--host", "127.0.0.2"],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        endpoints = set()
+        deadline = time.monotonic() + 15
+        while not any(e.startswith("tcp://127.0.0.2:") for e in endpoints):
+            assert time.monotonic() < deadline, endpoints
+            endpoints |= beacon_endpoints(towers, within=1.0)
+    finally:
+        assert stop(store) == 0
+    assert b"announced as 127.0.0.2" in store.stderr.read()
 
 
 def test_progress_line_on_a_long_run(towers: str) -> None:
@@ -176,6 +264,11 @@ def test_bad_towers_and_bad_path_are_clear_errors(towers: str, tmp_path: Path) -
     assert store.returncode == 1
     assert f"dafka store: error: cannot open the store at {str(a_file)!r}".encode() in store.stderr
     assert b"Traceback" not in store.stderr
+    # A file on the way to the directory: named too (it was "Not a directory (os error 20)").
+    below = dafka("store", str(a_file / "store"), "--towers", towers)
+    assert below.returncode == 1
+    assert f"{a_file} is a file, not a directory".encode() in below.stderr, below.stderr
+    assert b"os error" not in below.stderr
     sync = dafka("store", str(tmp_path / "s"), "--towers", towers, "--sync", "sometimes")
     assert sync.returncode == 2
     assert b"expected always, never or an interval in seconds" in sync.stderr

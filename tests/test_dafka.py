@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import ticks_while
+from conftest import beacon_endpoints, ticks_while
 
 import dafka
+import dafka.zmtp
 
 SCHEMA = pa.schema(
     [
@@ -306,3 +307,191 @@ def test_records_sent_before_a_producer_is_dropped_without_close_reach_the_store
     with dafka.Consumer(t, towers=cluster.towers, offset_reset="earliest") as consumer:
         got = collect(consumer, n).column("value").to_pylist()
     assert got == [b"v%d" % i for i in range(n)]
+
+
+# --- errors that say what to do (issue 22) -----------------------------------------------
+
+# Nothing listens on port 1 of loopback (nor on 2, its XPUB): a tower that never answers.
+DEAD_TOWERS = "tcp://127.0.0.1:1"
+
+
+def test_a_consumer_whose_towers_never_answer_says_so() -> None:
+    with dafka.Consumer(["x"], towers=DEAD_TOWERS, connect_timeout=0.5) as consumer:
+        start = time.monotonic()
+        with pytest.raises(
+            dafka.TimeoutError, match=r"no tower answered within 0\.5 s at tcp://127\.0\.0\.1:1"
+        ):
+            while time.monotonic() - start < 10:
+                consumer.poll(timeout=0.1)
+        assert time.monotonic() - start < 5
+        # Still so on the next poll, at once.
+        with pytest.raises(dafka.TimeoutError, match="no tower answered"):
+            consumer.poll(timeout=5)
+
+
+def test_by_default_a_consumer_gives_its_towers_five_seconds() -> None:
+    with dafka.Consumer(["x"], towers=DEAD_TOWERS) as consumer:
+        start = time.monotonic()
+        # One long poll: it ends when the towers' time is up, not after its own timeout.
+        with pytest.raises(dafka.TimeoutError, match=r"no tower answered within 5 s"):
+            consumer.poll(timeout=30)
+        assert 4.5 <= time.monotonic() - start < 15
+
+
+def test_connect_timeout_none_waits_for_the_towers_silently() -> None:
+    with dafka.Consumer(["x"], towers=DEAD_TOWERS, connect_timeout=None) as consumer:
+        assert consumer.poll(timeout=0.3).num_rows == 0
+    with pytest.raises(dafka.InvalidArgumentError, match="connect_timeout"):
+        dafka.Consumer(["x"], towers=DEAD_TOWERS, connect_timeout=-1)
+
+
+def test_a_producer_whose_towers_never_answer_says_so() -> None:
+    with dafka.Producer("x", towers=DEAD_TOWERS, connect_timeout=0.5) as producer:
+        assert producer.send(b"queued while the towers may still answer") == 0
+        start = time.monotonic()
+        with pytest.raises(dafka.TimeoutError, match=r"no tower answered within 0\.5 s"):
+            producer.flush(timeout=20)
+        assert time.monotonic() - start < 5
+        with pytest.raises(dafka.TimeoutError, match="no tower answered"):
+            producer.send(b"refused: nothing would ever carry it")
+        with pytest.raises(dafka.TimeoutError, match="no tower answered"):
+            producer.send_many([b"a", b"b"])
+
+
+def test_nodes_with_a_live_tower_are_not_affected_by_connect_timeout(
+    cluster: dafka.LocalCluster,
+) -> None:
+    t = topic()
+    with (
+        dafka.Producer(t, towers=cluster.towers, connect_timeout=0.5) as producer,
+        dafka.Consumer(
+            t, towers=cluster.towers, offset_reset="earliest", connect_timeout=0.5
+        ) as consumer,
+    ):
+        time.sleep(0.8)
+        producer.send(b"v")
+        producer.flush(timeout=20)
+        assert collect(consumer, 1).column("value").to_pylist() == [b"v"]
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_a_consumer_learns_that_no_store_holds_a_topic(
+    cluster: dafka.LocalCluster, reset: str
+) -> None:
+    held, missing = topic(), topic()
+    with dafka.Producer(held, towers=cluster.towers) as producer:
+        producer.send(b"kept")
+        producer.flush(timeout=20)
+    with dafka.Consumer([held, missing], towers=cluster.towers, offset_reset=reset) as consumer:
+        assert consumer.topics_not_held == []  # nobody answered yet: not claimed
+        deadline = time.monotonic() + 10
+        while consumer.topics_not_held != [missing] and time.monotonic() < deadline:
+            consumer.poll(timeout=0.1)
+        assert consumer.topics_not_held == [missing]
+        # Written after all: a partition of it is known, the claim is withdrawn.
+        with dafka.Producer(missing, towers=cluster.towers) as late:
+            deadline = time.monotonic() + 10
+            while consumer.topics_not_held and time.monotonic() < deadline:
+                late.send(b"now it exists")
+                consumer.poll(timeout=0.1)
+        assert consumer.topics_not_held == []
+
+
+def test_an_earliest_consumer_warns_of_a_topic_no_store_holds(
+    cluster: dafka.LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    missing = topic()
+    with dafka.Consumer(missing, towers=cluster.towers, offset_reset="earliest") as consumer:
+        deadline = time.monotonic() + 10
+        while not consumer.topics_not_held and time.monotonic() < deadline:
+            consumer.poll(timeout=0.1)
+        consumer.poll(timeout=0.2)
+    said = [r.getMessage() for r in caplog.records if "no store holds topic" in r.getMessage()]
+    assert len(said) == 1, said
+    assert missing in said[0]
+
+
+def test_an_unacknowledged_flush_says_how_many_stores_are_reachable(tmp_path: Path) -> None:
+    t = topic()
+    with dafka.Tower(sub="tcp://127.0.0.1:0") as tower:
+        with dafka.Producer(t, towers=tower.towers, min_acks=2) as producer:
+            producer.send(b"x")
+            with pytest.raises(
+                dafka.TimeoutError,
+                match=rf"1 records still unacknowledged after 0\.5 ?s: no store is reachable "
+                rf"for topic '{t}'",
+            ):
+                producer.flush(timeout=0.5)
+            with dafka.Store(tmp_path / "store", towers=tower.towers, sync="never"):
+                deadline = time.monotonic() + 10
+                message = ""
+                while "1 store reachable" not in message and time.monotonic() < deadline:
+                    try:
+                        producer.flush(timeout=0.3)
+                    except dafka.TimeoutError as e:
+                        message = str(e)
+                assert f"1 store reachable for topic '{t}', 2 must acknowledge" in message
+
+
+def test_a_store_path_that_is_a_file_is_named_as_such(
+    cluster: dafka.LocalCluster, tmp_path: Path
+) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_bytes(b"not a directory")
+    for path in (str(a_file), f"{a_file}/", str(a_file / "sub")):
+        with pytest.raises(dafka.StorageError) as info:
+            dafka.Store(path, towers=cluster.towers)
+        message = str(info.value)
+        assert f"{a_file} is a file, not a directory" in message, message
+        assert "os error" not in message, message
+
+
+def test_host_is_what_a_store_and_a_producer_announce(tmp_path: Path) -> None:
+    t = topic()
+    with (
+        dafka.Tower(sub="tcp://127.0.0.1:0") as tower,
+        dafka.Store(tmp_path / "s", towers=tower.towers, sync="never", host="127.0.0.2"),
+        dafka.Producer(t, towers=tower.towers, host="127.0.0.3") as producer,
+    ):
+        endpoints = beacon_endpoints(tower.towers, within=2.5)
+        hosts = {e.rsplit(":", 1)[0] for e in endpoints}
+        assert {"tcp://127.0.0.2", "tcp://127.0.0.3"} <= hosts, endpoints
+        assert "tcp://127.0.0.1" not in hosts, endpoints
+        # Consumers connect to what is announced: the records travel through 127.0.0.2
+        # (stored) and 127.0.0.3 (live), where alone the nodes listen.
+        producer.send_many([b"a", b"b"])
+        producer.flush(timeout=20)
+        with dafka.Consumer(t, towers=tower.towers, offset_reset="earliest") as consumer:
+            assert collect(consumer, 2).column("value").to_pylist() == [b"a", b"b"]
+
+
+def test_bind_sets_the_listening_address_apart_from_the_announced_one(tmp_path: Path) -> None:
+    with (
+        dafka.Tower(sub="tcp://127.0.0.1:0") as tower,
+        dafka.Store(
+            tmp_path / "s", towers=tower.towers, sync="never", host="127.0.0.2", bind="127.0.0.1"
+        ),
+    ):
+        # The store's two nodes (writer and reader) announce themselves.
+        endpoints = beacon_endpoints(tower.towers, within=2.5)
+        assert len(endpoints) == 2, endpoints
+        assert all(e.startswith("tcp://127.0.0.2:") for e in endpoints), endpoints
+        port = min(endpoints).rsplit(":", 1)[1]
+        # Listening on the bound address and the announced port: a ZMTP peer answers there.
+        with dafka.zmtp.Socket("SUB", linger=0) as sub:
+            monitor = sub.monitor()
+            sub.connect(f"tcp://127.0.0.1:{port}")
+            events = []
+            while not events or events[-1]["event"] != "handshake_succeeded":
+                event = monitor.recv(timeout=5)
+                assert event is not None, events
+                events.append(event)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "*", ""])
+def test_host_must_be_an_address_peers_can_reach(cluster: dafka.LocalCluster, host: str) -> None:
+    with pytest.raises(dafka.InvalidArgumentError, match="host"):
+        dafka.Producer("t", towers=cluster.towers, host=host)

@@ -47,9 +47,41 @@ def test_uuid_and_name_before_start() -> None:
     assert len(node.uuid) == 32 and int(node.uuid, 16) >= 0 and node.uuid == node.uuid.upper()
     assert node.name == node.uuid[:6]
     assert Node("x").uuid != node.uuid
-    with pytest.raises(dafka.StateError):
-        node.join("G")
     node.stop()  # before start: nothing to do
+
+
+def test_join_before_start_as_pyres_chat_example_does(port: int) -> None:
+    # pyre's chat example: Pyre("CHAT"), set_header, join("CHAT"), then start().
+    a = Node("a", interface="lo", port=port, interval=0.1)
+    a.set_header("CHAT_Header1", "example header1")
+    a.join("CHAT")
+    a.join("OTHER")
+    a.leave("OTHER")
+    a.join("CHAT")  # joining twice is joining once
+    assert a.own_groups() == ["CHAT"]
+    b = Node("b", interface="lo", port=port, interval=0.1)
+    b.join("CHAT")
+    with a, b:
+        assert a.own_groups() == ["CHAT"]
+        join = expect(b, lambda e: e.type == "JOIN" and e.peer_uuid == a.uuid)
+        assert join.group == "CHAT"
+        expect(a, lambda e: e.type == "JOIN" and e.peer_uuid == b.uuid)
+        assert b.peers_by_group("CHAT") == [a.uuid]
+        a.shout("CHAT", b"hello")
+        shout = expect(b, lambda e: e.type == "SHOUT")
+        assert (shout.peer_uuid, shout.group, shout.frames) == (a.uuid, "CHAT", [b"hello"])
+        assert b.peer_header(a.uuid, "CHAT_Header1") == "example header1"
+
+
+def test_a_bad_group_joined_before_start_fails_the_start(port: int) -> None:
+    node = Node("bad", interface="lo", port=port)
+    node.join("g" * 256)
+    with pytest.raises(dafka.InvalidArgumentError):
+        node.start()
+    # Not started: start again after leaving the bad group works.
+    node.leave("g" * 256)
+    with node:
+        assert node.own_groups() == []
 
 
 def test_discovery_groups_and_messages(two: tuple[Node, Node]) -> None:
@@ -140,6 +172,10 @@ def test_async_for_and_cancelled_recv_loses_nothing(two: tuple[Node, Node]) -> N
             got.append(event)
             if event.type == "JOIN":
                 break
+        # a shouts to the peers it knows in G: wait until it heard b's JOIN too.
+        deadline = time.monotonic() + TIMEOUT
+        while a.peers_by_group("G") != [b.uuid] and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         # Receives cancelled while they wait, racing the SHOUTs as they arrive: none may eat
         # one (an event taken for a cancelled receive goes back, in order).
         for i in range(50):

@@ -49,7 +49,8 @@ class Event:
 
 class Node:
     """A ZRE node. Nothing runs before :meth:`start` (or ``with``); :attr:`uuid` is fixed at
-    construction.
+    construction. Groups joined before :meth:`start` are joined when it starts (as pyre and
+    zyre do: pyre's chat example joins first).
 
     ``interface`` is a name (``"eth0"``, ``"lo"``) or an address (``"10.0.0.1"``,
     ``"fd00::1"``); ``None`` picks the first interface that is up, not loopback and has an
@@ -119,6 +120,8 @@ class Node:
             "allowed_keys": None if allowed_keys is None else list(allowed_keys),
         }
         self._node: _native.ZreNode | None = None
+        # Joined before start(), in join order.
+        self._groups: list[str] = []
 
     @property
     def uuid(self) -> str:
@@ -142,15 +145,25 @@ class Node:
         self._headers[key] = value
 
     def start(self) -> None:
-        """Binds the mailbox and the beacon socket and starts beaconing."""
+        """Binds the mailbox and the beacon socket, joins the groups joined so far and starts
+        beaconing. A group the node refuses (e.g. over 255 bytes) fails the start: the node
+        stays unstarted, its groups kept."""
         if self._node is not None:
             raise StateError("the ZRE node is already started")
-        self._node = _native.ZreNode(
+        node = _native.ZreNode(
             self._raw_uuid,
             self._name,
             list(self._headers.items()),
             **self._options,  # type: ignore[arg-type]
         )
+        try:
+            for group in self._groups:
+                node.join(group)
+        except BaseException:
+            node.stop()
+            raise
+        self._node = node
+        self._groups = []
 
     def stop(self) -> None:
         """Says goodbye (a port-0 beacon) and closes every connection. Events not taken yet
@@ -176,10 +189,20 @@ class Node:
         return self._node
 
     def join(self, group: str) -> None:
-        self._running().join(group)
+        """Joins ``group``; before :meth:`start`, once the node starts."""
+        if self._node is None:
+            if group not in self._groups:
+                self._groups.append(group)
+            return
+        self._node.join(group)
 
     def leave(self, group: str) -> None:
-        self._running().leave(group)
+        """Leaves ``group``; before :meth:`start`, forgets a group joined."""
+        if self._node is None:
+            if group in self._groups:
+                self._groups.remove(group)
+            return
+        self._node.leave(group)
 
     def shout(self, group: str, *frames: bytes) -> None:
         """Sends ``frames`` (one message) to every peer in ``group``."""
@@ -232,8 +255,10 @@ class Node:
         return self._running().peer_groups()
 
     def own_groups(self) -> list[str]:
-        """Groups this node is in, in join order."""
-        return self._running().own_groups()
+        """Groups this node is in (before :meth:`start`: will join), in join order."""
+        if self._node is None:
+            return list(self._groups)
+        return self._node.own_groups()
 
     def peers_by_group(self, group: str) -> list[str]:
         return self._running().peers_by_group(group)

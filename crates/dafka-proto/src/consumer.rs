@@ -3,10 +3,17 @@
 //! * Topics match exactly: a RECORD of `hello2` reaching a `hello` consumer (ZeroMQ prefix
 //!   matching lets it through) is dropped, not delivered as the reference does.
 //! * A partition is learnt from its first RECORD, HEAD or DIRECT-HEAD. With
-//!   [`OffsetReset::Earliest`] delivery starts at offset 0 (the consumer also sends GET-HEADS
-//!   when it subscribes); with [`OffsetReset::Latest`] at the offset that message names (the
-//!   head record itself is delivered, as the reference does). [`Consumer::set_position`] starts
-//!   a partition at an explicit offset.
+//!   [`OffsetReset::Earliest`] delivery starts at offset 0; with [`OffsetReset::Latest`] at a
+//!   RECORD's own offset, or after the offset a HEAD or DIRECT-HEAD names: only records
+//!   written after the consumer met the partition. (The reference starts at the head, so its
+//!   "latest" consumer delivers the last record written before it came.)
+//!   [`Consumer::set_position`] starts a partition at an explicit offset.
+//! * Subscribing (but for an [`OffsetReset::Assigned`] consumer) asks the stores for the
+//!   topic's heads (GET-HEADS and a HEADS-QUERY, again to every store that becomes
+//!   reachable): a topic every reachable store answered for with a HEADS-END and none holds a
+//!   partition of, and of which no record or HEAD came, is "not held"
+//!   ([`Consumer::topics_not_held`], said once per topic by [`Consumer::poll_not_held`]): a
+//!   typo, or a topic nothing was written to yet.
 //! * Records arriving ahead of the next offset wait in a bounded reorder buffer
 //!   ([`ConsumerConfig::max_reorder`] records per partition, [`ConsumerConfig::max_reorder_bytes`]
 //!   overall; past that they are dropped and fetched again later); the gap is FETCHed at once
@@ -52,7 +59,8 @@ use crate::subscription;
 pub enum OffsetReset {
     /// From offset 0.
     Earliest,
-    /// From the offset of the first RECORD, HEAD or DIRECT-HEAD seen (the reference's default).
+    /// From the offset of the first RECORD seen, or after the offset of the first HEAD or
+    /// DIRECT-HEAD (the reference's default, but for that: it starts at the head).
     #[default]
     Latest,
     /// Nowhere: only partitions given a position ([`Consumer::assign`],
@@ -274,6 +282,23 @@ pub struct Consumer {
     lost: u64,
     /// Partitions found positioned past the stores' end, not yet polled.
     past_end: VecDeque<PastEnd>,
+    /// What the stores said of each subscribed topic (not for an "assigned" consumer).
+    census: HashMap<Topic, Census>,
+    /// Topics found not held, not yet polled.
+    not_held: VecDeque<Topic>,
+}
+
+/// Whether the stores hold a subscribed topic: the HEADS-QUERY asked when it was subscribed.
+#[derive(Debug)]
+struct Census {
+    /// Its number, echoed by the HEADS-ENDs that answer it.
+    number: u64,
+    /// Store readers whose HEADS-END of it arrived (bounded by [`MAX_STORES`]).
+    ended: HashSet<NodeId>,
+    /// A store said it holds a partition of the topic (DIRECT-HEAD, DIRECT-LOW-WATER).
+    held: bool,
+    /// Found not held and said so ([`Consumer::poll_not_held`]).
+    said: bool,
 }
 
 /// A running offsets query.
@@ -323,6 +348,8 @@ impl Consumer {
             losses: VecDeque::new(),
             lost: 0,
             past_end: VecDeque::new(),
+            census: HashMap::new(),
+            not_held: VecDeque::new(),
         })
     }
 
@@ -345,15 +372,23 @@ impl Consumer {
     }
 
     /// Subscribes to `topic`; returns the SUB subscriptions to add (`'M'` and `'H'` + topic +
-    /// `0x00`: exact). An "earliest" consumer also sends GET-HEADS.
+    /// `0x00`: exact). But for an "assigned" consumer, it also asks the stores for the topic's
+    /// heads: GET-HEADS (an "earliest" consumer learns its partitions from the answers, a
+    /// "latest" one where they end) and a HEADS-QUERY, whose HEADS-ENDs tell whether the
+    /// stores hold the topic at all ([`topics_not_held`](Self::topics_not_held)).
     pub fn subscribe(&mut self, topic: Topic) -> [Bytes; 2] {
         let subs = topic_subscriptions(&topic);
         if !self.topics.contains(&topic) {
-            if self.config.offset_reset == OffsetReset::Earliest {
-                self.transmit.push_back(Message::GetHeads(GetHeads {
-                    topic: topic.clone(),
-                    consumer: self.config.id,
-                }));
+            if self.config.offset_reset != OffsetReset::Assigned {
+                let number = self.new_query_number();
+                let census = Census {
+                    number,
+                    ended: HashSet::new(),
+                    held: false,
+                    said: false,
+                };
+                self.census.insert(topic.clone(), census);
+                self.ask_heads(topic.clone(), number);
             }
             self.topics.push(topic);
         }
@@ -364,6 +399,8 @@ impl Consumer {
     /// cancel.
     pub fn unsubscribe(&mut self, topic: &Topic) -> [Bytes; 2] {
         self.topics.retain(|t| t != topic);
+        self.census.remove(topic);
+        self.not_held.retain(|t| t != topic);
         let mut freed = 0;
         self.partitions.retain(|(t, _), p| {
             let keep = t != topic;
@@ -477,6 +514,7 @@ impl Consumer {
                 self.answer(&h.topic, h.producer, |b| {
                     b.end = b.end.max(h.sequence.saturating_add(1));
                 });
+                self.held(&h.topic);
                 self.on_head(&h.topic, h.producer, h.sequence, now)?;
                 self.on_stores_end(&h.topic, h.producer, h.sequence.saturating_add(1), now);
                 Ok(())
@@ -485,6 +523,7 @@ impl Consumer {
                 self.check_to(Kind::DirectLowWater, &d.to)?;
                 let l = &d.low;
                 self.answer(&l.topic, l.producer, |b| b.low = b.low.max(l.sequence));
+                self.held(&l.topic);
                 self.on_low_water(&l.topic, l.producer, l.sequence, now)
             }
             Message::DirectMissing(d) => {
@@ -498,6 +537,13 @@ impl Consumer {
                     && q.ended.len() < MAX_STORES
                 {
                     q.ended.insert(e.store);
+                }
+                if let Some(c) = self.census.get_mut(&e.topic)
+                    && c.number == e.query
+                    && c.ended.len() < MAX_STORES
+                {
+                    c.ended.insert(e.store);
+                    self.check_census(&e.topic);
                 }
                 Ok(())
             }
@@ -539,8 +585,7 @@ impl Consumer {
     /// [`stores_reachable`](Self::stores_reachable)) while the query runs. The topic need not
     /// be subscribed; the answers do not create positions for it unless it is.
     pub fn query_offsets(&mut self, topic: Topic) {
-        let number = self.next_query;
-        self.next_query = self.next_query.wrapping_add(1);
+        let number = self.new_query_number();
         self.queries.insert(
             topic.clone(),
             Query {
@@ -550,6 +595,13 @@ impl Consumer {
             },
         );
         self.ask_heads(topic, number);
+    }
+
+    /// The number of a new HEADS-QUERY.
+    fn new_query_number(&mut self) -> u64 {
+        let number = self.next_query;
+        self.next_query = self.next_query.wrapping_add(1);
+        number
     }
 
     /// GET-HEADS (every store answers it) then HEADS-QUERY `number` (ours answer it again,
@@ -573,11 +625,62 @@ impl Consumer {
     /// A HEADS-END follows its store's answers on the same connection and is sent only when
     /// none of them was dropped, so they are all in when it is.
     pub fn query_answered(&self, topic: &Topic) -> bool {
-        let Some(q) = self.queries.get(topic) else {
-            return false;
-        };
+        self.queries
+            .get(topic)
+            .is_some_and(|q| self.all_reachable_in(&q.ended))
+    }
+
+    /// Whether at least one store reader is reachable now and every one is in `ended`.
+    fn all_reachable_in(&self, ended: &HashSet<NodeId>) -> bool {
         let mut reachable = self.heard_by.intersection(&self.heard_from).peekable();
-        reachable.peek().is_some() && reachable.all(|s| q.ended.contains(s))
+        reachable.peek().is_some() && reachable.all(|s| ended.contains(s))
+    }
+
+    /// A store said it holds a partition of `topic`.
+    fn held(&mut self, topic: &Topic) {
+        if let Some(c) = self.census.get_mut(topic) {
+            c.held = true;
+        }
+    }
+
+    /// Whether `topic` is subscribed and not held: every store reachable now (at least one)
+    /// answered its census, none holds a partition of it, and no partition of it is known.
+    fn not_held(&self, topic: &Topic) -> bool {
+        self.census.get(topic).is_some_and(|c| {
+            !c.held
+                && self.all_reachable_in(&c.ended)
+                && !self.partitions.keys().any(|(t, _)| t == topic)
+        })
+    }
+
+    /// A HEADS-END of `topic`'s census arrived: says it once if the topic is not held.
+    fn check_census(&mut self, topic: &Topic) {
+        if self.not_held(topic)
+            && let Some(c) = self.census.get_mut(topic)
+            && !std::mem::replace(&mut c.said, true)
+        {
+            self.not_held.push_back(topic.clone());
+        }
+    }
+
+    /// The subscribed topics no store holds, in subscription order: every store reader
+    /// reachable now (at least one) ended its answer to the topic's HEADS-QUERY with a
+    /// HEADS-END, none said it holds a partition of it, and no RECORD or HEAD of it came.
+    /// Empty while no store answered (none reachable, or only reference stores, which send no
+    /// HEADS-END): nothing is claimed before the stores have answered. A topic leaves it as
+    /// soon as a partition of it is known.
+    pub fn topics_not_held(&self) -> Vec<Topic> {
+        self.topics
+            .iter()
+            .filter(|t| self.not_held(t))
+            .cloned()
+            .collect()
+    }
+
+    /// The next topic found not held (see [`topics_not_held`](Self::topics_not_held)), once
+    /// per subscription, for the driver to log.
+    pub fn poll_not_held(&mut self) -> Option<Topic> {
+        self.not_held.pop_front()
     }
 
     /// What the query of `topic` heard so far: per partition, the highest low-water mark and
@@ -621,12 +724,20 @@ impl Consumer {
             return;
         }
         if self.heard_by.contains(&store) && self.heard_from.contains(&store) {
-            let running: Vec<(Topic, u64)> = self
+            let mut again: Vec<(Topic, u64)> = self
                 .queries
                 .iter()
                 .map(|(t, q)| (t.clone(), q.number))
                 .collect();
-            for (topic, number) in running {
+            // The censuses too, but of topics a store already said it holds: whether any store
+            // holds a topic is answered only once every reachable one did.
+            again.extend(
+                self.census
+                    .iter()
+                    .filter(|(_, c)| !c.held)
+                    .map(|(t, c)| (t.clone(), c.number)),
+            );
+            for (topic, number) in again {
                 self.ask_heads(topic, number);
             }
             // The first store to become reachable gets the FETCHes sent to nobody; a later one
@@ -720,7 +831,8 @@ impl Consumer {
         sequence: u64,
         now: Instant,
     ) -> Result<(), PeerError> {
-        let Some(key) = self.partition(topic, producer, sequence)? else {
+        // "Latest": after the head, which was written before the consumer met the partition.
+        let Some(key) = self.partition(topic, producer, sequence.saturating_add(1))? else {
             return Ok(());
         };
         if let Some(p) = self.partitions.get_mut(&key) {

@@ -12,12 +12,24 @@ use dafka_proto::{
 
 use common::{C1, C2, P1, Rng, S2_READER, id, topic};
 
-/// A consumer subscribed to "golden", with `edit` applied to its default configuration.
+/// A consumer subscribed to "golden", with `edit` applied to its default configuration, and
+/// the questions subscribing asked the stores (GET-HEADS, HEADS-QUERY) taken.
 fn consumer_with(me: &str, edit: impl FnOnce(&mut ConsumerConfig)) -> Consumer {
     let mut cfg = ConsumerConfig::new(id(me));
     edit(&mut cfg);
+    let assigned = cfg.offset_reset == OffsetReset::Assigned;
     let mut c = Consumer::new(cfg).unwrap();
     c.subscribe(topic("golden"));
+    let asked = sent(&mut c);
+    if assigned {
+        assert!(asked.is_empty(), "{asked:?}");
+    } else {
+        assert!(
+            matches!(&asked[..], [Message::GetHeads(g), Message::HeadsQuery(q)]
+                if g.topic == topic("golden") && q.topic == topic("golden")),
+            "{asked:?}"
+        );
+    }
     c
 }
 
@@ -27,9 +39,7 @@ fn consumer(me: &str, reset: OffsetReset) -> Consumer {
 
 /// An "earliest" consumer of "golden" whose GET-HEADS was already sent.
 fn earliest() -> Consumer {
-    let mut c = consumer(C1, OffsetReset::Earliest);
-    assert!(matches!(&sent(&mut c)[..], [Message::GetHeads(_)]));
-    c
+    consumer(C1, OffsetReset::Earliest)
 }
 
 fn record_in(t: &str, seq: u64) -> Message {
@@ -106,37 +116,49 @@ fn latest_starts_at_the_first_record_seen() {
     c.handle_message(&record(5), t0).unwrap();
     c.handle_message(&record(6), t0).unwrap();
     assert_eq!(delivered(&mut c), vec![5, 6]);
-    assert!(sent(&mut c).is_empty(), "no GET-HEADS, no FETCH");
+    assert!(sent(&mut c).is_empty(), "no FETCH");
     let pos: Vec<_> = c.positions().map(|(t, p, n)| (t.clone(), *p, n)).collect();
     assert_eq!(pos, vec![(topic("golden"), id(P1), 7)]);
 }
 
+/// Issue 22: the reference's "latest" consumer starts at the head a HEAD names, FETCHing
+/// and delivering that record (captured: C2 sees HEAD(11), FETCHes 11, gets DIRECT-RECORD 11
+/// from P1), so `dafka consume` without `--from-beginning` printed the last record written
+/// before it came. Ours starts after it: only records written after.
 #[test]
-fn latest_fetches_the_head_record_itself() {
-    // As captured: C2 ("latest") sees HEAD(11), FETCHes 11 and gets DIRECT-RECORD 11 from P1.
+fn latest_starts_after_the_head_a_head_names() {
     let t0 = Instant::now();
     let mut c = consumer(C2, OffsetReset::Latest);
     let captured_head = common::find("HEAD", &[("sequence", "11")]);
     let head = Message::decode(&captured_head.frames, &Limits::DEFAULT).unwrap();
     c.handle_message(&head, t0).unwrap();
-    let out = sent(&mut c);
-    let [Message::Fetch(f)] = &out[..] else {
-        panic!("{out:?}")
-    };
-    // The reference asks for 100000 - 11 % 100000 records; we ask for the gap: one.
-    assert_eq!(
-        (f.producer, f.sender, f.sequence, f.count),
-        (id(P1), id(C2), 11, 1)
-    );
-    let answer = common::find("DIRECT-RECORD", &[("topic_prefix", C2), ("sequence", "11")]);
-    let answer = Message::decode(&answer.frames, &Limits::DEFAULT).unwrap();
+    assert!(sent(&mut c).is_empty(), "no FETCH of the head record");
+    assert_eq!(c.poll_timeout(), None, "no gap, no retry");
+    let pos: Vec<_> = c.positions().map(|(_, p, n)| (*p, n)).collect();
+    assert_eq!(pos, vec![(id(P1), 12)]);
+    // The head record itself, late (a FETCH answer to another consumer): not delivered.
+    c.handle_message(&record(11), t0).unwrap();
+    c.handle_message(&record(12), t0).unwrap();
+    assert_eq!(delivered(&mut c), vec![12]);
+}
+
+/// The same from a store's DIRECT-HEAD (the answer to the GET-HEADS a subscription sends).
+#[test]
+fn latest_starts_after_the_head_a_store_reports() {
+    let t0 = Instant::now();
+    let mut c = consumer(C2, OffsetReset::Latest);
+    let answer = Message::DirectHead(dafka_proto::DirectHead {
+        to: id(C2),
+        head: dafka_proto::Head {
+            producer: id(P1),
+            topic: topic("golden"),
+            sequence: 4,
+        },
+    });
     c.handle_message(&answer, t0).unwrap();
-    let d = c.poll_record().unwrap();
-    assert_eq!(
-        (d.offset, d.content),
-        (11, Bytes::from_static(b"golden-r011"))
-    );
-    assert_eq!(c.poll_timeout(), None, "gap closed, no retry pending");
+    assert!(sent(&mut c).is_empty());
+    feed(&mut c, &[4, 5, 6], t0);
+    assert_eq!(delivered(&mut c), vec![5, 6]);
 }
 
 #[test]
@@ -145,10 +167,14 @@ fn earliest_sends_get_heads_and_fetches_from_zero() {
     // reader, FETCHes from 0 and receives DIRECT-RECORD 0-5.
     let t0 = Instant::now();
     let limits = Limits::DEFAULT;
-    let mut c = consumer(C1, OffsetReset::Earliest);
+    let mut cfg = ConsumerConfig::new(id(C1));
+    cfg.offset_reset = OffsetReset::Earliest;
+    let mut c = Consumer::new(cfg).unwrap();
+    c.subscribe(topic("golden"));
     let out = sent(&mut c);
-    assert_eq!(out.len(), 1);
+    assert_eq!(out.len(), 2, "GET-HEADS, then our HEADS-QUERY: {out:?}");
     assert_eq!(out[0].to_frames(), common::find("GET-HEADS", &[]).frames);
+    assert!(matches!(&out[1], Message::HeadsQuery(q) if q.topic == topic("golden")));
 
     let dh = common::find("DIRECT-HEAD", &[("topic_prefix", C1), ("sequence", "5")]);
     c.handle_message(&Message::decode(&dh.frames, &limits).unwrap(), t0)
@@ -309,8 +335,12 @@ fn hellos_list_the_topics() {
     c.handle_subscription(b"Mgolden", Instant::now());
     c.handle_subscription(b"", Instant::now());
     let out = sent(&mut c);
-    assert_eq!(out.len(), 1);
     assert_eq!(out[0].to_frames(), captured.frames);
+    // The store, now reachable both ways, is asked whether it holds "golden".
+    assert!(
+        matches!(&out[1..], [Message::GetHeads(_), Message::HeadsQuery(_)]),
+        "{out:?}"
+    );
 }
 
 #[test]

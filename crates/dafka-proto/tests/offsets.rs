@@ -8,8 +8,8 @@ use std::convert::Infallible;
 use std::time::Instant;
 
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Kind, LogRead, Message, NodeId, StoreHello, StoreLog,
-    StoreReader, StoreReaderConfig, Topic, subscription,
+    Bounds, Consumer, ConsumerConfig, Kind, LogRead, Message, NodeId, OffsetReset, StoreHello,
+    StoreLog, StoreReader, StoreReaderConfig, Topic, subscription,
 };
 
 use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
@@ -303,4 +303,94 @@ fn a_store_reader_whose_subscription_is_cancelled_is_no_longer_reachable() {
         c.finish_query(&golden).unwrap(),
         BTreeMap::from([(id(P1), Bounds { low: 0, end: 10 })])
     );
+}
+
+/// Issue 22: `dafka consume evnets --from-beginning` (a typo) printed "processed 0 records" and
+/// exited 0. A subscription asks the stores whether they hold the topic; once every reachable
+/// store answered and none holds it, the consumer says so.
+#[test]
+fn a_topic_no_store_holds_is_known_once_every_reachable_store_answered() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let typo = topic("gloden");
+    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = MapLog(BTreeMap::new(), golden.clone());
+    for reset in [OffsetReset::Earliest, OffsetReset::Latest] {
+        let mut cfg = ConsumerConfig::new(id(C1));
+        cfg.offset_reset = reset;
+        let mut c = Consumer::new(cfg).unwrap();
+        let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
+        listen(&mut r1, &ANSWERS);
+        listen(&mut r2, &ANSWERS);
+        c.subscribe(golden.clone());
+        c.subscribe(typo.clone());
+        // Asked before any store could hear: lost. Nothing is claimed.
+        while c.poll_transmit().is_some() {}
+        assert!(c.topics_not_held().is_empty());
+        // The first store becomes reachable: asked again, it answers.
+        connect(&mut c, &mut r1, S1_READER, &log1, now);
+        to_reader(&mut c, &mut r1, &log1);
+        to_consumer(&mut r1, &log1, &mut c, now);
+        assert_eq!(c.topics_not_held(), vec![typo.clone()], "{reset:?}");
+        assert_eq!(c.poll_not_held(), Some(typo.clone()));
+        assert_eq!(c.poll_not_held(), None, "said once");
+        // A second store becomes reachable: not claimed again until it answered too.
+        connect(&mut c, &mut r2, S2_READER, &log2, now);
+        assert!(c.topics_not_held().is_empty());
+        let asked: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+        assert!(
+            asked.iter().all(|m| match m {
+                Message::GetHeads(g) => g.topic == typo,
+                Message::HeadsQuery(q) => q.topic == typo,
+                _ => true,
+            }),
+            "a topic a store holds is not asked about again: {asked:?}"
+        );
+        for m in &asked {
+            r2.handle_message(m, &log2).unwrap();
+        }
+        to_consumer(&mut r2, &log2, &mut c, now);
+        assert_eq!(c.topics_not_held(), vec![typo.clone()]);
+        assert_eq!(c.poll_not_held(), None);
+        // A record of it comes (a producer started): no longer claimed.
+        let record = Message::Record(dafka_proto::Record {
+            producer: id(P2),
+            topic: typo.clone(),
+            sequence: 0,
+            content: bytes::Bytes::from_static(b"x"),
+        });
+        c.handle_message(&record, now).unwrap();
+        assert!(c.topics_not_held().is_empty());
+        // Unsubscribed: forgotten.
+        c.unsubscribe(&typo);
+        assert!(c.topics_not_held().is_empty());
+    }
+}
+
+#[test]
+fn a_store_sending_no_heads_end_never_has_a_topic_claimed_not_held() {
+    // A reference store answers GET-HEADS and sends no HEADS-END: whether it holds a topic is
+    // never known, so nothing is claimed.
+    let now = Instant::now();
+    let log = MapLog(BTreeMap::new(), topic("golden"));
+    let mut cfg = ConsumerConfig::new(id(C1));
+    cfg.offset_reset = OffsetReset::Earliest;
+    let mut c = Consumer::new(cfg).unwrap();
+    let mut r = reader(S1_READER, S1_WRITER);
+    listen(&mut r, &[Kind::DirectHead, Kind::DirectLowWater]);
+    c.subscribe(topic("gloden"));
+    connect(&mut c, &mut r, S1_READER, &log, now);
+    to_reader(&mut c, &mut r, &log);
+    to_consumer(&mut r, &log, &mut c, now);
+    assert!(c.topics_not_held().is_empty());
+    assert_eq!(c.poll_not_held(), None);
+}
+
+#[test]
+fn an_assigned_consumer_asks_nothing_when_it_subscribes() {
+    let mut cfg = ConsumerConfig::new(id(C1));
+    cfg.offset_reset = OffsetReset::Assigned;
+    let mut c = Consumer::new(cfg).unwrap();
+    c.subscribe(topic("golden"));
+    assert!(c.poll_transmit().is_none());
 }

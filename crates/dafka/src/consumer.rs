@@ -12,15 +12,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use dafka_proto::consumer::PastEnd;
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Message, NodeId, OffsetReset, PeerError, Topic,
+    Bounds, Consumer, ConsumerConfig, Loss, Message, NodeId, OffsetReset, PeerError, Topic,
 };
 use dafka_zmtp::{Socket, SocketType};
 
 use crate::error::Error;
 use crate::node::{
-    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, log_refused, new_node_id, publish,
-    take_up_to,
+    Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TowerWait, log_refused, new_node_id,
+    publish, take_up_to,
 };
 
 /// A record as the consumer delivers it.
@@ -184,6 +185,7 @@ impl Shared {
 pub struct ConsumerNode {
     shared: Arc<Shared>,
     id: NodeId,
+    towers: TowerWait,
     task: NodeTask,
 }
 
@@ -212,10 +214,12 @@ impl ConsumerNode {
         for (topic, partition, next) in &options.start_offsets {
             consumer.set_position(Topic::try_from(topic.as_str())?, *partition, *next);
         }
+        let reset = options.offset_reset;
         let plumbing = Plumbing::open(id, node, SocketType::Xpub).await?;
         for s in consumer.subscriptions() {
             plumbing.subscriber.subscribe(&s)?;
         }
+        let towers = plumbing.tower_wait();
         let control = Arc::new(Control::default());
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -230,12 +234,14 @@ impl ConsumerNode {
         let node = ConsumerNode {
             shared: shared.clone(),
             id,
+            towers,
             task: NodeTask::spawn(
                 plumbing,
                 ConsumerRole {
                     shared,
                     received: None,
                     delivered: false,
+                    reset,
                 },
                 control,
             ),
@@ -303,6 +309,9 @@ impl ConsumerNode {
     /// what arrived. While waiting, a batch counts as complete once the queue holds
     /// `max_records` or is full ([`ConsumerOptions::max_buffered`]: the node has stopped
     /// reading and no more can come until a poll takes some).
+    ///
+    /// Fails with [`Error::NoTower`] when no tower answered within
+    /// [`NodeConfig::connect_timeout`] (at that moment, for a poll waiting then).
     pub async fn poll(
         &self,
         max_records: usize,
@@ -327,9 +336,13 @@ impl ConsumerNode {
             if shared.control.stopping() {
                 return Err(Error::Closed);
             }
-            if shared.lock().records.len() >= enough
-                || tokio::time::timeout_at(deadline, arrived).await.is_err()
-            {
+            if shared.lock().records.len() >= enough {
+                return Ok(());
+            }
+            self.towers.check()?;
+            // Woken when the towers' time runs out too, to say so then.
+            let wake = self.towers.pending().map_or(deadline, |t| t.min(deadline));
+            if tokio::time::timeout_at(wake, arrived).await.is_err() && wake == deadline {
                 return Ok(());
             }
         }
@@ -463,6 +476,14 @@ impl ConsumerNode {
         }
     }
 
+    /// The subscribed topics no store holds: every store reachable now answered that it holds
+    /// no partition of them, and no record of them came (a typo, or a topic nothing was
+    /// written to yet; see [`dafka_proto::Consumer::topics_not_held`]). Empty until the
+    /// stores have answered. Each is also logged once (a warning for an "earliest" consumer).
+    pub fn topics_not_held(&self) -> Vec<Topic> {
+        self.shared.lock().consumer.topics_not_held()
+    }
+
     /// Offsets skipped so far because no store that answers holds them (their records were
     /// damaged on every store that had them; each run is logged once).
     pub fn lost(&self) -> u64 {
@@ -486,6 +507,8 @@ struct ConsumerRole {
     received: Option<SystemTime>,
     /// Records were queued during the current input batch: wake `poll` after it.
     delivered: bool,
+    /// Where the consumer starts: a topic not held is a warning for "earliest".
+    reset: OffsetReset,
 }
 
 impl Role for ConsumerRole {
@@ -503,12 +526,26 @@ impl Role for ConsumerRole {
                 timestamp: received,
             });
         }
-        while let Some(loss) = state.consumer.poll_loss() {
+        let losses: Vec<Loss> = std::iter::from_fn(|| state.consumer.poll_loss()).collect();
+        let not_held: Vec<Topic> = std::iter::from_fn(|| state.consumer.poll_not_held()).collect();
+        self.delivered |= state.records.len() > before;
+        // Logged unlocked: a log record may need the GIL (pyo3-log) that a Python thread
+        // waiting for this lock holds.
+        drop(state);
+        for loss in losses {
             // Once per run of offsets: the consumer has moved past them.
             tracing::warn!(topic = %loss.topic, partition = %loss.partition, from = loss.from,
                 to = loss.to, "offsets held by no store that answers (damaged on disk): skipped");
         }
-        self.delivered |= state.records.len() > before;
+        for topic in not_held {
+            if self.reset == OffsetReset::Earliest {
+                tracing::warn!(topic = %topic, "no store holds topic '{topic}': every store \
+                    reachable answered that it holds no partition of it (a typo?)");
+            } else {
+                tracing::info!(topic = %topic, "no store holds topic '{topic}' yet: waiting \
+                    for new records");
+            }
+        }
         result
     }
 
@@ -528,10 +565,13 @@ impl Role for ConsumerRole {
     }
 
     fn on_timeout(&mut self, now: Instant) {
-        let mut state = self.shared.lock();
-        state.consumer.handle_timeout(now);
-        // Found only when a timeout is handled (every store had time to answer).
-        while let Some(p) = state.consumer.poll_past_end() {
+        let past: Vec<PastEnd> = {
+            let mut state = self.shared.lock();
+            state.consumer.handle_timeout(now);
+            // Found only when a timeout is handled (every store had time to answer).
+            std::iter::from_fn(|| state.consumer.poll_past_end()).collect()
+        };
+        for p in past {
             tracing::warn!(topic = %p.topic, partition = %p.partition, next = p.next, end = p.end,
                 "positioned past the end the stores hold: waiting for records to be written there");
         }

@@ -36,13 +36,25 @@ pub enum Error {
         /// How long `send` waited.
         waited: Duration,
     },
-    /// `flush` ran out of time with records still unacknowledged.
-    #[error("{unacked} records still unacknowledged after {waited:?}")]
+    /// `flush` ran out of time with records still unacknowledged; says how many stores
+    /// could have acknowledged them.
+    #[error(
+        "{unacked} records still unacknowledged after {} s: {}",
+        waited.as_secs_f64(),
+        reachable_stores(*stores, *min_acks, topic)
+    )]
     FlushTimeout {
         /// Records not yet acknowledged by `min_acks` stores.
         unacked: usize,
         /// How long `flush` waited.
         waited: Duration,
+        /// The producer's topic.
+        topic: dafka_proto::Topic,
+        /// Store writers that hear the producer now (their subscription to every RECORD
+        /// reached its publisher).
+        stores: usize,
+        /// Distinct stores that must acknowledge a record.
+        min_acks: usize,
     },
     /// A store refused records of the producer's partition and said why (STORE-REFUSAL, the
     /// extension): a record over its size limit (skipped there), or the store can no longer
@@ -65,6 +77,20 @@ pub enum Error {
     #[error("no store reported the partition's head within {waited:?}")]
     ResumeTimeout {
         /// How long it waited.
+        waited: Duration,
+    },
+    /// No tower answered a producer or consumer within `waited` of its start
+    /// ([`NodeConfig::connect_timeout`](crate::NodeConfig::connect_timeout)): a wrong
+    /// address or port, or no tower running there.
+    #[error(
+        "no tower answered within {} s at {towers} (is a tower running there? each towers \
+         endpoint names a tower's SUB port)",
+        waited.as_secs_f64()
+    )]
+    NoTower {
+        /// The towers, as given.
+        towers: String,
+        /// How long the node waited.
         waited: Duration,
     },
     /// An offsets query found no store reachable within `waited`: the towers are unreachable,
@@ -92,4 +118,22 @@ pub enum Error {
     /// ZRE discovery could not start (`towers = "zre://..."`).
     #[error(transparent)]
     Zre(#[from] dafka_zre::Error),
+}
+
+/// What [`Error::FlushTimeout`] says of the stores a producer reaches.
+fn reachable_stores(stores: usize, min_acks: usize, topic: &dafka_proto::Topic) -> String {
+    let reached = match stores {
+        0 => {
+            return format!(
+                "no store is reachable for topic '{topic}' (is one running, on the same towers?)"
+            );
+        }
+        1 => "1 store reachable".to_owned(),
+        n => format!("{n} stores reachable"),
+    };
+    if stores < min_acks {
+        format!("{reached} for topic '{topic}', {min_acks} must acknowledge")
+    } else {
+        format!("{reached} for topic '{topic}'")
+    }
 }

@@ -147,10 +147,17 @@ pub(crate) fn split_tcp(endpoint: &str) -> Option<(&str, u16)> {
 pub struct NodeConfig {
     /// The towers to beacon to and hear peers from.
     pub towers: Vec<TowerAddress>,
-    /// The host the publisher binds and announces. Always sent explicitly: the reference
-    /// tower replaces an empty host, and `127.0.0.1`, with its own first interface. Default
-    /// `127.0.0.1`; a node other machines reach sets its address.
+    /// The host the node announces in its beacons: peers connect to its publisher there.
+    /// Also where it listens, unless [`bind`](Self::bind) says otherwise. Always sent
+    /// explicitly: the reference tower replaces an empty host, and `127.0.0.1`, with its own
+    /// first interface. Default `127.0.0.1`; a node other machines reach sets an address they
+    /// reach (not a wildcard such as `0.0.0.0`: peers would connect to themselves).
     pub host: String,
+    /// Where the publisher listens, when not on [`host`](Self::host): `0.0.0.0` (every
+    /// interface) behind a NAT or in a container whose announced address is not its own.
+    /// Without towers (ZRE) the publisher binds the ZRE interface's address and this is not
+    /// used.
+    pub bind: Option<String>,
     /// The publisher's port; 0 (the default) lets the system pick one.
     pub port: u16,
     /// Interval between beacons (the reference: 1 s).
@@ -174,6 +181,12 @@ pub struct NodeConfig {
     /// Discovery through ZRE instead of towers (`towers = "zre://CLUSTER"`); the publisher then
     /// binds to the ZRE interface's address, not [`host`](Self::host).
     pub zre: Option<ZreCluster>,
+    /// How long a producer or consumer waits for a tower to answer (its welcome, or any
+    /// beacon) before its calls fail with [`Error::NoTower`] (a wrong port, a tower not
+    /// running): `poll` and `flush` end then instead of waiting on, `send` refuses records
+    /// nobody would carry. `None` (the default): wait for ever, quietly. Counted from the
+    /// node's start; once a tower answered it no longer applies. Not used without towers.
+    pub connect_timeout: Option<Duration>,
 }
 
 impl NodeConfig {
@@ -193,6 +206,8 @@ impl NodeConfig {
             linger: Duration::from_millis(500),
             security: None,
             zre: None,
+            bind: None,
+            connect_timeout: None,
         }
     }
 
@@ -224,6 +239,26 @@ impl NodeConfig {
     pub fn with_host(mut self, host: impl Into<String>) -> Self {
         self.host = host.into();
         self
+    }
+
+    /// Sets [`bind`](Self::bind).
+    #[must_use]
+    pub fn with_bind(mut self, bind: Option<String>) -> Self {
+        self.bind = bind;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout).
+    #[must_use]
+    pub fn with_connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The towers, as `towers` strings are written (`tcp://host:SUBPORT`, comma-separated).
+    pub fn towers_text(&self) -> String {
+        let subs: Vec<&str> = self.towers.iter().map(|t| t.sub.as_str()).collect();
+        subs.join(",")
     }
 
     /// Sets [`port`](Self::port).
@@ -263,10 +298,18 @@ impl NodeConfig {
 
     fn validate(&self) -> Result<(), Error> {
         let bad = |reason| Err(Error::Caller(dafka_proto::CallerError::Config(reason)));
-        if self.host.is_empty() || self.host == "*" {
+        let unbracketed = self.host.trim_start_matches('[').trim_end_matches(']');
+        let wildcard = unbracketed
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified());
+        if self.host.is_empty() || self.host == "*" || wildcard {
             return bad(
-                "host must name an address peers can reach (the reference tower rewrites an empty one)",
+                "host is what the node announces: it must name an address peers can reach, not \
+                 a wildcard (bind sets where it listens)",
             );
+        }
+        if self.bind.as_deref().is_some_and(str::is_empty) {
+            return bad("bind must name an address to listen on (or be left unset: the host)");
         }
         if self.beacon_interval.is_zero() || self.peer_timeout <= self.beacon_interval {
             return bad("beacon_interval must be positive and shorter than peer_timeout");
@@ -298,6 +341,7 @@ pub struct NodeStats {
     malformed: AtomicU64,
     refused: AtomicU64,
     peers: AtomicU64,
+    tower_answered: AtomicBool,
 }
 
 impl NodeStats {
@@ -319,6 +363,48 @@ impl NodeStats {
     /// Peers connected now.
     pub fn peers(&self) -> u64 {
         self.peers.load(Ordering::Relaxed)
+    }
+
+    /// Whether a tower ever answered the node: its welcome, a beacon, or its XSUB's
+    /// subscription to the node's beacons.
+    pub fn tower_answered(&self) -> bool {
+        self.tower_answered.load(Ordering::Acquire)
+    }
+
+    fn answered_by_tower(&self) {
+        if !self.tower_answered() {
+            self.tower_answered.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A producer's or consumer's patience with its towers ([`NodeConfig::connect_timeout`]).
+#[derive(Debug, Clone)]
+pub(crate) struct TowerWait {
+    /// When it runs out, and the timeout; `None` without towers or without a timeout.
+    deadline: Option<(tokio::time::Instant, Duration)>,
+    towers: String,
+    stats: Arc<NodeStats>,
+}
+
+impl TowerWait {
+    /// When the node gives up, while no tower has answered; `None` once one did (or with no
+    /// timeout).
+    pub(crate) fn pending(&self) -> Option<tokio::time::Instant> {
+        self.deadline
+            .filter(|_| !self.stats.tower_answered())
+            .map(|(at, _)| at)
+    }
+
+    /// [`Error::NoTower`] once the time ran out with no tower answering.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        match self.pending() {
+            Some(at) if tokio::time::Instant::now() >= at => Err(Error::NoTower {
+                towers: self.towers.clone(),
+                waited: self.deadline.map(|(_, t)| t).unwrap_or_default(),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -588,8 +674,12 @@ impl Plumbing {
                     .with_mechanism(server),
             ),
         )?;
+        let listen = match (&config.zre, &config.bind) {
+            (None, Some(bind)) => bind.as_str(),
+            _ => host.as_str(),
+        };
         let bound = publisher
-            .bind(&format!("tcp://{}:{}", bracket(&host), config.port))
+            .bind(&format!("tcp://{}:{}", bracket(listen), config.port))
             .await?;
         let port = split_tcp(&bound).map(|(_, p)| p).ok_or(Error::Endpoint {
             endpoint: bound.clone(),
@@ -652,6 +742,20 @@ impl Plumbing {
         self.stats.clone()
     }
 
+    /// The node's patience with its towers, counted from now.
+    pub(crate) fn tower_wait(&self) -> TowerWait {
+        let deadline = self
+            .config
+            .connect_timeout
+            .filter(|_| !self.config.towers.is_empty())
+            .map(|t| (tokio::time::Instant::now() + t, t));
+        TowerWait {
+            deadline,
+            towers: self.config.towers_text(),
+            stats: self.stats.clone(),
+        }
+    }
+
     fn send_beacon(&mut self, now: Instant) {
         let _ = self.beacon_pub.try_send(self.beacon.clone().into());
         self.next_beacon = now + self.config.beacon_interval;
@@ -670,8 +774,14 @@ impl Plumbing {
 
     async fn on_beacon(&mut self, frames: &[Bytes], now: Instant) {
         let beacon = match BeaconMessage::decode(frames, &self.config.limits) {
-            Ok(BeaconMessage::Tower(b)) => b,
-            Ok(BeaconMessage::Welcome) => return,
+            Ok(BeaconMessage::Tower(b)) => {
+                self.stats.answered_by_tower();
+                b
+            }
+            Ok(BeaconMessage::Welcome) => {
+                self.stats.answered_by_tower();
+                return;
+            }
             Ok(other) => {
                 self.dropped("beacon SUB", &format!("not a tower beacon: {other:?}"), now);
                 return;
@@ -863,6 +973,7 @@ impl Plumbing {
                 event = self.beacon_events.recv() => match event {
                     // A tower's XSUB subscribed: beacon now, not one interval later.
                     Some(SocketEvent::Subscribed { prefix, .. }) if dafka_proto::BEACON_TOPIC.starts_with(&prefix) => {
+                        self.stats.answered_by_tower();
                         self.send_beacon(now());
                     }
                     Some(_) => {}

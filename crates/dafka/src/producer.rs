@@ -8,21 +8,23 @@
 //! handles ACKs and FETCHes, publishes HEADs when due and FETCH answers in chunks of
 //! [`TRANSMIT_CHUNK`](crate::node) messages.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::{
-    Message, NodeId, PeerError, Producer, ProducerConfig, RefusalReason, SendError, StoreRefusal,
-    Topic,
+    Kind, Message, NodeId, PeerError, Producer, ProducerConfig, RefusalReason, SendError,
+    StoreRefusal, Topic, subscription,
 };
-use dafka_zmtp::{Socket, SocketType};
+use dafka_zmtp::{Monitor, Socket, SocketEvent, SocketType};
 
 use crate::error::Error;
 use crate::node::{
     Control, LogLimiter, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK,
-    log_refused, new_node_id, now, publish, take_up_to, wait_until,
+    TowerWait, log_refused, new_node_id, now, publish, take_up_to, wait_until,
 };
 
 /// Settings of a [`ProducerNode`] beyond those every node has.
@@ -122,6 +124,10 @@ struct Shared {
     /// When a store's failure (STORE-REFUSAL) was first and last heard since the
     /// acknowledgements last moved on.
     failure_heard: Mutex<Option<(tokio::time::Instant, tokio::time::Instant)>>,
+    /// Store writers that hear the producer now ([`watch_store_writers`]).
+    stores: Arc<AtomicUsize>,
+    /// The producer's patience with its towers.
+    towers: TowerWait,
 }
 
 impl Shared {
@@ -203,6 +209,12 @@ impl ProducerNode {
         config.max_record = options.max_record;
         let mut producer = Producer::new(config)?;
         let plumbing = Plumbing::open(id, node, SocketType::Pub).await?;
+        // Before any beacon goes out: no peer can have subscribed yet.
+        let stores = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(watch_store_writers(
+            plumbing.publisher.monitor(STORE_EVENTS),
+            stores.clone(),
+        ));
         for s in producer.subscriptions() {
             plumbing.subscriber.subscribe(&s)?;
         }
@@ -223,6 +235,8 @@ impl ProducerNode {
             send_timeout: options.send_timeout,
             queued: AtomicBool::new(false),
             failure_heard: Mutex::new(None),
+            stores,
+            towers: plumbing.tower_wait(),
         });
         let port = plumbing.port();
         let role = ProducerRole {
@@ -277,6 +291,7 @@ impl ProducerNode {
     /// is full (then [`send`](Self::send) waits for room). Records leave in offset order,
     /// whichever of `send` and `try_send` queued them.
     pub fn try_send(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+        self.shared.towers.check()?;
         self.try_send_locked(self.shared.lock(), value)
     }
 
@@ -286,6 +301,7 @@ impl ProducerNode {
     /// 4096 messages: a caller that must not block there (a Python thread holding the GIL)
     /// tries this first.
     pub fn try_send_uncontended(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+        self.shared.towers.check()?;
         match self.shared.producer.try_lock() {
             Ok(producer) => self.try_send_locked(producer, value),
             Err(std::sync::TryLockError::Poisoned(e)) => {
@@ -337,6 +353,7 @@ impl ProducerNode {
         first: &mut Option<u64>,
     ) -> Result<(), Error> {
         let shared = &self.shared;
+        shared.towers.check()?;
         let mut pending = values.next();
         while pending.is_some() {
             // Queue as many as fit under one lock, then publish them.
@@ -407,7 +424,8 @@ impl ProducerNode {
     /// Fails with [`Error::StoreRefused`], with the store's reason, when a store said it can no
     /// longer write and no acknowledgement moved on for [`REFUSAL_GRACE`] after (another store
     /// may still acknowledge), or once, after the acknowledgements, when a store skipped
-    /// records as too large.
+    /// records as too large; with [`Error::NoTower`] when no tower answered within
+    /// [`NodeConfig::connect_timeout`] (then, not at `timeout`).
     pub async fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
         let shared = &self.shared;
         let started = tokio::time::Instant::now();
@@ -425,16 +443,19 @@ impl ProducerNode {
             let settle = seen
                 .filter(|&(_, last)| last >= started)
                 .map(|(first, _)| first.max(started) + REFUSAL_GRACE);
-            let wake = match (deadline, settle) {
-                (Some(d), Some(s)) => Some(d.min(s)),
-                (d, s) => d.or(s),
-            };
+            let wake = [deadline, settle, shared.towers.pending()]
+                .into_iter()
+                .flatten()
+                .min();
             let ready = wait_until(&shared.control.changed, wake, || {
                 shared.closed() || shared.lock().is_flushed() || heard() != seen
             })
             .await;
             if heard() != seen && !shared.closed() && !shared.lock().is_flushed() {
                 continue;
+            }
+            if !ready {
+                shared.towers.check()?;
             }
             let now = tokio::time::Instant::now();
             if ready || settle.is_some_and(|s| now >= s) || deadline.is_some_and(|d| now >= d) {
@@ -460,9 +481,13 @@ impl ProducerNode {
         if let Some(r) = producer.failure() {
             return Err(store_refused(r, unacked));
         }
+        let config = producer.config();
         Err(Error::FlushTimeout {
             unacked,
             waited: timeout.unwrap_or_default(),
+            topic: config.topic.clone(),
+            stores: shared.stores.load(Ordering::Relaxed),
+            min_acks: config.min_acks,
         })
     }
 
@@ -499,6 +524,13 @@ impl ProducerNode {
         shared.next_offset() - shared.unacked_records() as u64
     }
 
+    /// Store writers that hear this producer now: peers of its publisher subscribed to every
+    /// RECORD, as store writers (ours and the reference's) are; a consumer's subscription
+    /// names its topic. Whether they also reach it back with their ACKs is not known here.
+    pub fn stores_reachable(&self) -> usize {
+        self.shared.stores.load(Ordering::Relaxed)
+    }
+
     /// Input the node dropped.
     pub fn stats(&self) -> &NodeStats {
         &self.task.stats
@@ -509,6 +541,62 @@ impl ProducerNode {
     /// publisher keeps flushing for [`NodeConfig::linger`] in the background.
     pub async fn close(mut self) {
         self.task.close().await;
+    }
+}
+
+/// Events queued on the publisher's monitor for [`watch_store_writers`]; read as they come,
+/// past it the oldest would be dropped (subscriptions and connections: a few per peer).
+const STORE_EVENTS: usize = 1024;
+
+/// Peers of a publisher subscribed to one prefix, by whatever names them.
+#[derive(Debug)]
+struct Subscribers<K> {
+    prefix: Bytes,
+    peers: HashSet<K>,
+}
+
+impl<K: Eq + Hash> Subscribers<K> {
+    fn new(prefix: Bytes) -> Self {
+        Subscribers {
+            prefix,
+            peers: HashSet::new(),
+        }
+    }
+
+    fn subscribed(&mut self, peer: K, prefix: &[u8]) {
+        if prefix == self.prefix {
+            self.peers.insert(peer);
+        }
+    }
+
+    fn unsubscribed(&mut self, peer: &K, prefix: &[u8]) {
+        if prefix == self.prefix {
+            self.peers.remove(peer);
+        }
+    }
+
+    fn gone(&mut self, peer: &K) {
+        self.peers.remove(peer);
+    }
+
+    fn count(&self) -> usize {
+        self.peers.len()
+    }
+}
+
+/// Counts the store writers subscribed to the producer's publisher (`'M'`: every RECORD)
+/// into `count` until the publisher closes; what [`Error::FlushTimeout`] says.
+async fn watch_store_writers(mut events: Monitor, count: Arc<AtomicUsize>) {
+    let mut writers = Subscribers::new(subscription::all(Kind::Record));
+    while let Some(event) = events.recv().await {
+        match event {
+            SocketEvent::Subscribed { peer, prefix } => writers.subscribed(peer, &prefix),
+            SocketEvent::Unsubscribed { peer, prefix } => writers.unsubscribed(&peer, &prefix),
+            SocketEvent::Disconnected { peer, .. } => writers.gone(&peer),
+            SocketEvent::Closed => break,
+            _ => continue,
+        }
+        count.store(writers.count(), Ordering::Relaxed);
     }
 }
 
@@ -633,5 +721,32 @@ impl Role for ProducerRole {
         self.shared.lock().announce_head();
         let mut out = Vec::new();
         while self.transmit(&mut out, TRANSMIT_CHUNK) {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_writers_are_the_peers_subscribed_to_every_record() {
+        let mut writers = Subscribers::new(subscription::all(Kind::Record));
+        writers.subscribed(1, b"M");
+        writers.subscribed(2, b"Mweather\0");
+        writers.subscribed(3, b"H");
+        writers.subscribed(4, b"");
+        assert_eq!(
+            writers.count(),
+            1,
+            "only the bare 'M' of a store writer counts"
+        );
+        writers.subscribed(5, b"M");
+        writers.subscribed(5, b"M");
+        assert_eq!(writers.count(), 2);
+        writers.unsubscribed(&5, b"Mweather\0");
+        assert_eq!(writers.count(), 2);
+        writers.unsubscribed(&5, b"M");
+        writers.gone(&1);
+        assert_eq!(writers.count(), 0);
     }
 }

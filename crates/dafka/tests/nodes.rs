@@ -645,3 +645,158 @@ async fn a_dropped_producer_announces_its_head_as_close_does() {
     heads.close().await;
     tower.close().await;
 }
+
+/// Issue 22: `dafka.Consumer(["x"], towers="tcp://127.0.0.1:5999")` with nothing there polled
+/// empty batches for ever. With `connect_timeout` a producer and a consumer say that no tower
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_whose_towers_never_answer_say_so_after_connect_timeout() {
+    // Nothing listens on port 1 (nor 2) of loopback.
+    let dead = NodeConfig::from_towers("tcp://127.0.0.1:1")
+        .unwrap()
+        .with_connect_timeout(Some(Duration::from_millis(300)));
+    let consumer = ConsumerNode::start(&["x"], dead.clone(), ConsumerOptions::default())
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    // One long poll ends when the towers' time is up, not at its own timeout.
+    match consumer.poll(10, Duration::from_secs(20)).await {
+        Err(e @ Error::NoTower { .. }) => assert_eq!(
+            e.to_string(),
+            "no tower answered within 0.3 s at tcp://127.0.0.1:1 (is a tower running there? \
+             each towers endpoint names a tower's SUB port)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!consumer.stats().tower_answered());
+    consumer.close().await;
+
+    let producer = ProducerNode::start("x", dead, producer_options())
+        .await
+        .unwrap();
+    assert_eq!(
+        producer.send(Bytes::from_static(b"early")).await.unwrap(),
+        0
+    );
+    match producer.flush(Some(Duration::from_secs(20))).await {
+        Err(Error::NoTower { waited, .. }) => assert_eq!(waited, Duration::from_millis(300)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        producer.send(Bytes::from_static(b"late")).await,
+        Err(Error::NoTower { .. })
+    ));
+    assert!(matches!(
+        producer.try_send(Bytes::from_static(b"late")),
+        Err(Error::NoTower { .. })
+    ));
+    producer.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_timeout_does_not_apply_once_a_tower_answered() {
+    let (tower, towers) = tower().await;
+    let config = fast(&towers).with_connect_timeout(Some(Duration::from_millis(200)));
+    let consumer = ConsumerNode::start(&["t"], config.clone(), ConsumerOptions::default())
+        .await
+        .unwrap();
+    let producer = ProducerNode::start("t", config, producer_options())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(consumer.stats().tower_answered());
+    assert!(producer.stats().tower_answered());
+    assert!(
+        consumer
+            .poll(10, Duration::from_millis(100))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    producer.send(Bytes::from_static(b"v")).await.unwrap();
+    // No store: the flush runs out of its own time, not the towers'.
+    assert!(matches!(
+        producer.flush(Some(Duration::from_millis(100))).await,
+        Err(Error::FlushTimeout { unacked: 1, .. })
+    ));
+    consumer.close().await;
+    producer.close().await;
+    tower.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_host_is_refused_it_is_what_peers_connect_to() {
+    let towers = TowerAddress::parse_list("tcp://127.0.0.1:1").unwrap();
+    for host in ["0.0.0.0", "::", "[::]", "*", ""] {
+        let config = NodeConfig::new(towers.clone()).with_host(host);
+        match ProducerNode::start("t", config, producer_options()).await {
+            Err(e @ Error::Caller(_)) => assert!(e.to_string().contains("announces"), "{e}"),
+            other => panic!("{host}: {other:?}"),
+        }
+    }
+    let config = NodeConfig::new(towers).with_bind(Some(String::new()));
+    assert!(matches!(
+        ProducerNode::start("t", config, producer_options()).await,
+        Err(Error::Caller(_))
+    ));
+}
+
+/// Issue 22: no way to set the address a node announces (docs/spark.md tells users to start
+/// stores "with a routable host"). `host` is announced; `bind`, when set, is where it listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_is_announced_and_bind_is_where_the_publisher_listens() {
+    let (tower, towers) = tower().await;
+    let watcher = Socket::new(
+        SocketType::Sub,
+        Options::default().with_linger(Some(Duration::ZERO)),
+    )
+    .unwrap();
+    watcher.subscribe(b"B").unwrap();
+    watcher.connect(&towers[0].publ).await.unwrap();
+    let producer = ProducerNode::start(
+        "t",
+        fast(&towers)
+            .with_host("127.0.0.2")
+            .with_bind(Some("127.0.0.1".to_owned())),
+        producer_options(),
+    )
+    .await
+    .unwrap();
+    let port = producer.publisher_port();
+    let endpoint = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let m = watcher.recv().await.unwrap();
+            if let Ok(BeaconMessage::Tower(b)) = BeaconMessage::decode(m.frames(), &Limits::DEFAULT)
+            {
+                return b.endpoint;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(endpoint, format!("tcp://127.0.0.2:{port}"));
+    // It listens on the bound address: a SUB there completes its handshake.
+    let probe = Socket::new(
+        SocketType::Sub,
+        Options::default().with_linger(Some(Duration::ZERO)),
+    )
+    .unwrap();
+    let mut events = probe.monitor(16);
+    probe
+        .connect(&format!("tcp://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        while !matches!(
+            events.recv().await,
+            Some(dafka_zmtp::SocketEvent::HandshakeSucceeded { .. })
+        ) {}
+    })
+    .await
+    .unwrap();
+    probe.close().await;
+    watcher.close().await;
+    producer.close().await;
+    tower.close().await;
+}

@@ -14,7 +14,7 @@ use dafka_node::{
     ConsumerNode, ConsumerOptions, Error, NodeId, OffsetReset, ProducerNode, StoreNode,
     StoreOptions, SyncPolicy, TowerAddress,
 };
-use support::{PATIENCE, check_exactly_once, collect, fast, producer_options, tower};
+use support::{PATIENCE, check_exactly_once, collect, fast, producer_options, tower, until};
 
 async fn store(dir: &Path, towers: &[TowerAddress]) -> StoreNode {
     store_with(
@@ -148,6 +148,16 @@ async fn earliest_consumer_reads_everything_from_a_store_after_the_producer_is_g
     consumer.close().await;
     store.close().await;
     tower.close().await;
+}
+
+/// A producer of `topic` whose first `n` records a store acknowledged.
+async fn stored(towers: &[TowerAddress], topic: &str, n: usize) -> ProducerNode {
+    let producer = ProducerNode::start(topic, fast(towers), producer_options())
+        .await
+        .unwrap();
+    producer.send_many(values(topic, n)).await.unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    producer
 }
 
 /// Waits until the store holds `n` durable records of `partition`.
@@ -777,5 +787,118 @@ async fn a_hole_is_filled_from_another_store() {
     let disk = on_disk(d1.path(), "repaired", partition);
     assert_eq!(disk.len(), 3000, "every record served after a reopen");
     assert!(disk.iter().all(|(o, v)| *v == sent[*o as usize]));
+    tower.close().await;
+}
+
+/// Issue 22: a producer with no store running reported "10 records still unacknowledged after
+/// 5s", with no hint that no store was up. The flush's error says how many stores hear it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_flush_says_how_many_stores_are_reachable() {
+    let (tower, towers) = tower().await;
+    let producer =
+        ProducerNode::start("lonely", fast(&towers), producer_options().with_min_acks(2))
+            .await
+            .unwrap();
+    producer.send_many(values("lonely", 10)).await.unwrap();
+    let e = producer
+        .flush(Some(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "10 records still unacknowledged after 0.3 s: no store is reachable for topic 'lonely' \
+         (is one running, on the same towers?)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s1 = store(dir.path(), &towers).await;
+    assert!(until(|| producer.stores_reachable() > 0).await);
+    assert_eq!(producer.stores_reachable(), 1);
+    wait_for_head(&s1, "lonely", producer.partition(), 10).await;
+    let e = producer
+        .flush(Some(Duration::from_millis(100)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "10 records still unacknowledged after 0.1 s: 1 store reachable for topic 'lonely', \
+         2 must acknowledge"
+    );
+    // A consumer of the topic is not a store.
+    let consumer = ConsumerNode::start(&["lonely"], fast(&towers), earliest())
+        .await
+        .unwrap();
+    assert_eq!(collect(&consumer, 10).await.len(), 10);
+    assert_eq!(producer.stores_reachable(), 1);
+    // The store gone: no longer counted.
+    s1.close().await;
+    assert!(until(|| producer.stores_reachable() == 0).await);
+    consumer.close().await;
+    producer.close().await;
+    tower.close().await;
+}
+
+/// Issue 22: `dafka consume evnets --from-beginning` (a typo) printed "processed 0 records".
+/// Once the stores answered, the consumer knows they do not hold the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_knows_when_no_store_holds_a_topic() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s1 = store(dir.path(), &towers).await;
+    let producer = stored(&towers, "events", 3).await;
+    for reset in [OffsetReset::Earliest, OffsetReset::Latest] {
+        let consumer = ConsumerNode::start(
+            &["events", "evnets"],
+            fast(&towers),
+            ConsumerOptions::default().with_offset_reset(reset),
+        )
+        .await
+        .unwrap();
+        assert!(
+            consumer.topics_not_held().is_empty(),
+            "not before an answer"
+        );
+        until(|| !consumer.topics_not_held().is_empty()).await;
+        let names: Vec<String> = consumer
+            .topics_not_held()
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        assert_eq!(names, ["evnets"], "{reset:?}");
+        consumer.close().await;
+    }
+    producer.close().await;
+    s1.close().await;
+    tower.close().await;
+}
+
+/// Issue 22: `dafka consume` without `--from-beginning` printed the last record stored of each
+/// partition, though its help says only new records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latest_consumer_gets_only_records_written_after_it_came() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s1 = store(dir.path(), &towers).await;
+    let producer = stored(&towers, "live", 5).await;
+    let consumer = ConsumerNode::start(&["live"], fast(&towers), ConsumerOptions::default())
+        .await
+        .unwrap();
+    // Met the partition (the store's DIRECT-HEAD, the producer's HEADs): positioned after it.
+    assert!(until(|| !consumer.positions().is_empty()).await);
+    assert_eq!(consumer.positions()[0].next, 5);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    producer.send(Bytes::from_static(b"new")).await.unwrap();
+    let got = collect(&consumer, 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].offset, &got[0].value[..]), (5, &b"new"[..]));
+    assert!(
+        consumer
+            .poll(10, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    consumer.close().await;
+    producer.close().await;
+    s1.close().await;
     tower.close().await;
 }

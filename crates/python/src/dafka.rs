@@ -80,6 +80,26 @@ pub(crate) fn node_config(towers: &str) -> PyResult<NodeConfig> {
     Ok(config)
 }
 
+/// [`node_config`] with the address the node announces (`host`) and the one it listens on
+/// (`bind`, default: `host`); tcp towers only (through ZRE the interface's address is both).
+pub(crate) fn node_config_at(
+    towers: &str,
+    host: Option<String>,
+    bind: Option<String>,
+) -> PyResult<NodeConfig> {
+    let mut config = node_config(towers)?;
+    if config.zre.is_some() && (host.is_some() || bind.is_some()) {
+        return Err(errors::invalid(
+            "host and bind apply with towers (tcp://...); through zre:// a node announces its ZRE \
+             interface's address (zre://CLUSTER?interface=...)",
+        ));
+    }
+    if let Some(host) = host {
+        config = config.with_host(host);
+    }
+    Ok(config.with_bind(bind))
+}
+
 pub(crate) fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
     value
         .map(|s| {
@@ -182,7 +202,9 @@ fn sync_policy(sync: &Bound<'_, PyAny>) -> PyResult<SyncPolicy> {
     Ok(SyncPolicy::Interval(interval))
 }
 
-/// A store: keeps every partition on disk and answers FETCH from it.
+/// A store: keeps every partition on disk and answers FETCH from it. `host`: the address it
+/// announces (default 127.0.0.1; on a cluster, one the other machines reach); `bind`: where it
+/// listens, if not there.
 #[pyclass(name = "Store", module = "dafka", frozen)]
 pub(crate) struct PyStore {
     node: Slot<StoreNode>,
@@ -192,7 +214,10 @@ pub(crate) struct PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (path, towers, sync = None, *, curve = None, segment_bytes = None, retention_bytes = None, max_record_bytes = None))]
+    #[pyo3(signature = (
+        path, towers, sync = None, *, curve = None, segment_bytes = None, retention_bytes = None,
+        max_record_bytes = None, host = None, bind = None,
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -203,12 +228,14 @@ impl PyStore {
         segment_bytes: Option<u64>,
         retention_bytes: Option<u64>,
         max_record_bytes: Option<usize>,
+        host: Option<String>,
+        bind: Option<String>,
     ) -> PyResult<Self> {
         let sync = sync
             .map(sync_policy)
             .transpose()?
             .unwrap_or(SyncPolicy::Always);
-        let node = node_config(towers)?.with_security(security(curve));
+        let node = node_config_at(towers, host, bind)?.with_security(security(curve));
         let mut options = StoreOptions::with_sync(sync);
         if let Some(bytes) = segment_bytes {
             options.engine.segment_bytes = bytes;
@@ -262,6 +289,10 @@ impl PyStore {
 }
 
 /// A producer of one topic, writing its own partition.
+///
+/// `connect_timeout` (seconds, 5 by default; `None`: no limit): with no tower answering by
+/// then, `send` and `flush` raise `dafka.TimeoutError` saying so. `host`: the address it
+/// announces (default 127.0.0.1); `bind`: where it listens, if not there.
 #[pyclass(name = "Producer", module = "dafka", frozen)]
 pub(crate) struct PyProducer {
     node: Slot<ProducerNode>,
@@ -352,7 +383,11 @@ fn arrow_values(array: &dyn Array) -> PyResult<Vec<Bytes>> {
 #[pymethods]
 impl PyProducer {
     #[new]
-    #[pyo3(signature = (topic, towers, min_acks = 1, partition = None, *, curve = None, max_record_bytes = None))]
+    #[pyo3(signature = (
+        topic, towers, min_acks = 1, partition = None, *, curve = None, max_record_bytes = None,
+        connect_timeout = Some(5.0), host = None, bind = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         topic: &str,
@@ -361,9 +396,14 @@ impl PyProducer {
         partition: Option<&str>,
         curve: Option<&Bound<'_, PyClusterKeys>>,
         max_record_bytes: Option<usize>,
+        connect_timeout: Option<f64>,
+        host: Option<String>,
+        bind: Option<String>,
     ) -> PyResult<Self> {
         let partition = partition.map(partition_id).transpose()?;
-        let node = node_config(towers)?.with_security(security(curve));
+        let node = node_config_at(towers, host, bind)?
+            .with_security(security(curve))
+            .with_connect_timeout(seconds("connect_timeout", connect_timeout)?);
         let mut options = ProducerOptions::default()
             .with_min_acks(min_acks)
             .with_partition(partition);
@@ -568,6 +608,10 @@ pub(crate) fn records_batch(
 }
 
 /// A consumer of exact topics, delivering Arrow record batches.
+///
+/// `connect_timeout` (seconds, 5 by default; `None`: no limit): with no tower answering by
+/// then, `poll` raises `dafka.TimeoutError` saying so. `host`: the address it announces
+/// (default 127.0.0.1); `bind`: where it listens, if not there.
 #[pyclass(name = "Consumer", module = "dafka", frozen)]
 pub(crate) struct PyConsumer {
     node: Slot<ConsumerNode>,
@@ -610,7 +654,9 @@ impl PyConsumer {
     #[new]
     #[pyo3(signature = (
         topics, towers, offset_reset = "latest", start_offsets = None, *, curve = None,
+        connect_timeout = Some(5.0), host = None, bind = None,
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         topics: &Bound<'_, PyAny>,
@@ -618,6 +664,9 @@ impl PyConsumer {
         offset_reset: &str,
         start_offsets: Option<&Bound<'_, PyDict>>,
         curve: Option<&Bound<'_, PyClusterKeys>>,
+        connect_timeout: Option<f64>,
+        host: Option<String>,
+        bind: Option<String>,
     ) -> PyResult<Self> {
         let topics = topics_of(topics)?;
         let reset = match offset_reset {
@@ -639,7 +688,9 @@ impl PyConsumer {
                 .map_err(|_| errors::invalid("start_offsets values must be offsets (int >= 0)"))?;
             options = options.with_start_offset(&topic, partition_id(&partition)?, next);
         }
-        let node = node_config(towers)?.with_security(security(curve));
+        let node = node_config_at(towers, host, bind)?
+            .with_security(security(curve))
+            .with_connect_timeout(seconds("connect_timeout", connect_timeout)?);
         let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
         let consumer = runtime::wait_for(py, ConsumerNode::start(&refs, node, options))?
             .map_err(errors::node)?;
@@ -690,6 +741,18 @@ impl PyConsumer {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The subscribed topics no store holds, once every reachable store answered (a typo, or
+    /// nothing written yet); empty until then.
+    #[getter]
+    fn topics_not_held(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let node = self.node.get("consumer")?;
+        let topics = py.detach(|| node.topics_not_held());
+        Ok(topics
+            .iter()
+            .map(|t| String::from_utf8_lossy(t.as_bytes()).into_owned())
+            .collect())
     }
 
     /// Offsets skipped so far because no store that answers holds them (their records were

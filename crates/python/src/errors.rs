@@ -72,9 +72,10 @@ pub(crate) fn node(err: dafka_node::Error) -> PyErr {
     let msg = err.to_string();
     match err {
         E::Caller(_) | E::Topic(_) | E::Endpoint { .. } => InvalidArgumentError::new_err(msg),
-        E::SendTimeout { .. } | E::FlushTimeout { .. } | E::ResumeTimeout { .. } => {
-            TimeoutError::new_err(msg)
-        }
+        E::SendTimeout { .. }
+        | E::FlushTimeout { .. }
+        | E::ResumeTimeout { .. }
+        | E::NoTower { .. } => TimeoutError::new_err(msg),
         E::Refused(_) => StateError::new_err(msg),
         E::Closed => ClosedError::new_err(msg),
         E::Storage(_) | E::StoreRefused { .. } => StorageError::new_err(msg),

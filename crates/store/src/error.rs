@@ -193,9 +193,14 @@ pub enum OpenError {
         /// The holder's process id, as it wrote it in the lock file.
         holder: Option<u32>,
     },
-    /// The store path exists and is not a directory.
-    #[error("store path {0} is a file, not a directory")]
-    NotADirectory(String),
+    /// The store path, or a directory on the way to it, is a file.
+    #[error("store path {}{file} is a file, not a directory", if path == file { String::new() } else { format!("{path}: ") })]
+    NotADirectory {
+        /// The store path as given.
+        path: String,
+        /// The file: the path itself (without a trailing `/`), or one of its parents.
+        file: String,
+    },
     /// The configuration is unusable.
     #[error("invalid configuration: {0}")]
     Config(&'static str),

@@ -224,6 +224,15 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// The first of `path` and its parents that exists and is not a directory.
+fn file_on_the_way(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    // `components` drops a trailing `/`, with which a file's metadata fails (ENOTDIR).
+    let path: std::path::PathBuf = path.components().collect();
+    path.ancestors()
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| !m.is_dir()))
+        .map(std::path::Path::to_path_buf)
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -237,13 +246,22 @@ impl Store {
     /// [`OpenError::Locked`] until this one is closed.
     pub fn open_path(path: impl AsRef<std::path::Path>, config: Config) -> Result<Self, OpenError> {
         let path = path.as_ref();
-        if path.exists() && !path.is_dir() {
-            return Err(OpenError::NotADirectory(path.display().to_string()));
-        }
-        let dir = FsDir::new(path).map_err(|source| OpenError::Io {
-            op: "create directory",
-            file: path.display().to_string(),
-            source,
+        let dir = FsDir::new(path).map_err(|source| match file_on_the_way(path) {
+            // Creating it failed with EEXIST (the path is a file: `file/` skips the check
+            // `create_dir_all` makes) or ENOTDIR (a parent is one): say which file.
+            Some(file) => {
+                // `file/` is named `file`, once.
+                let whole = path.components().collect::<std::path::PathBuf>() == file;
+                OpenError::NotADirectory {
+                    path: if whole { &file } else { path }.display().to_string(),
+                    file: file.display().to_string(),
+                }
+            }
+            None => OpenError::Io {
+                op: "create directory",
+                file: path.display().to_string(),
+                source,
+            },
         })?;
         let lock = dir.lock()?;
         Self::open_locked(Arc::new(dir), config, Some(lock))

@@ -367,15 +367,38 @@ fn a_second_store_on_a_directory_is_refused() {
     again.close();
 }
 
-/// Issue 22: a store path that is a file said "File exists (os error 17)".
+/// Issue 22: a store path that is a file said "File exists (os error 17)" (given as `file/`),
+/// and "Not a directory (os error 20)" when a file is on the way (`file/store`).
 #[test]
 fn a_file_as_store_path_is_named_as_such() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("not-a-dir");
     std::fs::write(&path, b"x").unwrap();
+    let shown = path.display().to_string();
     let e = Store::open_path(&path, Config::default()).unwrap_err();
-    assert!(matches!(e, OpenError::NotADirectory(_)), "{e:?}");
-    assert!(e.to_string().contains("is a file, not a directory"), "{e}");
+    assert!(
+        matches!(&e, OpenError::NotADirectory { file, .. } if *file == shown),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!("store path {shown} is a file, not a directory")
+    );
+    let slash = format!("{shown}/");
+    let e = Store::open_path(&slash, Config::default()).unwrap_err();
+    assert!(
+        matches!(&e, OpenError::NotADirectory { file, .. } if *file == shown),
+        "{e:?}"
+    );
+    let below = path.join("store");
+    let e = Store::open_path(&below, Config::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "store path {}: {shown} is a file, not a directory",
+            below.display()
+        )
+    );
 }
 
 /// Issue 21: a record the store cannot keep (over `max_record_bytes`) wedged its partition

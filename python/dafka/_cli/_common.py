@@ -1,5 +1,5 @@
-"""What the Dafka subcommands share: the ``--towers`` option and its reachability check, the
-progress line, and running until Ctrl-C or SIGTERM."""
+"""What the Dafka subcommands share: the ``--towers`` option and its reachability check,
+``--host``/``--bind``, the progress line, and running until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -37,6 +37,22 @@ def add_towers(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         metavar="SECONDS",
         help="give up if no tower answers within this time (default 5)",
+    )
+
+
+def add_host(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="the address this node announces: peers connect to it there (default 127.0.0.1; "
+        "on a cluster, one the other machines reach)",
+    )
+    parser.add_argument(
+        "--bind",
+        default=None,
+        metavar="ADDRESS",
+        help="where it listens, when not on --host (e.g. 0.0.0.0 behind a NAT, announcing "
+        "the outside address with --host)",
     )
 
 

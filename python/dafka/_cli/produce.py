@@ -8,6 +8,7 @@ from typing import Any, BinaryIO
 
 from dafka._cli._common import (
     Progress,
+    add_host,
     add_progress,
     add_towers,
     check_towers,
@@ -28,6 +29,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("topic", help="the topic")
     add_towers(p)
+    add_host(p)
     p.add_argument(
         "--min-acks", type=int, default=1, help="stores that must acknowledge (default 1)"
     )
@@ -65,7 +67,13 @@ def run(args: argparse.Namespace) -> int:
     check_towers(args.towers, args.tower_timeout)
     progress = Progress("sent", args.progress)
     with Producer(
-        args.topic, towers=args.towers, min_acks=args.min_acks, partition=args.partition
+        args.topic,
+        towers=args.towers,
+        min_acks=args.min_acks,
+        partition=args.partition,
+        connect_timeout=args.tower_timeout,
+        host=args.host,
+        bind=args.bind,
     ) as producer:
         print(
             f"dafka produce: topic {args.topic!r} partition {producer.partition}",

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dafka._cli._common import add_towers, check_towers, wait_for_interrupt
+from dafka._cli._common import add_host, add_towers, check_towers, wait_for_interrupt
 from dafka._native import Store
 from dafka.errors import StorageError
 
@@ -32,6 +32,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("path", type=Path, help="the store's directory (created if absent)")
     add_towers(p)
+    add_host(p)
     p.add_argument(
         "--sync",
         type=sync_policy,
@@ -45,12 +46,15 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     check_towers(args.towers, args.tower_timeout)
     try:
-        store = Store(str(args.path), towers=args.towers, sync=args.sync)
+        store = Store(
+            str(args.path), towers=args.towers, sync=args.sync, host=args.host, bind=args.bind
+        )
     except StorageError as e:
         raise StorageError(f"cannot open the store at {str(args.path)!r}: {e}") from e
     with store:
+        announced = "" if args.host is None else f", announced as {args.host}"
         print(
-            f"dafka store: {args.path} running, --towers {args.towers} (Ctrl-C stops)",
+            f"dafka store: {args.path} running{announced}, --towers {args.towers} (Ctrl-C stops)",
             file=sys.stderr,
         )
         wait_for_interrupt()

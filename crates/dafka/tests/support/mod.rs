@@ -32,6 +32,19 @@ pub fn producer_options() -> ProducerOptions {
     ProducerOptions::default().with_head_interval(Duration::from_millis(100))
 }
 
+/// Waits until `holds()` (checked every 20 ms), or the patience runs out; returns whether it
+/// holds.
+pub async fn until(mut holds: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !holds() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
 /// Polls until `n` records came (or the patience runs out).
 pub async fn collect(consumer: &ConsumerNode, n: usize) -> Vec<ConsumerRecord> {
     let mut got = Vec::new();

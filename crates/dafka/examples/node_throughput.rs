@@ -1,6 +1,6 @@
 //! Producer -> consumer over loopback with a tower, no store: records/s end to end.
 //!
-//! `cargo run --release -p dafka-node --example throughput -- [records] [size]`
+//! `cargo run --release -p dafka-node --example node_throughput -- [records] [size]`
 //! (defaults 1 000 000 records of 100 bytes). Not a benchmark of record (`make bench` is);
 //! a quick figure for the driver.
 
