@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use dafka_proto::consumer::PastEnd;
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Message, NodeId, OffsetReset, PeerError, Topic,
+    Bounds, Consumer, ConsumerConfig, Loss, Message, NodeId, OffsetReset, PeerError, Topic,
 };
 use dafka_zmtp::{Socket, SocketType};
 
@@ -480,6 +481,11 @@ impl ConsumerNode {
     }
 }
 
+/// The node task's side of a consumer. It never logs while it holds the state lock: a
+/// logger may block, and Python's (every record reaches Python `logging` through the
+/// bindings) waits for the GIL, which a Python thread waiting for that same lock (in
+/// `positions`, say) may hold: both threads then wait forever (a Spark task reading a record
+/// damaged on every store hung so, in `PartitionReader.position`).
 struct ConsumerRole {
     shared: Arc<Shared>,
     /// The receive time of the current input batch (one clock read per batch).
@@ -503,12 +509,15 @@ impl Role for ConsumerRole {
                 timestamp: received,
             });
         }
-        while let Some(loss) = state.consumer.poll_loss() {
+        let losses: Vec<Loss> = std::iter::from_fn(|| state.consumer.poll_loss()).collect();
+        self.delivered |= state.records.len() > before;
+        // Logged with the state unlocked (see `ConsumerRole`).
+        drop(state);
+        for loss in losses {
             // Once per run of offsets: the consumer has moved past them.
             tracing::warn!(topic = %loss.topic, partition = %loss.partition, from = loss.from,
                 to = loss.to, "offsets held by no store that answers (damaged on disk): skipped");
         }
-        self.delivered |= state.records.len() > before;
         result
     }
 
@@ -528,10 +537,13 @@ impl Role for ConsumerRole {
     }
 
     fn on_timeout(&mut self, now: Instant) {
-        let mut state = self.shared.lock();
-        state.consumer.handle_timeout(now);
-        // Found only when a timeout is handled (every store had time to answer).
-        while let Some(p) = state.consumer.poll_past_end() {
+        let past: Vec<PastEnd> = {
+            let mut state = self.shared.lock();
+            state.consumer.handle_timeout(now);
+            // Found only when a timeout is handled (every store had time to answer).
+            std::iter::from_fn(|| state.consumer.poll_past_end()).collect()
+        };
+        for p in past {
             tracing::warn!(topic = %p.topic, partition = %p.partition, next = p.next, end = p.end,
                 "positioned past the end the stores hold: waiting for records to be written there");
         }
