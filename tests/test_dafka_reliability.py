@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -134,3 +136,68 @@ def test_a_consumer_past_the_stores_end_says_so(
                     if "past the end the stores hold" in r.getMessage()
                 ]
             assert said, "no warning for a position past the stores' end"
+
+
+# The record damaged on the only store, then read by a PartitionReader whose logging handler
+# does something when the reader logs the skip. Before the fix the node logged while holding
+# the reader's state lock: Python's logging needs the GIL, so a thread that held the GIL and
+# waited for that lock (`position`, as a Spark task calls it between polls) and the node's
+# thread waited for each other forever (the Spark test of such a record hung so, past
+# pytest's timeout: its SIGALRM handler never ran).
+_SKIP_LOGGED = """
+import faulthandler, logging, sys, tempfile, threading, time
+from pathlib import Path
+import dafka
+
+faulthandler.dump_traceback_later(30, exit=True)  # a deadlock: say where, and fail
+SCENARIO = sys.argv[1]
+values = [b"%099d" % i for i in range(1000)]
+path = Path(tempfile.mkdtemp())
+reader = part = None
+logged = threading.Event()
+seen = []
+
+class OnSkip(logging.Handler):
+    def emit(self, record):
+        if "skipped" not in record.getMessage():
+            return
+        if SCENARIO == "handler_reads_the_position":
+            seen.append(reader.position("t", part))
+        else:  # lets go of the GIL while the main thread asks for the position
+            logged.set()
+            time.sleep(0.5)
+
+logging.getLogger("dafka_node").addHandler(OnSkip())
+with dafka.Tower(sub="tcp://127.0.0.1:0") as tower:
+    with dafka.Store(path, towers=tower.towers):
+        with dafka.Producer("t", towers=tower.towers) as p:
+            p.send_many(values)
+            p.flush(timeout=30)
+            part = p.partition
+    segment = path / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[data.index(values[500]) + 7] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with dafka.Store(path, towers=tower.towers), dafka.PartitionReader(tower.towers) as r:
+        reader = r
+        assert reader.offsets("t") == {part: (0, 1000)}
+        reader.assign("t", part, 0, 1000)
+        if SCENARIO == "main_thread_reads_it":
+            # Not in a poll (which lets go of the GIL) when the skip is logged.
+            assert logged.wait(timeout=20), "the skip was not logged"
+            seen.append(reader.position("t", part))
+        got, deadline = [], time.monotonic() + 20
+        while len(got) < 999 and time.monotonic() < deadline:
+            got += reader.poll(max_records=1000, timeout=0.05).column("offset").to_pylist()
+        assert got == [*range(500), *range(501, 1000)], got[495:505]
+        assert seen and all(s > 500 for s in seen), seen  # read after the skip
+print("read")
+"""
+
+
+@pytest.mark.parametrize("scenario", ["handler_reads_the_position", "main_thread_reads_it"])
+def test_a_handler_of_the_skip_log_does_not_deadlock_the_reader(scenario: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SKIP_LOGGED, scenario], capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "read", done.stderr

@@ -501,10 +501,6 @@ def test_heads_thread_stops_when_no_one_asks_and_restarts_on_demand(
         heads.stop()
 
 
-@pytest.mark.skip(
-    reason="hung once in a full run after the other Spark tests (passes alone and in two full "
-    "runs); disabled until diagnosed, see the 2026-11-27 closing note"
-)
 def test_fail_on_data_loss_for_a_record_damaged_on_every_store(spark: Any, tmp_path: Path) -> None:
     """Issue 21: a record damaged on the only store that held it. The read no longer waits
     for it forever: with failOnDataLoss (the default) the query fails naming the offset, and

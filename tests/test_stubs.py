@@ -37,6 +37,7 @@ def test_package_type_checks_strictly(repo: Path) -> None:
             "--config-file",
             str(repo / "pyproject.toml"),
             "python/dafka",
+            "python/pyspark_dafka",
         ],
         capture_output=True,
         text=True,

@@ -38,6 +38,8 @@ def test_wheel_installs_into_an_empty_venv(wheel: Path, tmp_path: Path, cargo_ve
     ).stdout
     needed = {line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line}
     assert needed <= {"libc.so.6", "libm.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2"}, needed
+    # What Spark 4 imports to register the source by itself (docs/spark.md, Registration).
+    assert "pyspark_dafka/__init__.py" in names
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -51,8 +53,14 @@ def test_wheel_installs_into_an_empty_venv(wheel: Path, tmp_path: Path, cargo_ve
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # pyspark_dafka imports without pyarrow and pyspark (none here), registering nothing:
+    # Spark's lookup imports every pyspark_* module and gives up on all when one fails.
+    code = (
+        "import dafka, pyspark_dafka; print(dafka.__version__); print(dafka.__file__); "
+        "print(hasattr(pyspark_dafka, 'DefaultSource'))"
+    )
     out = subprocess.run(
-        [str(py), "-c", "import dafka; print(dafka.__version__); print(dafka.__file__)"],
+        [str(py), "-c", code],
         cwd=empty,
         env=env,
         capture_output=True,
@@ -60,6 +68,7 @@ def test_wheel_installs_into_an_empty_venv(wheel: Path, tmp_path: Path, cargo_ve
         timeout=60,
         check=True,
     )
-    version, location = out.stdout.split()
+    version, location, registers = out.stdout.split()
     assert version == cargo_version
     assert Path(location).is_relative_to(venv), location
+    assert registers == "False"

@@ -19,11 +19,13 @@ acknowledged (``flush``). Partition identity: one producer, so one Dafka partiti
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import logging
 import math
 import os
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -52,21 +54,126 @@ __all__ = ["DAFKA_SCHEMA", "DafkaDataSource", "DafkaPartition"]
 # Exactly the consumer's Arrow schema (`Consumer.poll`), as Spark DDL.
 DAFKA_SCHEMA = "topic string, partition string, offset bigint, value binary, timestamp timestamp"
 
-# Options, lower case as Spark hands them over, per use.
-_COMMON = {"towers", "offsetstimeout"} | _spark_keys.OPTIONS
-_READ = _COMMON | {
-    "subscribe",
-    "startingoffsets",
-    "minpartitions",
-    "failondataloss",
-    "polltimeout",
-    "maxrecordsperbatch",
-}
-_BATCH_READ = _READ | {"endingoffsets"}
-_STREAM_READ = _READ | {"maxoffsetspertrigger"}
-_WRITE = _COMMON | {"topic", "minacks", "flushtimeout"}
+
+@dataclass(frozen=True)
+class _Option:
+    """One option of the source or sink: what `help()`, the messages and the checks use."""
+
+    name: str  # as users write it; Spark hands it over in lower case
+    uses: frozenset[str]  # of BATCH, STREAM, SINK
+    default: str
+    meaning: str
+
+
+BATCH, STREAM, SINK = "batch read", "stream read", "sink"
+_ALL = frozenset({BATCH, STREAM, SINK})
+_READS = frozenset({BATCH, STREAM})
+
+OPTIONS: tuple[_Option, ...] = (
+    _Option("towers", _ALL, "required", "tcp://host:port of the towers, comma-separated"),
+    _Option("subscribe", _READS, "required", "comma list of topics (exact names)"),
+    _Option(
+        "startingOffsets",
+        _READS,
+        "earliest (batch), latest (stream)",
+        'earliest, latest or JSON {"topic": {"PARTITION": offset}} (-2 earliest, -1 latest; '
+        "a partition not named starts at earliest)",
+    ),
+    _Option(
+        "endingOffsets",
+        frozenset({BATCH}),
+        "latest",
+        "latest or JSON as startingOffsets (a partition not named ends at latest)",
+    ),
+    _Option(
+        "maxOffsetsPerTrigger",
+        frozenset({STREAM}),
+        "none",
+        "most records per micro-batch over all partitions",
+    ),
+    _Option(
+        "minPartitions",
+        _READS,
+        "1",
+        "split offset ranges into at least this many tasks (at most 10000; no piece under "
+        "100 records)",
+    ),
+    _Option(
+        "failOnDataLoss",
+        _READS,
+        "true",
+        "fail when offsets the query needs are gone (retention, damage); false skips them",
+    ),
+    _Option(
+        "offsetsTimeout",
+        _READS,
+        "10",
+        "seconds to wait for a store when listing partitions, before failing",
+    ),
+    _Option(
+        "pollTimeout",
+        _READS,
+        "60",
+        "seconds a task waits for the next record of its range before failing",
+    ),
+    _Option("maxRecordsPerBatch", _READS, "65536", "most rows per Arrow batch handed to Spark"),
+    _Option("topic", frozenset({SINK}), "none", "the topic of rows without a topic column"),
+    _Option("minAcks", frozenset({SINK}), "1", "distinct stores that must acknowledge a record"),
+    _Option(
+        "flushTimeout",
+        frozenset({SINK}),
+        "60",
+        "seconds a write task waits for acknowledgements before failing",
+    ),
+    _Option(
+        _spark_keys.NAMES[_spark_keys.CLUSTER],
+        _ALL,
+        "none",
+        "an encrypted cluster's secret key (Z85); all three curve.* options or none",
+    ),
+    _Option(
+        _spark_keys.NAMES[_spark_keys.MEMBER],
+        _ALL,
+        "none",
+        "this job's member secret key (Z85), its public key on the cluster's allow-lists",
+    ),
+    _Option(
+        _spark_keys.NAMES[_spark_keys.ALLOWED],
+        _ALL,
+        "none",
+        "comma list of member public keys (Z85) allowed to connect to the job's nodes",
+    ),
+)
+# Lower case, as Spark hands options over: the name users write.
+_NAMES = {o.name.lower(): o.name for o in OPTIONS}
+
+
+def _keys(use: str) -> set[str]:
+    return {o.name.lower() for o in OPTIONS if use in o.uses}
+
+
+_BATCH_READ = _keys(BATCH)
+_STREAM_READ = _keys(STREAM)
+_READ = _BATCH_READ & _STREAM_READ
+_WRITE = _keys(SINK)
 # Spark's own keys that may reach a data source's options.
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+
+
+def _options_doc(uses: frozenset[str]) -> str:
+    """The options of `uses` as a text table, for the docstrings `help()` shows."""
+    rows = [o for o in OPTIONS if o.uses & uses]
+    width = max(len(o.name) for o in rows) + 2
+    lines = ["Options (keys case-insensitive, values strings; an unknown key fails):", ""]
+    for o in rows:
+        meaning = f"{o.meaning}. Default: {o.default}."
+        if uses - o.uses:
+            meaning += f" For: {', '.join(u for u in (BATCH, STREAM, SINK) if u in o.uses)}."
+        wrapped = textwrap.wrap(meaning, 90 - width)
+        lines.append(f"    {o.name:<{width}}{wrapped[0]}")
+        lines += [f"    {'':<{width}}{w}" for w in wrapped[1:]]
+    return "\n".join(lines)
+
 
 # minPartitions splits no range into pieces of fewer records than this (a range already
 # smaller stays whole): a task costs about 0.1 s of scheduling and start-up whatever it reads,
@@ -99,12 +206,7 @@ class _Options:
 def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
     """Validates every option at once; the message names the option at fault."""
     opts = {k.lower(): str(v) for k, v in options.items()}
-    unknown = sorted(set(opts) - allowed - _SPARK_KEYS)
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown option(s) {', '.join(unknown)} for a dafka {what}; "
-            f"known: {', '.join(sorted(allowed))}"
-        )
+    _check_keys(opts, allowed, what)
     towers = opts.get("towers", "").strip()
     if not towers:
         raise InvalidArgumentError('option towers is required: "tcp://host:port[,...]"')
@@ -147,6 +249,26 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         topic=opts.get("topic") or None,
         min_acks=_number(opts, "minacks", "minAcks", int, 1),
         flush_timeout=_number(opts, "flushtimeout", "flushTimeout", float, 60.0),
+    )
+
+
+def _check_keys(opts: dict[str, str], allowed: set[str], what: str) -> None:
+    """Fails on a key that is no option of `what`, naming it, the option it may be a
+    misspelling of, and every option `what` takes."""
+    unknown = sorted(set(opts) - allowed - _SPARK_KEYS)
+    if not unknown:
+        return
+    said = []
+    for key in unknown:
+        if key in _NAMES:
+            uses = next(o.uses for o in OPTIONS if o.name.lower() == key)
+            said.append(f"{_NAMES[key]} (for a dafka {' or '.join(sorted(uses))} only)")
+            continue
+        near = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+        said.append(f"{key} (did you mean {_NAMES[near[0]]}?)" if near else key)
+    raise InvalidArgumentError(
+        f"unknown option{'s' if len(said) > 1 else ''} {', '.join(said)} for a dafka {what}; "
+        f"its options: {', '.join(sorted((_NAMES[k] for k in allowed), key=str.lower))}"
     )
 
 
@@ -549,14 +671,48 @@ class _Heads:
 # --- the data source -------------------------------------------------------------------------
 
 
+def _with_options(uses: frozenset[str]) -> Any:
+    """Appends the table of the options of `uses` to the class's docstring (`help()`)."""
+
+    def add(cls: type) -> type:
+        cls.__doc__ = f"{cls.__doc__}\n\n{_options_doc(uses)}\n"
+        return cls
+
+    return add
+
+
+@_with_options(_ALL)
 class DafkaDataSource(DataSource):
-    """``format("dafka")``: Dafka topics as a Spark source and sink, batch and streaming."""
+    """``format("dafka")``: Dafka topics as a Spark source and sink, batch and streaming.
+
+    Registered with every Spark session once ``dafka`` is installed (the ``pyspark_dafka``
+    module, which Spark looks up); ``dafka.spark.register(spark)`` does it by hand. Rows:
+    ``topic string, partition string, offset bigint, value binary, timestamp timestamp``.
+    The sink takes a ``value`` column (string or binary) and a ``topic`` column or option;
+    it appends: a batch write needs ``mode("append")`` (Spark refuses its default mode,
+    ErrorIfExists, for every Python data source; ``overwrite`` is refused: a topic keeps
+    what was written). Unknown keys and bad values fail when the query is built. See
+    docs/spark.md."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # Spark makes the source when a query is built (load(), save(), start()): a key no
+        # use of the source knows (a misspelling) fails there, not in a background stream.
+        _check_keys(
+            {k.lower(): v for k, v in options.items()},
+            _BATCH_READ | _STREAM_READ | _WRITE,
+            "source or sink",
+        )
 
     @classmethod
     def name(cls) -> str:
         return "dafka"
 
     def schema(self) -> str:
+        # Asked by load() of a read without a schema, batch or stream (which one is not said):
+        # every read option is checked here, so a stream's fail at load() too, not in the
+        # query's background thread once it started.
+        _parse(dict(self.options), _BATCH_READ | _STREAM_READ, "reader")
         return DAFKA_SCHEMA
 
     def reader(self, schema: Any) -> DafkaBatchReader:
@@ -566,13 +722,24 @@ class DafkaDataSource(DataSource):
         return DafkaStreamReader(_parse(dict(self.options), _STREAM_READ, "stream reader"))
 
     def writer(self, schema: Any, overwrite: bool) -> DafkaWriter:
+        if overwrite:
+            raise InvalidArgumentError(
+                "the dafka sink appends records to topics and cannot overwrite them: write with "
+                'mode("append") (a topic keeps every record written to it until the stores\' '
+                "retention drops it)"
+            )
         return DafkaWriter(_write_options(dict(self.options), schema))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DafkaStreamWriter:
+        # `overwrite` is outputMode("complete"): each micro-batch's whole result is appended
+        # to the topic, as Kafka's sink does (a topic cannot be truncated).
         return DafkaStreamWriter(_write_options(dict(self.options), schema))
 
 
+@_with_options(frozenset({BATCH}))
 class DafkaBatchReader(DataSourceReader):
+    """A batch read of ``format("dafka")``: one task per partition and offset range."""
+
     def __init__(self, options: _Options) -> None:
         self.options = options
         # Planned on the driver when the query is built: bad offsets and unreachable
@@ -596,6 +763,7 @@ class DafkaBatchReader(DataSourceReader):
         yield from _read(partition, self.options)
 
 
+@_with_options(frozenset({STREAM}))
 class DafkaStreamReader(DataSourceStreamReader):
     """Offsets ``{topic: {partition: next_offset}}``. ``latestOffset`` caps each micro-batch
     at ``maxOffsetsPerTrigger`` records over all partitions, shared in proportion to what each
@@ -839,6 +1007,7 @@ except ImportError:  # pragma: no cover
     _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc, assignment]
 
 
+@_with_options(frozenset({SINK}))
 class DafkaWriter(DataSourceArrowWriter):
     """Batch sink: at-least-once (a retried task sends its rows again)."""
 
@@ -849,6 +1018,7 @@ class DafkaWriter(DataSourceArrowWriter):
         return _write_batches(_batches(iter(iterator), self.w), self.w)
 
 
+@_with_options(frozenset({SINK}))
 class DafkaStreamWriter(_StreamWriterBase):
     """Streaming sink: each micro-batch's task returns once its records are acknowledged;
     at-least-once (a retried micro-batch is sent again)."""

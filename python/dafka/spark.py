@@ -1,16 +1,17 @@
 """PySpark (4.x) Python Data Sources over dafka, yielding Arrow batches built in Rust.
 
 ``dafka`` (:class:`DafkaDataSource`): Dafka topics as a source and a sink, batch
-and streaming, modelled on Spark's Kafka source; see ``docs/spark.md``::
+and streaming, modelled on Spark's Kafka source; registered with every session once
+``dafka`` is installed (``pyspark_dafka``); see ``docs/spark.md`` and
+``help(DafkaDataSource)``::
 
-    import dafka.spark
-    dafka.spark.register(spark)
     df = (spark.read.format("dafka")
           .option("towers", cluster.towers)
           .option("subscribe", "readings")
           .load())
 
-``zmtp`` (an extra, below): raw ZeroMQ messages, at most once::
+``zmtp`` (an extra, below): raw ZeroMQ messages, at most once, after
+``dafka.spark.register(spark)``::
 
     df = (spark.read.format("zmtp")
           .option("endpoint", "tcp://127.0.0.1:5555")
@@ -62,6 +63,7 @@ __all__ = [
     "DafkaPartition",
     "ZmtpDataSource",
     "local_session",
+    "quiet_aborted_writes",
     "register",
 ]
 
@@ -69,9 +71,68 @@ ZMTP_SCHEMA = "frames array<binary>"
 
 
 def register(spark: SparkSession) -> None:
-    """Register every dafka data source with ``spark``: ``dafka`` and ``zmtp``."""
-    spark.dataSource.register(DafkaDataSource)
+    """Register every dafka data source with ``spark``: ``dafka`` and ``zmtp``.
+
+    ``dafka`` registers itself in every session once the package is installed where Spark's
+    Python runs (see :mod:`pyspark_dafka`); it is registered here only where it is not yet
+    (Spark would log a warning on replacing it). ``zmtp`` is registered here only."""
+    if not _registered(spark, DafkaDataSource.name()):
+        spark.dataSource.register(DafkaDataSource)
     spark.dataSource.register(ZmtpDataSource)
+
+
+def _registered(spark: SparkSession, name: str) -> bool:
+    """Whether the JVM of a classic session knows data source `name` (False when it cannot
+    be asked: a Spark Connect session)."""
+    from py4j.protocol import Py4JError
+
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is None:
+        return False
+    try:
+        return bool(jsession.sessionState().dataSourceManager().dataSourceExists(name))
+    except Py4JError:
+        return False
+
+
+# The loggers of Spark's ERROR lines that only say that a write was aborted. Stopping a
+# streaming query interrupts the micro-batch running: each of these then logged its abort,
+# FileFormatWriter with the whole stack of the interruption (a ClosedByInterruptException
+# when the stop caught the query connecting to a Python worker to plan the batch, an
+# InterruptedException when it caught it waiting for its tasks: 50 to 90 lines). The error of
+# a write that really failed still reaches the caller: save() raises it, a query stops with it
+# (query.exception(), and StreamExecution's own "terminated with error" line).
+ABORT_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+)
+# Utils logs "Aborting task" (with the TaskKilledException of a stopped query's task) among
+# errors worth seeing: only that message is dropped.
+ABORTING_TASK = ("org.apache.spark.util.Utils", "Aborting task")
+
+
+def quiet_aborted_writes(spark: SparkSession) -> None:
+    """Stops Spark logging the writes it aborts (``ABORT_LOGGERS``, ``ABORTING_TASK``), so that
+    stopping a streaming query in the middle of a micro-batch prints no stack trace. Classic
+    sessions only (it configures the driver's log4j); ``local_session`` calls it. The levels
+    stay whatever ``setLogLevel`` says later (it sets the root logger's)."""
+    jvm: Any = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    for name in ABORT_LOGGERS:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    name, message = ABORTING_TASK
+    context = log4j.LogManager.getContext(False)
+    config = context.getConfiguration()
+    logger = config.getLoggerConfig(name)
+    if logger.getName() != name:
+        logger = log4j.core.config.LoggerConfig(name, None, True)
+        config.addLogger(name, logger)
+    result = log4j.core.Filter.Result
+    logger.addFilter(
+        log4j.core.filter.RegexFilter.createFilter(message, None, True, result.DENY, result.NEUTRAL)
+    )
+    context.updateLoggers()
 
 
 def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSession:
@@ -81,7 +142,8 @@ def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSes
     Spark binds to the machine's external interface unless told otherwise and
     starts its Python workers with whatever ``python3`` is on the PATH; this
     pins both (``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` set in the environment
-    still win).
+    still win). Spark logs ERROR and above only, and not the writes it aborts
+    (:func:`quiet_aborted_writes`: stopping a streaming query prints no stack trace).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -97,6 +159,7 @@ def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSes
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    quiet_aborted_writes(spark)
     register(spark)
     return spark
 

@@ -501,6 +501,11 @@ impl ConsumerNode {
     }
 }
 
+/// The node task's side of a consumer. It never logs while it holds the state lock: a
+/// logger may block, and Python's (every record reaches Python `logging` through the
+/// bindings) waits for the GIL, which a Python thread waiting for that same lock (in
+/// `positions`, say) may hold: both threads then wait forever (a Spark task reading a record
+/// damaged on every store hung so, in `PartitionReader.position`).
 struct ConsumerRole {
     shared: Arc<Shared>,
     /// The receive time of the current input batch (one clock read per batch).

@@ -5,6 +5,11 @@
 //! and runs with the GIL released ([`runtime::wait_for`]), `close()` takes it
 //! out and closes it (or, with a call still running on another thread, drops
 //! it, which stops the node when that call returns).
+//!
+//! Calls that only take a node's state lock (`positions`, `lost`, `subscribe`, and the
+//! `PartitionReader`'s `assign`, `position`, `unassign`) release the GIL too: the node's
+//! thread may hold that lock while it waits for the GIL (to log), and a thread holding the
+//! GIL while it waits for the lock would deadlock with it.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
@@ -758,15 +763,16 @@ impl PyConsumer {
     /// Offsets skipped so far because no store that answers holds them (their records were
     /// damaged on disk, or refused, on every store that had them); each run is logged once.
     #[getter]
-    fn lost(&self) -> PyResult<u64> {
-        Ok(self.node.get("consumer")?.lost())
+    fn lost(&self, py: Python<'_>) -> PyResult<u64> {
+        let node = self.node.get("consumer")?;
+        Ok(py.detach(|| node.lost()))
     }
 
     /// The next offset to deliver, per `(topic, partition)`.
     fn positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let node = self.node.get("consumer")?;
         let out = PyDict::new(py);
-        for p in node.positions() {
+        for p in py.detach(|| node.positions()) {
             let key = (
                 String::from_utf8_lossy(p.topic.as_bytes()).into_owned(),
                 p.partition.to_string(),
@@ -776,18 +782,14 @@ impl PyConsumer {
         Ok(out)
     }
 
-    fn subscribe(&self, topic: &str) -> PyResult<()> {
-        self.node
-            .get("consumer")?
-            .subscribe(topic)
-            .map_err(errors::node)
+    fn subscribe(&self, py: Python<'_>, topic: &str) -> PyResult<()> {
+        let node = self.node.get("consumer")?;
+        py.detach(|| node.subscribe(topic)).map_err(errors::node)
     }
 
-    fn unsubscribe(&self, topic: &str) -> PyResult<()> {
-        self.node
-            .get("consumer")?
-            .unsubscribe(topic)
-            .map_err(errors::node)
+    fn unsubscribe(&self, py: Python<'_>, topic: &str) -> PyResult<()> {
+        let node = self.node.get("consumer")?;
+        py.detach(|| node.unsubscribe(topic)).map_err(errors::node)
     }
 
     #[getter]

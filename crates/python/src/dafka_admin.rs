@@ -71,11 +71,17 @@ impl PyPartitionReader {
     /// topic's live records are not received unless an assign without `end` subscribed this
     /// reader to it). Records of the partition already received are dropped.
     #[pyo3(signature = (topic, partition, offset, end = None))]
-    fn assign(&self, topic: &str, partition: &str, offset: u64, end: Option<u64>) -> PyResult<()> {
+    fn assign(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: &str,
+        offset: u64,
+        end: Option<u64>,
+    ) -> PyResult<()> {
         let partition = partition_id(partition)?;
-        self.node
-            .get("reader")?
-            .assign(topic, partition, offset, end)
+        let node = self.node.get("reader")?;
+        py.detach(|| node.assign(topic, partition, offset, end))
             .map_err(errors::node)
     }
 
@@ -83,22 +89,21 @@ impl PyPartitionReader {
     /// not assigned. Above every offset polled so far when the stores no longer hold the ones
     /// between (retention: a DIRECT-LOW-WATER moved the partition up); read it *before* a poll
     /// that comes back empty to tell the records skipped from those not yet arrived.
-    fn position(&self, topic: &str, partition: &str) -> PyResult<Option<u64>> {
+    fn position(&self, py: Python<'_>, topic: &str, partition: &str) -> PyResult<Option<u64>> {
         let partition = partition_id(partition)?;
         let node = self.node.get("reader")?;
-        Ok(node
-            .positions()
+        Ok(py
+            .detach(|| node.positions())
             .into_iter()
             .find(|p| p.partition == partition && p.topic.as_bytes() == topic.as_bytes())
             .map(|p| p.next))
     }
 
     /// Stops reading `partition` of `topic`.
-    fn unassign(&self, topic: &str, partition: &str) -> PyResult<()> {
+    fn unassign(&self, py: Python<'_>, topic: &str, partition: &str) -> PyResult<()> {
         let partition = partition_id(partition)?;
-        self.node
-            .get("reader")?
-            .unassign(topic, partition)
+        let node = self.node.get("reader")?;
+        py.detach(|| node.unassign(topic, partition))
             .map_err(errors::node)
     }
 

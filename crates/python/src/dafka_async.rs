@@ -91,7 +91,7 @@ pub(crate) fn poll(
         async move { waiting.ready(max_records, timeout).await },
         move |py, ready| {
             ready.map_err(errors::node)?;
-            let records = node.take(max_records);
+            let records = py.detach(|| node.take(max_records));
             let batch = py
                 .detach(|| records_batch(&records))
                 .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))?;
