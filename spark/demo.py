@@ -210,6 +210,8 @@ def stage2(spark, towers: str, topic: str, work: Path, sensors: Sensors):  # typ
                 seconds = p["durationMs"]["triggerExecution"] / 1000
                 lag = max(0, sensors.acknowledged() - read)
                 note = "  (starts Spark's Python workers)" if len(shown) == 1 else ""
+                if ended and rows == 1:
+                    note = "  (the end marker: closes the last windows)"
                 line(
                     f"      {p['batchId']:>5} {rows:>10,} {seconds:>8.2f} "
                     f"{rows / max(seconds, 1e-9):>11,.0f} {lag:>13,}{note}"

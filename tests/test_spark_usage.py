@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import pydoc
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Self
@@ -190,3 +192,30 @@ def test_help_lists_every_option_with_its_default_and_meaning() -> None:
         doc = cls.__doc__ or ""
         assert has in doc and lacks not in doc, cls.__name__
         assert has in pydoc.render_doc(cls, renderer=pydoc.plaintext), cls.__name__
+
+
+def test_a_local_session_starts_without_log_noise(tmp_path: Path) -> None:
+    # Spark's default profile announced itself, a native-hadoop WARN and PySpark's "Setting
+    # default log level" lines on every start; local_session() starts the JVM with errors only.
+    # The JVM's own incubator-module line is printed before any logging exists.
+    script = (
+        "import dafka.spark\n"
+        "spark = dafka.spark.local_session('quiet')\n"
+        "print(spark.range(5).count())\n"
+        "spark.stop()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["5"]
+    noise = [
+        line
+        for line in out.stderr.splitlines()
+        if line.strip() and not line.startswith("WARNING: Using incubator modules")
+    ]
+    assert noise == [], out.stderr

@@ -48,6 +48,7 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
@@ -148,9 +149,13 @@ def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSes
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    log4j = Path(__file__).with_name("log4j2-local.properties")
     spark = (
         SparkSession.builder.master(master)
         .appName(app_name)
+        # Errors only from the JVM's start, when this call starts it (the driver's options
+        # are read when the JVM is launched; an existing session keeps its own).
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
