@@ -12,6 +12,7 @@ import pyarrow
 from typing_extensions import Buffer, disjoint_base
 
 __all__ = [
+    "OPTION_NUMBERS",
     "ClusterKeys",
     "Consumer",
     "Frame",
@@ -29,8 +30,12 @@ __all__ = [
     "term",
 ]
 __version__: str
+OPTION_NUMBERS: dict[str, int]
 
 _Frames: TypeAlias = Buffer | Sequence[Buffer]
+#: A store's sync policy: fdatasync before every acknowledgement, never, or at most every this
+#: many seconds.
+_Sync: TypeAlias = Literal["always", "never"] | float
 _Authenticator: TypeAlias = (
     list[str | bytes]
     | tuple[str | bytes, ...]
@@ -218,7 +223,7 @@ class Store:
         cls,
         path: str | os.PathLike[str],
         towers: _Towers,
-        sync: str | float | None = None,
+        sync: _Sync | None = None,
         *,
         curve: ClusterKeys | None = None,
         segment_bytes: int | None = None,

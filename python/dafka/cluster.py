@@ -6,9 +6,12 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from dafka._native import ClusterKeys, Store, Tower
+
+if TYPE_CHECKING:
+    from dafka._native import _Sync
 
 __all__ = ["LocalCluster"]
 
@@ -28,7 +31,7 @@ class LocalCluster:
         self,
         path: str | Path | None = None,
         *,
-        sync: str | float = "always",
+        sync: _Sync = "always",
         curve: ClusterKeys | None = None,
     ) -> None:
         self._tmp: str | None = None

@@ -89,40 +89,42 @@ POLLOUT = 2
 #: Socket types as libzmq numbers them (``getsockopt(TYPE)``).
 PAIR, PUB, SUB, REQ, REP, DEALER, ROUTER, PULL, PUSH, XPUB, XSUB = range(11)
 
-#: Option numbers for ``setsockopt``/``getsockopt``, as in libzmq's ``zmq.h``.
-ROUTING_ID = IDENTITY = 5
-SUBSCRIBE = 6
-UNSUBSCRIBE = 7
-RCVMORE = 13
-EVENTS = 15
-TYPE = 16
-LINGER = 17
-RECONNECT_IVL = 18
-RECONNECT_IVL_MAX = 21
-MAXMSGSIZE = 22
-SNDHWM = 23
-RCVHWM = 24
-RCVTIMEO = 27
-SNDTIMEO = 28
-LAST_ENDPOINT = 32
-ROUTER_MANDATORY = 33
-IMMEDIATE = 39
-XPUB_VERBOSE = 40
-ROUTER_HANDOVER = 56
-HANDSHAKE_IVL = 66
-XPUB_WELCOME_MSG = 72
-HEARTBEAT_IVL = 75
-HEARTBEAT_TTL = 76
-HEARTBEAT_TIMEOUT = 77
-CONNECT_TIMEOUT = 79
-MECHANISM = 43
-PLAIN_SERVER = 44
-PLAIN_USERNAME = 45
-PLAIN_PASSWORD = 46
-CURVE_SERVER = 47
-CURVE_PUBLICKEY = 48
-CURVE_SECRETKEY = 49
-CURVE_SERVERKEY = 50
+#: Option numbers for ``setsockopt``/``getsockopt``, as in libzmq's ``zmq.h``: read from the
+#: extension's table (``_native.OPTION_NUMBERS``, the one place they are written down).
+_OPTION = _native.OPTION_NUMBERS
+ROUTING_ID = IDENTITY = _OPTION["routing_id"]
+SUBSCRIBE = _OPTION["subscribe"]
+UNSUBSCRIBE = _OPTION["unsubscribe"]
+RCVMORE = _OPTION["rcvmore"]
+EVENTS = _OPTION["events"]
+TYPE = _OPTION["type"]
+LINGER = _OPTION["linger"]
+RECONNECT_IVL = _OPTION["reconnect_ivl"]
+RECONNECT_IVL_MAX = _OPTION["reconnect_ivl_max"]
+MAXMSGSIZE = _OPTION["maxmsgsize"]
+SNDHWM = _OPTION["sndhwm"]
+RCVHWM = _OPTION["rcvhwm"]
+RCVTIMEO = _OPTION["rcvtimeo"]
+SNDTIMEO = _OPTION["sndtimeo"]
+LAST_ENDPOINT = _OPTION["last_endpoint"]
+ROUTER_MANDATORY = _OPTION["router_mandatory"]
+IMMEDIATE = _OPTION["immediate"]
+XPUB_VERBOSE = _OPTION["xpub_verbose"]
+ROUTER_HANDOVER = _OPTION["router_handover"]
+HANDSHAKE_IVL = _OPTION["handshake_ivl"]
+XPUB_WELCOME_MSG = _OPTION["xpub_welcome_msg"]
+HEARTBEAT_IVL = _OPTION["heartbeat_ivl"]
+HEARTBEAT_TTL = _OPTION["heartbeat_ttl"]
+HEARTBEAT_TIMEOUT = _OPTION["heartbeat_timeout"]
+CONNECT_TIMEOUT = _OPTION["connect_timeout"]
+MECHANISM = _OPTION["mechanism"]
+PLAIN_SERVER = _OPTION["plain_server"]
+PLAIN_USERNAME = _OPTION["plain_username"]
+PLAIN_PASSWORD = _OPTION["plain_password"]
+CURVE_SERVER = _OPTION["curve_server"]
+CURVE_PUBLICKEY = _OPTION["curve_publickey"]
+CURVE_SECRETKEY = _OPTION["curve_secretkey"]
+CURVE_SERVERKEY = _OPTION["curve_serverkey"]
 #: ``getsockopt(MECHANISM)`` values.
 NULL, PLAIN, CURVE = 0, 1, 2
 

@@ -12,24 +12,22 @@
 //! GIL while it waits for the lock would deadlock with it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
-use arrow_array::builder::{
-    BinaryBuilder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
-};
-use arrow_array::{Array, ArrayRef, BinaryArray, LargeBinaryArray, LargeStringArray, RecordBatch};
+use arrow_array::{Array, BinaryArray, LargeBinaryArray, LargeStringArray, RecordBatch};
 use arrow_array::{StringArray, make_array};
 use arrow_data::ArrayData;
 use arrow_pyarrow::{FromPyArrow, ToPyArrow};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::DataType;
 use bytes::Bytes;
 use dafka_node::{
-    ConsumerNode, ConsumerOptions, ConsumerRecord, NodeConfig, NodeId, OffsetReset, ProducerNode,
-    ProducerOptions, StoreNode, StoreOptions, SyncPolicy, Tower, TowerConfig,
+    ConsumerNode, ConsumerOptions, NodeConfig, NodeId, OffsetReset, ProducerNode, ProducerOptions,
+    StoreNode, StoreOptions, SyncPolicy, Tower, TowerConfig,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
+use crate::arrow_batch::records_batch;
 use crate::cluster_keys::{PyClusterKeys, security};
 use crate::{dafka_async, errors, runtime};
 
@@ -550,66 +548,6 @@ impl PyProducer {
             self.topic, self.partition
         )
     }
-}
-
-/// The schema of every batch `Consumer.poll` returns.
-pub(crate) fn records_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("topic", DataType::Utf8, true),
-        Field::new("partition", DataType::Utf8, true),
-        Field::new("offset", DataType::Int64, true),
-        Field::new("value", DataType::Binary, true),
-        Field::new(
-            "timestamp",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
-    ]))
-}
-
-/// One row per record, in the order given.
-pub(crate) fn records_batch(
-    records: &[ConsumerRecord],
-) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    let n = records.len();
-    let bytes: usize = records.iter().map(|r| r.value.len()).sum();
-    let mut topic = StringBuilder::with_capacity(n, n * 8);
-    let mut partition = StringBuilder::with_capacity(n, n * 32);
-    let mut offset = Int64Builder::with_capacity(n);
-    let mut value = BinaryBuilder::with_capacity(n, bytes);
-    let mut ts = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
-    // Records come in runs of one partition: its topic and partition are converted to text
-    // once per run, not per row (the hex encoding and UTF-8 check were a third of this).
-    let mut names: Option<(&ConsumerRecord, String, String)> = None;
-    for r in records {
-        let same = names
-            .as_ref()
-            .is_some_and(|(last, _, _)| last.partition == r.partition && last.topic == r.topic);
-        if !same {
-            let t = String::from_utf8_lossy(r.topic.as_bytes()).into_owned();
-            names = Some((r, t, r.partition.to_string()));
-        }
-        if let Some((_, t, p)) = &names {
-            topic.append_value(t);
-            partition.append_value(p);
-        }
-        offset.append_value(i64::try_from(r.offset).unwrap_or(i64::MAX));
-        value.append_value(&r.value);
-        let micros = r
-            .timestamp
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        ts.append_value(micros);
-    }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(topic.finish()),
-        Arc::new(partition.finish()),
-        Arc::new(offset.finish()),
-        Arc::new(value.finish()),
-        Arc::new(ts.finish()),
-    ];
-    RecordBatch::try_new(records_schema(), columns)
 }
 
 /// A consumer of exact topics, delivering Arrow record batches.

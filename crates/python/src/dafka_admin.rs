@@ -9,7 +9,8 @@ use dafka_node::{ConsumerNode, ConsumerOptions, OffsetReset};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::dafka::{Slot, node_config, partition_id, records_batch, seconds};
+use crate::arrow_batch::records_batch;
+use crate::dafka::{Slot, node_config, partition_id, seconds};
 use crate::{errors, runtime};
 
 /// A consumer that reads only the partitions assigned to it, and asks the stores for a topic's

@@ -25,8 +25,8 @@ use dafka_node::{ConsumerNode, Error};
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 
+use crate::arrow_batch::records_batch;
 use crate::asyncio::{self, lock};
-use crate::dafka::records_batch;
 use crate::{errors, runtime};
 
 type Finish = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;

@@ -61,6 +61,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .import("atexit")?
         .call_method1("register", (wrap_pyfunction!(runtime::python_exiting, m)?,))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("OPTION_NUMBERS", zmtp::option_numbers(m.py())?)?;
     m.add_class::<zmtp::PySocket>()?;
     m.add_class::<frame::Frame>()?;
     m.add_class::<poller::Poller>()?;

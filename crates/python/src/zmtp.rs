@@ -31,7 +31,8 @@ pub(crate) const NOBLOCK: i32 = 1;
 pub(crate) const SNDMORE: i32 = 2;
 
 /// libzmq's option numbers (`zmq.h`), by the name used in messages and in
-/// keyword options.
+/// keyword options. The one table of them: `dafka.zmtp`'s constants (`SNDHWM`, ...) are read
+/// from it (`_native.OPTION_NUMBERS`).
 const OPTION_NUMBERS: &[(i32, &str)] = &[
     (5, "routing_id"),
     (6, "subscribe"),
@@ -59,6 +60,15 @@ const OPTION_NUMBERS: &[(i32, &str)] = &[
     (77, "heartbeat_timeout"),
     (79, "connect_timeout"),
 ];
+
+/// `{name: number}` of every option `setsockopt`/`getsockopt` take, security options included.
+pub(crate) fn option_numbers(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let table = PyDict::new(py);
+    for (number, name) in OPTION_NUMBERS.iter().chain(security::OPTION_NUMBERS) {
+        table.set_item(*name, *number)?;
+    }
+    Ok(table)
+}
 
 fn option_name(option: i32) -> PyResult<&'static str> {
     OPTION_NUMBERS
