@@ -190,13 +190,14 @@ impl NodeConfig {
     /// Defaults for a node reaching `towers`: host `127.0.0.1`, any port, beacons every second,
     /// peers dropped after 4 s of silence, 4096 peers, default limits, HWMs of 100 000.
     pub fn new(towers: Vec<TowerAddress>) -> Self {
+        let discovery = DiscoveryConfig::new();
         NodeConfig {
             towers,
             host: "127.0.0.1".to_owned(),
             port: 0,
-            beacon_interval: Duration::from_secs(1),
-            peer_timeout: Duration::from_secs(4),
-            max_peers: 4096,
+            beacon_interval: discovery.beacon_interval,
+            peer_timeout: discovery.peer_timeout,
+            max_peers: discovery.max_peers,
             limits: Limits::DEFAULT,
             sndhwm: 100_000,
             rcvhwm: 100_000,
@@ -612,7 +613,7 @@ thread_local! {
         const { std::cell::RefCell::new((Vec::new(), VecDeque::new())) };
 }
 
-/// The sockets and peer table of a node, owned by its task.
+/// The sockets of a node and its discovery machine, owned by its task.
 pub(crate) struct Plumbing {
     config: NodeConfig,
     port: u16,
