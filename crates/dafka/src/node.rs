@@ -345,6 +345,8 @@ pub struct NodeStats {
     malformed: AtomicU64,
     refused: AtomicU64,
     peers: AtomicU64,
+    /// Notified when `peers` changes.
+    peers_changed: Notify,
     tower_answered: AtomicBool,
 }
 
@@ -367,6 +369,19 @@ impl NodeStats {
     /// Peers connected now.
     pub fn peers(&self) -> u64 {
         self.peers.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the count of [`peers`](Self::peers) satisfies `holds` (checked at once and
+    /// each time it changes) or `timeout` passes; returns whether it holds.
+    pub async fn wait_peers(&self, timeout: Duration, mut holds: impl FnMut(u64) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        wait_until(&self.peers_changed, Some(deadline), || holds(self.peers())).await
+    }
+
+    fn set_peers(&self, peers: usize) {
+        if self.peers.swap(peers as u64, Ordering::Relaxed) != peers as u64 {
+            self.peers_changed.notify_waiters();
+        }
     }
 
     /// Whether a tower ever answered the node: its welcome, a beacon, or its XSUB's
@@ -837,9 +852,7 @@ impl Plumbing {
                 _ => {}
             }
         }
-        self.stats
-            .peers
-            .store(self.discovery.peers() as u64, Ordering::Relaxed);
+        self.stats.set_peers(self.discovery.peers());
     }
 
     fn on_input<R: Role>(&mut self, role: &mut R, frames: &[Bytes], now: Instant) {
