@@ -205,6 +205,31 @@ pub enum PeerError {
     },
 }
 
+/// A peer announcement the discovery refuses ([`Discovery`](crate::Discovery)). Its state is
+/// unchanged but for a known peer that announced an unusable new endpoint, which is dropped;
+/// the driver logs the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DiscoveryError {
+    /// A new peer while [`DiscoveryConfig::max_peers`](crate::DiscoveryConfig::max_peers) are
+    /// connected.
+    #[error("peer {node} ignored: {max} peers connected already")]
+    TooManyPeers {
+        /// The peer announced.
+        node: crate::NodeId,
+        /// The limit.
+        max: usize,
+    },
+    /// A publisher endpoint other than `tcp://host:port`.
+    #[error("peer {node}: endpoint {endpoint:?} is not tcp://host:port")]
+    BadEndpoint {
+        /// The peer announced.
+        node: crate::NodeId,
+        /// The endpoint it announced.
+        endpoint: String,
+    },
+}
+
 /// The local program used the API wrongly.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]

@@ -17,6 +17,8 @@
 //! * [`StoreWriter`], [`StoreReader`]: the two halves of a store (the reference's writer and
 //!   reader nodes): replication with gap FETCHes on a timer, ACKs only for durable records,
 //!   FETCH, GET-HEADS, CONSUMER-HELLO and STORE-HELLO answered from a [`StoreLog`].
+//! * [`Discovery`]: the peers a node's subscriber is connected to (from tower beacons or ZRE),
+//!   the beacon timer with its newcomer answers, silent peers dropped, at most `max_peers`.
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
@@ -59,6 +61,7 @@
 
 mod beacon;
 pub mod consumer;
+pub mod discovery;
 mod error;
 mod id;
 pub mod message;
@@ -71,8 +74,10 @@ pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_T
 pub use consumer::{
     Bounds, Consumer, ConsumerConfig, Delivery, Loss, MISSING_REPORTS, OffsetReset,
 };
+pub use discovery::{ANSWER_BEACON_GAP, Action, Cause, Discovery, DiscoveryConfig, split_tcp};
 pub use error::{
-    CallerError, DecodeError, LimitError, MalformedError, PeerError, SendError, TopicError,
+    CallerError, DecodeError, DiscoveryError, LimitError, MalformedError, PeerError, SendError,
+    TopicError,
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{

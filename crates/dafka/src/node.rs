@@ -18,14 +18,21 @@
 //! of for [`NodeConfig::peer_timeout`] is disconnected. Undecodable input and messages a state
 //! machine refuses are dropped, counted in [`NodeStats`] and logged at WARN, at most
 //! [`LOG_BURST`] lines a second.
+//!
+//! Those decisions (the peer table, the beacon and silence timers, `max_peers`) are
+//! [`dafka_proto::Discovery`]'s; [`Plumbing`] feeds it the tower beacons and ZRE's changes and
+//! executes its actions on the sockets.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use dafka_proto::{BeaconMessage, Limits, Message, NodeBeacon, NodeId, PeerError};
+use dafka_proto::{
+    Action, BeaconMessage, Cause, Discovery, DiscoveryConfig, DiscoveryError, Limits, Message,
+    NodeBeacon, NodeId, PeerError,
+};
 use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -81,8 +88,8 @@ pub(crate) fn hears_subscriptions(options: Options) -> Options {
         .with_max_subscription_size(SUBSCRIPTION_INPUT_MAX - 1)
 }
 
-/// Least time between a beacon and the one that answers a newcomer (see the module docs).
-pub const ANSWER_BEACON_GAP: Duration = Duration::from_millis(100);
+pub use dafka_proto::ANSWER_BEACON_GAP;
+pub(crate) use dafka_proto::split_tcp;
 
 /// Messages taken from a socket per wake-up.
 const BATCH: usize = 1024;
@@ -129,16 +136,6 @@ impl TowerAddress {
             })
             .collect()
     }
-}
-
-/// `tcp://host:port` split into host (IPv6 still in brackets) and port.
-pub(crate) fn split_tcp(endpoint: &str) -> Option<(&str, u16)> {
-    let rest = endpoint.strip_prefix("tcp://")?;
-    let (host, port) = rest.rsplit_once(':')?;
-    if host.is_empty() {
-        return None;
-    }
-    Some((host, port.parse().ok()?))
 }
 
 /// Settings every node shares.
@@ -193,13 +190,14 @@ impl NodeConfig {
     /// Defaults for a node reaching `towers`: host `127.0.0.1`, any port, beacons every second,
     /// peers dropped after 4 s of silence, 4096 peers, default limits, HWMs of 100 000.
     pub fn new(towers: Vec<TowerAddress>) -> Self {
+        let discovery = DiscoveryConfig::new();
         NodeConfig {
             towers,
             host: "127.0.0.1".to_owned(),
             port: 0,
-            beacon_interval: Duration::from_secs(1),
-            peer_timeout: Duration::from_secs(4),
-            max_peers: 4096,
+            beacon_interval: discovery.beacon_interval,
+            peer_timeout: discovery.peer_timeout,
+            max_peers: discovery.max_peers,
             limits: Limits::DEFAULT,
             sndhwm: 100_000,
             rcvhwm: 100_000,
@@ -311,10 +309,16 @@ impl NodeConfig {
         if self.bind.as_deref().is_some_and(str::is_empty) {
             return bad("bind must name an address to listen on (or be left unset: the host)");
         }
-        if self.beacon_interval.is_zero() || self.peer_timeout <= self.beacon_interval {
-            return bad("beacon_interval must be positive and shorter than peer_timeout");
-        }
-        Ok(())
+        self.discovery().validate().map_err(Error::Caller)
+    }
+
+    /// The settings of the node's [`Discovery`].
+    fn discovery(&self) -> DiscoveryConfig {
+        let mut c = DiscoveryConfig::new();
+        c.beacon_interval = self.beacon_interval;
+        c.peer_timeout = self.peer_timeout;
+        c.max_peers = self.max_peers;
+        c
     }
 }
 
@@ -341,6 +345,8 @@ pub struct NodeStats {
     malformed: AtomicU64,
     refused: AtomicU64,
     peers: AtomicU64,
+    /// Notified when `peers` changes.
+    peers_changed: Notify,
     tower_answered: AtomicBool,
 }
 
@@ -363,6 +369,19 @@ impl NodeStats {
     /// Peers connected now.
     pub fn peers(&self) -> u64 {
         self.peers.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the count of [`peers`](Self::peers) satisfies `holds` (checked at once and
+    /// each time it changes) or `timeout` passes; returns whether it holds.
+    pub async fn wait_peers(&self, timeout: Duration, mut holds: impl FnMut(u64) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        wait_until(&self.peers_changed, Some(deadline), || holds(self.peers())).await
+    }
+
+    fn set_peers(&self, peers: usize) {
+        if self.peers.swap(peers as u64, Ordering::Relaxed) != peers as u64 {
+            self.peers_changed.notify_waiters();
+        }
     }
 
     /// Whether a tower ever answered the node: its welcome, a beacon, or its XSUB's
@@ -609,17 +628,8 @@ thread_local! {
         const { std::cell::RefCell::new((Vec::new(), VecDeque::new())) };
 }
 
-#[derive(Debug)]
-struct Peer {
-    endpoint: String,
-    seen: Instant,
-    /// Found through ZRE: it goes when ZRE says so, not after a beacon silence.
-    by_zre: bool,
-}
-
-/// The sockets and peer table of a node, owned by its task.
+/// The sockets of a node and its discovery machine, owned by its task.
 pub(crate) struct Plumbing {
-    id: NodeId,
     config: NodeConfig,
     port: u16,
     beacon: Vec<Bytes>,
@@ -628,12 +638,7 @@ pub(crate) struct Plumbing {
     beacon_sub: Socket,
     pub(crate) publisher: Socket,
     pub(crate) subscriber: Socket,
-    peers: HashMap<NodeId, Peer>,
-    next_beacon: Instant,
-    /// When the last beacon went out.
-    last_beacon: Option<Instant>,
-    /// When silent peers are looked for next (every beacon interval).
-    next_sweep: Instant,
+    discovery: Discovery,
     log: LogLimiter,
     stats: Arc<NodeStats>,
     zre: Option<ZreDiscovery>,
@@ -712,9 +717,8 @@ impl Plumbing {
             port,
         })
         .to_frames();
-        let now = now();
+        let discovery = Discovery::new(config.discovery(), id, now())?;
         Ok(Plumbing {
-            id,
             config,
             port,
             beacon,
@@ -723,10 +727,7 @@ impl Plumbing {
             beacon_sub,
             publisher,
             subscriber,
-            peers: HashMap::new(),
-            next_beacon: now,
-            last_beacon: None,
-            next_sweep: now,
+            discovery,
             log: LogLimiter::default(),
             stats: Arc::new(NodeStats::default()),
             zre,
@@ -756,22 +757,6 @@ impl Plumbing {
         }
     }
 
-    fn send_beacon(&mut self, now: Instant) {
-        let _ = self.beacon_pub.try_send(self.beacon.clone().into());
-        self.next_beacon = now + self.config.beacon_interval;
-        self.last_beacon = Some(now);
-    }
-
-    /// A tower announced a peer new to us: beacon soon, so that it hears of us too (at once,
-    /// or [`ANSWER_BEACON_GAP`] after the last beacon: a node meeting many peers at once, or
-    /// many newcomers, beacons a few times, not once per peer).
-    fn answer_newcomer(&mut self, now: Instant) {
-        let soon = self
-            .last_beacon
-            .map_or(now, |last| (last + ANSWER_BEACON_GAP).max(now));
-        self.next_beacon = self.next_beacon.min(soon);
-    }
-
     async fn on_beacon(&mut self, frames: &[Bytes], now: Instant) {
         let beacon = match BeaconMessage::decode(frames, &self.config.limits) {
             Ok(BeaconMessage::Tower(b)) => {
@@ -791,105 +776,83 @@ impl Plumbing {
                 return;
             }
         };
-        self.connect_peer(beacon.node, beacon.endpoint, now, false, "beacon SUB")
-            .await;
+        let learnt = self
+            .discovery
+            .handle_beacon(beacon.node, &beacon.endpoint, now);
+        self.discovered(learnt, "beacon SUB", now).await;
     }
 
-    /// Connects the subscriber to `node`'s publisher at `endpoint` (a tower's beacon, or ZRE
-    /// when `by_zre`), or refreshes it.
-    async fn connect_peer(
+    /// What ZRE reported about the cluster's publishers.
+    async fn on_zre_change(&mut self, change: Change, now: Instant) {
+        match change {
+            Change::Up(node, endpoint) => {
+                let learnt = self.discovery.handle_zre_peer(node, &endpoint, now);
+                self.discovered(learnt, "ZRE", now).await;
+            }
+            Change::Down(node) => {
+                self.discovery.handle_zre_gone(node);
+                self.run_discovery("ZRE", now).await;
+            }
+        }
+    }
+
+    /// Logs what the discovery refused of a peer announcement from `source`, then executes
+    /// its actions.
+    async fn discovered(
         &mut self,
-        node: NodeId,
-        endpoint: String,
-        now: Instant,
-        by_zre: bool,
+        learnt: Result<(), DiscoveryError>,
         source: &'static str,
+        now: Instant,
     ) {
-        if node == self.id {
-            return;
-        }
-        if let Some(peer) = self.peers.get_mut(&node) {
-            peer.seen = now;
-            peer.by_zre |= by_zre;
-            if peer.endpoint == endpoint {
-                return;
+        match learnt {
+            Ok(()) => {}
+            Err(DiscoveryError::TooManyPeers { node, max }) => {
+                if self.log.allow(now) {
+                    tracing::warn!(peer = %node, max, "too many peers; ignored");
+                }
             }
-            // Same id, new endpoint: the old one is gone.
-            let old = std::mem::take(&mut peer.endpoint);
-            let _ = self.subscriber.disconnect(&old).await;
-        } else if self.peers.len() >= self.config.max_peers {
-            if self.log.allow(now) {
-                tracing::warn!(peer = %node, max = self.config.max_peers, "too many peers; ignored");
+            Err(DiscoveryError::BadEndpoint { .. }) => {
+                self.dropped(source, "peer endpoint is not tcp://host:port", now);
             }
-            return;
+            Err(e) => self.dropped(source, &e.to_string(), now),
         }
-        if split_tcp(&endpoint).is_none() {
-            self.dropped(source, "peer endpoint is not tcp://host:port", now);
-            self.peers.remove(&node);
-            return;
-        }
-        if let Err(e) = self.subscriber.connect(&endpoint).await {
-            self.dropped(source, &format!("cannot connect to peer: {e}"), now);
-            self.peers.remove(&node);
-            return;
-        }
-        tracing::debug!(peer = %node, endpoint = %endpoint, "peer connected");
-        if !by_zre {
-            self.answer_newcomer(now);
-        }
-        self.peers.insert(
-            node,
-            Peer {
-                endpoint,
-                seen: now,
-                by_zre,
-            },
-        );
-        self.stats
-            .peers
-            .store(self.peers.len() as u64, Ordering::Relaxed);
+        self.run_discovery(source, now).await;
     }
 
-    /// ZRE says `node` is gone (EXIT, or it left the cluster's group).
-    async fn disconnect_peer(&mut self, node: NodeId) {
-        if let Some(peer) = self.peers.remove(&node) {
-            tracing::debug!(peer = %node, "peer gone (ZRE); disconnected");
-            let _ = self.subscriber.disconnect(&peer.endpoint).await;
-        }
-        self.stats
-            .peers
-            .store(self.peers.len() as u64, Ordering::Relaxed);
-    }
-
-    async fn expire_peers(&mut self, now: Instant) {
-        if now < self.next_sweep {
-            return;
-        }
-        self.next_sweep = now + self.config.beacon_interval;
-        let timeout = self.config.peer_timeout;
-        let silent: Vec<NodeId> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| !p.by_zre && now.duration_since(p.seen) >= timeout)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in silent {
-            if let Some(peer) = self.peers.remove(&id) {
-                tracing::debug!(peer = %id, "peer silent; disconnected");
-                let _ = self.subscriber.disconnect(&peer.endpoint).await;
+    /// Executes what the discovery asks for (connects for peers announced by `source`), and
+    /// publishes its peer count.
+    async fn run_discovery(&mut self, source: &'static str, now: Instant) {
+        while let Some(action) = self.discovery.poll_action() {
+            match action {
+                Action::SendBeacon => {
+                    let _ = self.beacon_pub.try_send(self.beacon.clone().into());
+                }
+                Action::Connect { node, endpoint } => {
+                    if let Err(e) = self.subscriber.connect(&endpoint).await {
+                        self.dropped(source, &format!("cannot connect to peer: {e}"), now);
+                        self.discovery.handle_connect_failed(node, &endpoint);
+                    } else {
+                        tracing::debug!(peer = %node, endpoint = %endpoint, "peer connected");
+                    }
+                }
+                Action::Disconnect {
+                    node,
+                    endpoint,
+                    cause,
+                } => {
+                    match cause {
+                        Cause::Silent => tracing::debug!(peer = %node, "peer silent; disconnected"),
+                        Cause::Gone => {
+                            tracing::debug!(peer = %node, "peer gone (ZRE); disconnected");
+                        }
+                        _ => {}
+                    }
+                    let _ = self.subscriber.disconnect(&endpoint).await;
+                }
+                _ => {}
             }
         }
-        self.stats
-            .peers
-            .store(self.peers.len() as u64, Ordering::Relaxed);
-    }
-
-    fn next_deadline(&self) -> Instant {
-        if self.peers.is_empty() {
-            self.next_beacon
-        } else {
-            self.next_beacon.min(self.next_sweep)
-        }
+        self.stats.set_peers(self.discovery.peers());
     }
 
     fn on_input<R: Role>(&mut self, role: &mut R, frames: &[Bytes], now: Instant) {
@@ -921,22 +884,20 @@ impl Plumbing {
         let mut beacons = Vec::new();
         let mut out = Vec::new();
         let mut more;
-        self.send_beacon(now());
         while !control.stopping() {
             let t = now();
-            if t >= self.next_beacon {
-                self.send_beacon(t);
-            }
-            self.expire_peers(t).await;
+            // The first turn sends the first beacon: it is due from the start.
+            self.discovery.handle_timeout(t);
+            self.run_discovery("timer", t).await;
             if role.poll_timeout().is_some_and(|d| t >= d) {
                 role.on_timeout(t);
             }
             more = role.transmit(&mut out, TRANSMIT_CHUNK);
             log_refused(publish(&self.publisher, out.drain(..)));
-            let mut deadline = self.next_deadline();
-            if let Some(d) = role.poll_timeout() {
-                deadline = deadline.min(d);
-            }
+            let deadline = [self.discovery.poll_timeout(), role.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
             let reading = role.wants_input();
             tokio::select! {
                 biased;
@@ -974,22 +935,21 @@ impl Plumbing {
                     // A tower's XSUB subscribed: beacon now, not one interval later.
                     Some(SocketEvent::Subscribed { prefix, .. }) if dafka_proto::BEACON_TOPIC.starts_with(&prefix) => {
                         self.stats.answered_by_tower();
-                        self.send_beacon(now());
+                        let t = now();
+                        self.discovery.handle_tower_subscribed(t);
+                        self.run_discovery("beacon PUB", t).await;
                     }
                     Some(_) => {}
                     None => break,
                 },
                 change = next_change(&mut self.zre) => match change {
-                    Some(Change::Up(node, endpoint)) => {
-                        self.connect_peer(node, endpoint, now(), true, "ZRE").await;
-                    }
-                    Some(Change::Down(node)) => self.disconnect_peer(node).await,
+                    Some(change) => self.on_zre_change(change, now()).await,
                     None => {
                         tracing::warn!("ZRE discovery stopped; peers found so far stay");
                         self.zre = None;
                     }
                 },
-                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {}
+                _ = sleep_until(deadline) => {}
             }
         }
         // Every way out: callers see the node closed (`try_send` queues nothing more), then
@@ -1003,6 +963,14 @@ impl Plumbing {
             socket.close_in_background_with(Some(Duration::ZERO));
         }
         self.publisher.close_in_background();
+    }
+}
+
+/// Sleeps until `deadline`; for ever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -1076,15 +1044,6 @@ mod tests {
         // The next window: allowed, having said the count (the window's own test counts).
         assert!(log.allow(t0 + Duration::from_secs(1)));
         assert_eq!(log.0.due(None), None, "nothing left unsaid");
-    }
-
-    #[test]
-    fn tcp_endpoints() {
-        assert_eq!(split_tcp("tcp://127.0.0.1:5556"), Some(("127.0.0.1", 5556)));
-        assert_eq!(split_tcp("tcp://[::1]:0"), Some(("[::1]", 0)));
-        assert_eq!(split_tcp("tcp://:5556"), None);
-        assert_eq!(split_tcp("tcp://h:70000"), None);
-        assert_eq!(split_tcp("ipc:///x"), None);
     }
 
     #[test]

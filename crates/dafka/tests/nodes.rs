@@ -470,15 +470,16 @@ async fn silent_peers_are_dropped() {
     let peer: NodeId = "00112233445566778899AABBCCDDEEFF".parse().unwrap();
     let beacon = announce(&towers, peer, 9).await;
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    while consumer.stats().peers() != 1 {
-        assert!(tokio::time::Instant::now() < deadline, "peer never learnt");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+    assert!(
+        consumer.stats().wait_peers(left(), |n| n == 1).await,
+        "peer never learnt"
+    );
     beacon.close().await;
-    while consumer.stats().peers() != 0 {
-        assert!(tokio::time::Instant::now() < deadline, "silent peer kept");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert!(
+        consumer.stats().wait_peers(left(), |n| n == 0).await,
+        "silent peer kept"
+    );
     consumer.close().await;
     tower.close().await;
 }
