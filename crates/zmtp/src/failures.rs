@@ -9,7 +9,8 @@
 //! of each kind ([`Failure`]) at `warn` per one-second window; the others go to `debug`, and
 //! the next one of that kind logged at `warn` says how many were not. A count that no later
 //! failure reports is not lost: the listener says it at its next accepted connection once the
-//! window is over, and when it closes.
+//! window is over, and when it closes. A listener's own failures to accept (EMFILE) are rate
+//! limited the same way.
 
 use std::fmt::Display;
 use std::sync::{Mutex, PoisonError};
@@ -37,14 +38,18 @@ pub(crate) enum Failure {
     /// The peer broke a limit: a frame or message too large, a subscription limit, memory
     /// held too long or past the budget for unauthenticated peers.
     Limit,
+    /// The listener could not accept a connection (typically EMFILE, out of file
+    /// descriptors: it fails every 20 ms while that lasts, with no peer to blame).
+    Accept,
 }
 
 impl Failure {
-    const ALL: [Failure; 4] = [
+    const ALL: [Failure; 5] = [
         Failure::Refused,
         Failure::Protocol,
         Failure::Rejected,
         Failure::Limit,
+        Failure::Accept,
     ];
 
     /// The warning's text.
@@ -54,6 +59,7 @@ impl Failure {
             Failure::Protocol => "closing connection: protocol error",
             Failure::Rejected => "closing connection",
             Failure::Limit => "closing connection: peer broke a limit",
+            Failure::Accept => "accept failed",
         }
     }
 
@@ -64,6 +70,7 @@ impl Failure {
             Failure::Protocol => "protocol errors",
             Failure::Rejected => "rejections",
             Failure::Limit => "broken limits",
+            Failure::Accept => "accept failures",
         }
     }
 }
@@ -124,6 +131,11 @@ impl FailureLog {
             ConnectionEnd::PeerClosed => tracing::debug!(peer, "peer closed the connection"),
             ConnectionEnd::Closed => {}
         }
+    }
+
+    /// Logs a failure to accept a connection (no peer: `peer` is `-`).
+    pub(crate) fn log_accept(&self, e: &dyn Display) {
+        self.log("-", Failure::Accept, e);
     }
 
     /// Logs the failure `e` of `kind` of the peer at `peer`.

@@ -204,8 +204,9 @@ async fn accept_loop<L: Accept>(inner: Arc<Inner>, listener: L, stop: Arc<Stop>,
                     });
                 }
                 Err(e) => {
-                    // Typically EMFILE: back off briefly instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    // Typically EMFILE: back off briefly instead of spinning, and log at most
+                    // FAILURES_LOGGED_PER_SECOND of them a second (it was 50 lines a second).
+                    failures.log_accept(&e);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             },
