@@ -157,7 +157,7 @@ where
 /// The task of one connection: the stream, its buffers, the sans-IO [`Connection`], the link
 /// to the socket once attached, and the wake-ups it waits on. [`Task::drive`] turns the loop:
 /// hand over what was decoded, encode what is queued, size the next read, then wait for the
-/// first of the wake-ups and handle it.
+/// first of the wake-ups and hand it to its method.
 struct Task<'a, R, W> {
     inner: Arc<Inner>,
     rd: R,
@@ -300,8 +300,10 @@ where
             if let Err(end) = self.surface_events() {
                 return end;
             }
-            if let Err(end) = self.hand_over().await {
-                return end;
+            match self.hand_over() {
+                Ok(true) => tokio::task::yield_now().await,
+                Ok(false) => {}
+                Err(end) => return end,
             }
             // Everything pending goes into one write buffer.
             self.conn.poll_transmit(&mut self.wbuf);
@@ -320,7 +322,30 @@ where
                 return ConnectionEnd::Closed;
             }
             let turn = self.prepare_turn();
-            if let Err(end) = self.wait(turn).await {
+            let w = &mut self.wakes;
+            // Unbiased: under sustained load neither reading nor writing starves.
+            let handled = tokio::select! {
+                r = write_out(&mut self.wr, &self.parts, &self.wbuf), if turn.unwritten > 0 => {
+                    self.on_written(r)
+                }
+                r = self.rd.read_buf(&mut self.rbuf), if turn.reading => self.on_read(r, turn),
+                _ = self.inner.inbound.wait_room(), if turn.inbound_full => Ok(()),
+                pipe = poll_some(&mut w.pipe), if turn.can_fill => {
+                    self.wakes.pipe = Some(pipe_woken(pipe));
+                    Ok(())
+                }
+                _ = &mut w.sleep, if self.wake.is_some() => self.on_timer(turn.stall),
+                rx = w.phase_change.poll_if(|| w.phase_probe.has_changed().unwrap_or(true)) => {
+                    self.wakes.phase_probe.mark_unchanged();
+                    self.wakes.phase_change = Gated::new(Box::pin(phase_changed(rx)));
+                    Ok(())
+                }
+                _ = w.stopped.poll_if(|| self.stop.is_stopped()) => Err(ConnectionEnd::Closed),
+                _ = evicted(&mut w.eviction) => {
+                    Err(ConnectionEnd::Rejected(Rejection::HandedOver))
+                }
+            };
+            if let Err(end) = handled {
                 return end;
             }
         }
@@ -424,8 +449,8 @@ where
     }
 
     /// Hands the decoded messages to the receive queue, then ends the connection on a failure
-    /// found while decoding them, or lets the consumer run.
-    async fn hand_over(&mut self) -> Result<(), ConnectionEnd> {
+    /// found while decoding them. `Ok(true)`: let the consumer run before going on.
+    fn hand_over(&mut self) -> Result<bool, ConnectionEnd> {
         let woke_consumer = self.inner.inbound.push_fair(&mut self.batch);
         if let Some(f) = self.failure.take() {
             return Err(f);
@@ -436,15 +461,11 @@ where
         // current-thread runtime would otherwise keep polling this task (up to its coop budget)
         // and queue many large messages at once, each in fresh memory, instead of reusing what
         // the consumer freed.
-        if woke_consumer {
+        if woke_consumer || self.unyielded >= YIELD_AFTER {
             self.unyielded = 0;
-            tokio::task::yield_now().await;
+            return Ok(true);
         }
-        if self.unyielded >= YIELD_AFTER {
-            self.unyielded = 0;
-            tokio::task::yield_now().await;
-        }
-        Ok(())
+        Ok(false)
     }
 
     /// Whether the socket's phase lets the connection go now (linger done, or terminated).
@@ -570,31 +591,6 @@ where
                     None
                 }
             };
-        }
-    }
-
-    /// Waits for the first wake-up of this turn and handles it. `Err` ends the connection.
-    async fn wait(&mut self, turn: Turn) -> Result<(), ConnectionEnd> {
-        let w = &mut self.wakes;
-        // Unbiased: under sustained load neither reading nor writing starves.
-        tokio::select! {
-            r = write_out(&mut self.wr, &self.parts, &self.wbuf), if turn.unwritten > 0 => {
-                self.on_written(r)
-            }
-            r = self.rd.read_buf(&mut self.rbuf), if turn.reading => self.on_read(r, turn),
-            _ = self.inner.inbound.wait_room(), if turn.inbound_full => Ok(()),
-            pipe = poll_some(&mut w.pipe), if turn.can_fill => {
-                self.wakes.pipe = Some(pipe_woken(pipe));
-                Ok(())
-            }
-            _ = &mut w.sleep, if self.wake.is_some() => self.on_timer(turn.stall),
-            rx = w.phase_change.poll_if(|| w.phase_probe.has_changed().unwrap_or(true)) => {
-                self.wakes.phase_probe.mark_unchanged();
-                self.wakes.phase_change = Gated::new(Box::pin(phase_changed(rx)));
-                Ok(())
-            }
-            _ = w.stopped.poll_if(|| self.stop.is_stopped()) => Err(ConnectionEnd::Closed),
-            _ = evicted(&mut w.eviction) => Err(ConnectionEnd::Rejected(Rejection::HandedOver)),
         }
     }
 
