@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, SocketType};
+use dafka_zmtp_proto::{Command, Config, Connection, Event, Heartbeat, Metadata, SocketType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -17,7 +17,8 @@ use crate::Message;
 use crate::budget::{Charge, MemoryLimit};
 use crate::failures::FailureLog;
 use crate::inproc::announced_identity;
-use crate::monitor::{ConnectionEnd, PeerId, Rejection, SocketEvent};
+use crate::life::{Life, lingered};
+use crate::monitor::{ConnectionEnd, PeerId, Rejection};
 use crate::pipe::{Out, Pipe};
 use crate::socket::{Inner, Link, Phase, Stop};
 
@@ -123,8 +124,8 @@ pub(crate) fn config_for(socket_type: SocketType, o: &crate::Options) -> Config 
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run<R, W>(
     inner: Arc<Inner>,
-    mut rd: R,
-    mut wr: W,
+    rd: R,
+    wr: W,
     connect_pipe: Option<Arc<Pipe>>,
     id: PeerId,
     stop: &Stop,
@@ -135,10 +136,9 @@ where
     R: StreamRead,
     W: AsyncWrite + Unpin,
 {
-    let connect_side = connect_pipe.is_some();
     let mut config = config(&inner);
     config.peer_address = peer.to_owned();
-    let mut conn = match Connection::try_new(config, now()) {
+    let conn = match Connection::try_new(config, now()) {
         Ok(c) => c,
         Err(e) => {
             // Options are validated by bind/connect; this is a safety net.
@@ -149,195 +149,385 @@ where
             };
         }
     };
-    let mut rbuf = BytesMut::new();
-    let mut wbuf = BytesMut::new();
-    // Size of the next read: grows while reads fill the buffer (a busy peer),
-    // shrinks back when they do not, and covers the last large frame.
-    let mut read_chunk = READ_CHUNK;
-    // Room a large frame may get before it has arrived: twice the largest
-    // complete frame so far (see `frame_room`).
-    let mut frame_ahead = 0;
-    // Bytes read since this task last yielded to the consumer.
-    let mut unyielded = 0usize;
-    // Large bodies and the bytes encoded before them; on the wire they come
-    // before `wbuf`.
-    let mut parts: VecDeque<Bytes> = VecDeque::new();
-    let mut local: VecDeque<Out> = VecDeque::new();
-    let mut link: Option<Link> = None;
-    let mut batch: VecDeque<(u64, Message)> = VecDeque::new();
-    let mut phase = inner.phase();
-    // Read again only when it changed (a version check, where reading takes
-    // the channel's lock).
-    let mut ph = *phase.borrow_and_update();
-    let mut deadline = conn.poll_timeout();
-    // A failure is acted on after the events decoded before it were handled
-    // (complete messages that preceded the bad bytes are delivered, as libzmq).
-    let mut failure: Option<ConnectionEnd> = None;
-    let sleep = tokio::time::sleep_until(to_tokio(deadline));
-    tokio::pin!(sleep);
-    // Wake-up sources that live across turns of the loop: creating (and
-    // registering, and dropping) them on every turn costs more than the rest
-    // of a small message's trip through this task.
-    // The rare ones (stop, phase change) are polled only when a cheap check
-    // says they may have fired: polling a registered `Notified` takes a lock.
-    let mut stopped = Gated {
-        inner: Box::pin(stop.wait()),
-        armed: false,
-    };
-    let mut phase_probe = inner.phase();
-    let mut phase_change = Gated {
-        inner: Box::pin(phase_changed(inner.phase())),
-        armed: false,
-    };
-    let mut pipe_wake = None;
-    let mut eviction: Eviction = None;
+    let mut task = Task::new(inner, (rd, wr), connect_pipe, conn, id, stop, peer);
+    let end = task.drive().await;
+    task.close(end, failures).await
+}
 
-    // Complete frames may wait undecoded in `rbuf` (no room in the receive queue for them).
-    let mut undecoded = false;
-    // What the peer makes us hold: the partial frame in `rbuf` and the parts of an incomplete
-    // message (as of the last decode that left no complete frame behind).
-    let mut held = 0usize;
-    // The peer's share of the process-wide budget, until it proves who it is (`budget.rs`).
-    let mut charge = Some(Charge::default());
-    // The unit being received (as `Connection::units_decoded` counted it) and since when,
-    // while something is held and the connection reads: `message_timeout` runs from then.
-    let mut receiving: Option<(u64, Instant)> = None;
-    let message_timeout = inner.options.message_timeout.map(cap_duration);
-    // When the one timer fires: the earliest of the connection's own timers and
-    // `message_timeout` as they were when it was set (`None`: not set).
-    let mut wake = deadline;
-    // The receive low-water mark set on the stream (1 is the kernel's default);
-    // `None` once the transport has refused one.
-    let mut lowat = Some(1usize);
+/// The task of one connection: the stream, its buffers, the sans-IO [`Connection`], the link
+/// to the socket once attached, and the wake-ups it waits on. [`Task::drive`] turns the loop:
+/// hand over what was decoded, encode what is queued, size the next read, then wait for the
+/// first of the wake-ups and hand it to its method.
+struct Task<'a, R, W> {
+    inner: Arc<Inner>,
+    rd: R,
+    wr: W,
+    /// The persistent pipe of a connecting socket.
+    connect_pipe: Option<Arc<Pipe>>,
+    id: PeerId,
+    stop: &'a Stop,
+    peer: &'a str,
+    conn: Connection,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    /// Large bodies and the bytes encoded before them; on the wire they come before `wbuf`.
+    parts: VecDeque<Bytes>,
+    /// Items taken from the pipe, not yet encoded.
+    local: VecDeque<Out>,
+    link: Option<Link>,
+    /// Decoded messages not yet in the receive queue.
+    batch: VecDeque<(u64, Message)>,
+    sizing: ReadSizing,
+    /// Bytes read since this task last yielded to the consumer.
+    unyielded: usize,
+    phase: watch::Receiver<Phase>,
+    /// Read again only when it changed (a version check, where reading takes the channel's lock).
+    ph: Phase,
+    /// The connection's own next deadline.
+    deadline: Option<Instant>,
+    /// A failure is acted on after the events decoded before it were handled (complete
+    /// messages that preceded the bad bytes are delivered, as libzmq).
+    failure: Option<ConnectionEnd>,
+    /// Complete frames may wait undecoded in `rbuf` (no room in the receive queue for them).
+    undecoded: bool,
+    /// What the peer makes us hold: the partial frame in `rbuf` and the parts of an incomplete
+    /// message (as of the last decode that left no complete frame behind).
+    held: usize,
+    /// The peer's share of the process-wide budget, until it proves who it is (`budget.rs`).
+    charge: Option<Charge>,
+    /// The unit being received (as `Connection::units_decoded` counted it) and since when,
+    /// while something is held and the connection reads: `message_timeout` runs from then.
+    receiving: Option<(u64, Instant)>,
+    message_timeout: Option<std::time::Duration>,
+    /// When the one timer fires: the earliest of the connection's own timers and
+    /// `message_timeout` as they were when it was set (`None`: not set).
+    wake: Option<Instant>,
+    /// The receive low-water mark set on the stream (1 is the kernel's default); `None` once
+    /// the transport has refused one.
+    lowat: Option<usize>,
+    wakes: Wakes<'a>,
+}
 
-    let end = 'conn: loop {
-        // (Not on top of messages decoded by this turn's read, not yet handed over.)
-        if undecoded && batch.is_empty() && failure.is_none() && inner.inbound.has_space() {
-            match decode(&inner, &mut conn, link.as_ref(), &mut rbuf, &mut batch) {
-                Ok(more) => {
-                    undecoded = more;
-                    failure = account(&conn, &rbuf, undecoded, &mut held, charge.as_mut());
+/// Wake-up sources that live across turns of the loop: creating (and registering, and
+/// dropping) them on every turn costs more than the rest of a small message's trip through the
+/// task. The rare ones (stop, phase change, eviction) are polled only when a cheap check says
+/// they may have fired: polling a registered `Notified` takes a lock.
+struct Wakes<'a> {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    stopped: Gated<dyn Future<Output = ()> + Send + 'a>,
+    phase_probe: watch::Receiver<Phase>,
+    phase_change: Gated<dyn Future<Output = watch::Receiver<Phase>> + Send>,
+    pipe: Option<Pin<Box<dyn Future<Output = Arc<Pipe>> + Send>>>,
+    eviction: Eviction,
+}
+
+/// What one turn decided before waiting, for the wait and its handlers.
+#[derive(Clone, Copy)]
+struct Turn {
+    reading: bool,
+    inbound_full: bool,
+    unwritten: usize,
+    can_fill: bool,
+    /// The length of the frame at the front of `rbuf`, when its header is there.
+    frame_len: Option<usize>,
+    /// Free room in `rbuf` for the read.
+    room: usize,
+    /// When the unit being received stalls (`message_timeout`).
+    stall: Option<Instant>,
+}
+
+impl<'a, R, W> Task<'a, R, W>
+where
+    R: StreamRead,
+    W: AsyncWrite + Unpin,
+{
+    fn new(
+        inner: Arc<Inner>,
+        (rd, wr): (R, W),
+        connect_pipe: Option<Arc<Pipe>>,
+        conn: Connection,
+        id: PeerId,
+        stop: &'a Stop,
+        peer: &'a str,
+    ) -> Self {
+        let mut phase = inner.phase();
+        let ph = *phase.borrow_and_update();
+        let deadline = conn.poll_timeout();
+        let wakes = Wakes {
+            sleep: Box::pin(tokio::time::sleep_until(to_tokio(deadline))),
+            stopped: Gated::new(Box::pin(stop.wait())),
+            phase_probe: inner.phase(),
+            phase_change: Gated::new(Box::pin(phase_changed(inner.phase()))),
+            pipe: None,
+            eviction: None,
+        };
+        Task {
+            message_timeout: inner.options.message_timeout.map(cap_duration),
+            inner,
+            rd,
+            wr,
+            connect_pipe,
+            id,
+            stop,
+            peer,
+            conn,
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            parts: VecDeque::new(),
+            local: VecDeque::new(),
+            link: None,
+            batch: VecDeque::new(),
+            sizing: ReadSizing::new(),
+            unyielded: 0,
+            phase,
+            ph,
+            deadline,
+            failure: None,
+            undecoded: false,
+            held: 0,
+            charge: Some(Charge::default()),
+            receiving: None,
+            wake: deadline,
+            lowat: Some(1),
+            wakes,
+        }
+    }
+
+    /// Turns the loop until the connection ends, and says how.
+    async fn drive(&mut self) -> ConnectionEnd {
+        loop {
+            self.decode_waiting();
+            if let Err(end) = self.surface_events() {
+                return end;
+            }
+            match self.hand_over() {
+                Ok(true) => tokio::task::yield_now().await,
+                Ok(false) => {}
+                Err(end) => return end,
+            }
+            // Everything pending goes into one write buffer.
+            self.conn.poll_transmit(&mut self.wbuf);
+            if let Some(l) = &self.link {
+                fill(
+                    &self.inner,
+                    &mut self.conn,
+                    l,
+                    &mut self.local,
+                    &mut self.wbuf,
+                    &mut self.parts,
+                );
+            }
+            self.deadline = self.conn.poll_timeout();
+            if self.phase_ends() {
+                return ConnectionEnd::Closed;
+            }
+            let turn = self.prepare_turn();
+            let w = &mut self.wakes;
+            // Unbiased: under sustained load neither reading nor writing starves.
+            let handled = tokio::select! {
+                r = write_out(&mut self.wr, &self.parts, &self.wbuf), if turn.unwritten > 0 => {
+                    self.on_written(r)
                 }
-                Err(e) => failure = Some(e),
+                r = self.rd.read_buf(&mut self.rbuf), if turn.reading => self.on_read(r, turn),
+                _ = self.inner.inbound.wait_room(), if turn.inbound_full => Ok(()),
+                pipe = poll_some(&mut w.pipe), if turn.can_fill => {
+                    self.wakes.pipe = Some(pipe_woken(pipe));
+                    Ok(())
+                }
+                _ = &mut w.sleep, if self.wake.is_some() => self.on_timer(turn.stall),
+                rx = w.phase_change.poll_if(|| w.phase_probe.has_changed().unwrap_or(true)) => {
+                    self.wakes.phase_probe.mark_unchanged();
+                    self.wakes.phase_change = Gated::new(Box::pin(phase_changed(rx)));
+                    Ok(())
+                }
+                _ = w.stopped.poll_if(|| self.stop.is_stopped()) => Err(ConnectionEnd::Closed),
+                _ = evicted(&mut w.eviction) => {
+                    Err(ConnectionEnd::Rejected(Rejection::HandedOver))
+                }
+            };
+            if let Err(end) = handled {
+                return end;
             }
         }
-        // Surface what the last input produced.
-        while let Some(ev) = conn.poll_event() {
-            let mut item = None;
-            match ev {
+    }
+
+    /// Decodes the complete frames left waiting in `rbuf` for room in the receive queue, once
+    /// there is room (not on top of messages decoded by this turn's read, not yet handed over).
+    fn decode_waiting(&mut self) {
+        if self.undecoded
+            && self.batch.is_empty()
+            && self.failure.is_none()
+            && self.inner.inbound.has_space()
+        {
+            self.decode();
+        }
+    }
+
+    /// Decodes what `rbuf` holds and accounts for what the peer makes us hold.
+    fn decode(&mut self) {
+        match decode(
+            &self.inner,
+            &mut self.conn,
+            self.link.as_ref(),
+            &mut self.rbuf,
+            &mut self.batch,
+        ) {
+            Ok(more) => {
+                self.undecoded = more;
+                self.failure = account(
+                    &self.conn,
+                    &self.rbuf,
+                    self.undecoded,
+                    &mut self.held,
+                    self.charge.as_mut(),
+                );
+            }
+            Err(e) => self.failure = Some(e),
+        }
+    }
+
+    /// Surfaces what the last input produced: the handshake's end (attaching to the socket) and
+    /// the messages and subscriptions of the event path. `Err` ends the connection at once.
+    fn surface_events(&mut self) -> Result<(), ConnectionEnd> {
+        while let Some(ev) = self.conn.poll_event() {
+            let item = match ev {
                 Event::Ready {
                     peer_socket_type,
                     peer_identity,
                     peer_metadata,
                 } => {
-                    match inner.attach(
-                        connect_pipe.as_ref(),
-                        id,
-                        peer_socket_type,
-                        &peer_identity,
-                        conn.curve_client_key(),
-                    ) {
-                        Ok(l) => {
-                            inner.events.emit(|| SocketEvent::HandshakeSucceeded {
-                                peer: id,
-                                address: peer.to_owned(),
-                                socket_type: peer_socket_type,
-                                identity: peer_identity,
-                                metadata: peer_metadata,
-                                routing_id: l.route_prefix.clone(),
-                            });
-                            pipe_wake = Some(Box::pin(pipe_woken(l.pipe.clone())));
-                            tracing::debug!(
-                                peer,
-                                peer_type = peer_socket_type.as_str(),
-                                "handshake complete"
-                            );
-                            eviction = eviction_of(&l);
-                            link = Some(l);
-                            // A peer that proved who it is no longer counts against the
-                            // budget for strangers.
-                            if inner.options.mechanism.authenticates_peer() {
-                                charge = None;
-                            }
-                        }
-                        Err(e) => break 'conn ConnectionEnd::Rejected(e),
-                    }
+                    self.on_ready(peer_socket_type, peer_identity, peer_metadata)?;
+                    continue;
                 }
-                Event::Message(m) => item = Some(Out::Msg(m)),
-                Event::Subscribe(p) => item = Some(Out::Sub(p)),
-                Event::Cancel(p) => item = Some(Out::Cancel(p)),
-                _ => {}
-            }
-            if let (Some(l), Some(item)) = (&link, item)
-                && let Err(e) = inner.on_item(l, item, &mut batch)
+                Event::Message(m) => Out::Msg(m),
+                Event::Subscribe(p) => Out::Sub(p),
+                Event::Cancel(p) => Out::Cancel(p),
+                _ => continue,
+            };
+            if let Some(l) = &self.link
+                && let Err(e) = self.inner.on_item(l, item, &mut self.batch)
             {
-                failure = Some(ConnectionEnd::Subscription(e));
+                self.failure = Some(ConnectionEnd::Subscription(e));
                 break;
             }
         }
-        let woke_consumer = inner.inbound.push_fair(&mut batch);
-        if let Some(f) = failure.take() {
-            break f;
-        }
-        // The consumer was waiting for these: let it run first (on a
-        // current-thread runtime it otherwise waits for this whole turn).
-        if woke_consumer {
-            unyielded = 0;
-            tokio::task::yield_now().await;
-        }
-        // After reading a lot in one go, let the consumer run before reading
-        // on: a current-thread runtime would otherwise keep polling this task
-        // (up to its coop budget) and queue many large messages at once, each
-        // in fresh memory, instead of reusing what the consumer freed.
-        if unyielded >= YIELD_AFTER {
-            unyielded = 0;
-            tokio::task::yield_now().await;
-        }
+        Ok(())
+    }
 
-        // Everything pending goes into one write buffer.
-        conn.poll_transmit(&mut wbuf);
-        if let Some(l) = &link {
-            fill(&inner, &mut conn, l, &mut local, &mut wbuf, &mut parts);
+    /// The handshake completed: attach to the socket and tell the monitor.
+    fn on_ready(
+        &mut self,
+        peer_socket_type: SocketType,
+        peer_identity: Bytes,
+        peer_metadata: Metadata,
+    ) -> Result<(), ConnectionEnd> {
+        let l = self
+            .inner
+            .attach(
+                self.connect_pipe.as_ref(),
+                self.id,
+                peer_socket_type,
+                &peer_identity,
+                self.conn.curve_client_key(),
+            )
+            .map_err(ConnectionEnd::Rejected)?;
+        self.life()
+            .handshake_succeeded(&l, peer_socket_type, || (peer_identity, peer_metadata));
+        self.wakes.pipe = Some(pipe_woken(l.pipe.clone()));
+        tracing::debug!(
+            peer = self.peer,
+            peer_type = peer_socket_type.as_str(),
+            "handshake complete"
+        );
+        self.wakes.eviction = eviction_of(&l);
+        self.link = Some(l);
+        // A peer that proved who it is no longer counts against the budget for strangers.
+        if self.inner.options.mechanism.authenticates_peer() {
+            self.charge = None;
         }
+        Ok(())
+    }
 
-        deadline = conn.poll_timeout();
+    /// Hands the decoded messages to the receive queue, then ends the connection on a failure
+    /// found while decoding them. `Ok(true)`: let the consumer run before going on.
+    fn hand_over(&mut self) -> Result<bool, ConnectionEnd> {
+        let woke_consumer = self.inner.inbound.push_fair(&mut self.batch);
+        if let Some(f) = self.failure.take() {
+            return Err(f);
+        }
+        // The consumer was waiting for these: let it run first (on a current-thread runtime it
+        // otherwise waits for this whole turn).
+        // After reading a lot in one go, let the consumer run before reading on: a
+        // current-thread runtime would otherwise keep polling this task (up to its coop budget)
+        // and queue many large messages at once, each in fresh memory, instead of reusing what
+        // the consumer freed.
+        if woke_consumer || self.unyielded >= YIELD_AFTER {
+            self.unyielded = 0;
+            return Ok(true);
+        }
+        Ok(false)
+    }
 
-        if phase.has_changed().unwrap_or(true) {
-            ph = *phase.borrow_and_update();
+    /// Whether the socket's phase lets the connection go now (linger done, or terminated).
+    fn phase_ends(&mut self) -> bool {
+        if self.phase.has_changed().unwrap_or(true) {
+            self.ph = *self.phase.borrow_and_update();
         }
-        match ph {
-            Phase::Terminated => break ConnectionEnd::Closed,
-            Phase::Closing
-                if wbuf.is_empty()
-                    && parts.is_empty()
-                    && local.is_empty()
-                    && link
-                        .as_ref()
-                        .map(|l| &l.pipe)
-                        .or(connect_pipe.as_ref())
-                        .is_none_or(|p| p.is_empty()) =>
-            {
-                break ConnectionEnd::Closed;
-            }
-            _ => {}
+        lingered(self.ph, || {
+            self.wbuf.is_empty()
+                && self.parts.is_empty()
+                && self.local.is_empty()
+                && self
+                    .link
+                    .as_ref()
+                    .map(|l| &l.pipe)
+                    .or(self.connect_pipe.as_ref())
+                    .is_none_or(|p| p.is_empty())
+        })
+    }
+
+    /// Decides what this turn waits for: whether to read (back-pressure), the timer, the read
+    /// buffer's room and the receive low-water mark.
+    fn prepare_turn(&mut self) -> Turn {
+        // Keep reading while closing: a lingering handshake must complete. Messages not yet
+        // delivered (no room) hold further reading back, but only once attached: a handshake
+        // (a new peer, a reconnect) must complete while the receive queue is full.
+        let inbound_full = self.link.is_some()
+            && (self.undecoded || !self.batch.is_empty() || !self.inner.inbound.has_space());
+        let unwritten = queued(&self.parts, &self.wbuf);
+        let reading = reads(inbound_full, unwritten);
+        let stall = self.set_timer(reading);
+        let frame_len = self.size_read_buffer(reading);
+        let room = self.rbuf.capacity() - self.rbuf.len();
+        if reading {
+            self.set_lowat(frame_len, room);
         }
-        // Keep reading while closing: a lingering handshake must complete.
-        // Messages not yet delivered (no room) hold further reading back, but
-        // only once attached: a handshake (a new peer, a reconnect) must
-        // complete while the receive queue is full.
-        let inbound_full =
-            link.is_some() && (undecoded || !batch.is_empty() || !inner.inbound.has_space());
-        let unwritten = queued(&parts, &wbuf);
-        let reading = !inbound_full && unwritten < MAX_UNWRITTEN;
+        Turn {
+            reading,
+            inbound_full,
+            unwritten,
+            can_fill: self.link.is_some() && self.local.is_empty() && unwritten < WRITE_BUDGET,
+            frame_len,
+            room,
+            stall,
+        }
+    }
+
+    /// Sets the one timer for the connection's deadline and `message_timeout`; returns when
+    /// the unit being received stalls.
+    fn set_timer(&mut self, reading: bool) -> Option<Instant> {
         // A unit stopped short is timed only while we read: our own back-pressure is no fault
         // of the peer's, and the clock starts again when reading resumes.
-        receiving = match receiving {
-            _ if !reading || held == 0 || message_timeout.is_none() => None,
-            Some((unit, since)) if unit == conn.units_decoded() => Some((unit, since)),
-            _ => Some((conn.units_decoded(), now())),
+        self.receiving = match self.receiving {
+            _ if !reading || self.held == 0 || self.message_timeout.is_none() => None,
+            Some((unit, since)) if unit == self.conn.units_decoded() => Some((unit, since)),
+            _ => Some((self.conn.units_decoded(), now())),
         };
-        let stall = receiving.zip(message_timeout).map(|((_, t), d)| t + d);
-        let next = match (deadline, stall) {
+        let stall = self
+            .receiving
+            .zip(self.message_timeout)
+            .map(|((_, t), d)| t + d);
+        let next = match (self.deadline, stall) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -346,168 +536,136 @@ where
         // nearly every read of a busy stream, moving it at every read would cost a timer
         // update per read.)
         if let Some(n) = next
-            && wake.is_none_or(|w| n < w)
+            && self.wake.is_none_or(|w| n < w)
         {
-            wake = next;
-            sleep.as_mut().reset(to_tokio(wake));
+            self.wake = next;
+            self.wakes.sleep.as_mut().reset(to_tokio(self.wake));
         }
-        let chunk = if link.is_some() {
-            read_chunk
-        } else {
-            HANDSHAKE_CHUNK
-        };
-        if reading && rbuf.capacity() - rbuf.len() < chunk / 4 {
-            rbuf.reserve(chunk);
+        stall
+    }
+
+    /// Gives `rbuf` room for the next read; returns the length of the frame at its front.
+    fn size_read_buffer(&mut self, reading: bool) -> Option<usize> {
+        let chunk = self.sizing.chunk(self.link.is_some());
+        if reading && self.rbuf.capacity() - self.rbuf.len() < chunk / 4 {
+            self.rbuf.reserve(chunk);
         }
         // A large frame whose header arrived and passed the size limits: make room for more of
         // it in a fresh buffer (one copy of what arrived so far, no regrowth), so its body is
         // read in large pieces straight into place, with room for the start of the next frame
-        // (whose header then sets the next low-water mark). The room never comes from the
-        // announced length alone: at most twice what has arrived of this frame, or what this
-        // peer's earlier frames showed (`frame_ahead`, learned once a frame has fully arrived),
-        // so a header that is never followed by its body costs an ordinary read chunk.
-        // Not before the handshake completes: a connection that never finishes its handshake
-        // must stay cheap.
-        let frame_len = link.as_ref().and_then(|_| conn.frame_len_hint(&rbuf));
-        if let Some(frame_len) = frame_len
-            && frame_len > READ_CHUNK
+        // (whose header then sets the next low-water mark). Not before the handshake
+        // completes: a connection that never finishes its handshake must stay cheap.
+        let frame_len = self
+            .link
+            .as_ref()
+            .and_then(|_| self.conn.frame_len_hint(&self.rbuf));
+        if let Some(want) = frame_len.and_then(|f| self.sizing.large_frame(f, self.rbuf.len()))
+            && want > self.rbuf.capacity()
         {
-            // Large frames again: read ahead as far as the earlier ones justify.
-            read_chunk = read_chunk.max(frame_ahead);
-            let want = frame_room(frame_len, rbuf.len(), frame_ahead);
-            if want > rbuf.capacity() {
-                let mut fresh = BytesMut::with_capacity(want);
-                fresh.extend_from_slice(&rbuf);
-                rbuf = fresh;
-            }
+            let mut fresh = BytesMut::with_capacity(want);
+            fresh.extend_from_slice(&self.rbuf);
+            self.rbuf = fresh;
         }
-        let room = rbuf.capacity() - rbuf.len();
-        // The rest of a large frame will take several segments to arrive: be
-        // woken once for all of them (see `crate::sys`). Not while a timer
-        // runs (heartbeats): bytes held below the mark are not yet "traffic"
-        // to the protocol.
-        if reading && let Some(current) = lowat {
-            let missing = match (frame_len, deadline) {
-                (Some(f), None) => f.saturating_sub(rbuf.len()),
-                _ => 0,
-            };
-            let want = lowat_for(missing, room);
-            if want != current {
-                lowat = match rd.set_recv_lowat(want) {
-                    Ok(()) => Some(want),
-                    Err(e) => {
-                        if e.kind() != std::io::ErrorKind::Unsupported {
-                            tracing::debug!(peer, error = %e, "SO_RCVLOWAT refused");
-                        }
-                        None
-                    }
-                };
-            }
-        }
-        let can_fill = link.is_some() && local.is_empty() && unwritten < WRITE_BUDGET;
+        frame_len
+    }
 
-        // Unbiased: under sustained load neither reading nor writing starves.
-        tokio::select! {
-            r = write_out(&mut wr, &parts, &wbuf), if unwritten > 0 => match r {
-                Ok(0) => break ConnectionEnd::Io(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => advance_out(&mut parts, &mut wbuf, n),
-                Err(e) => break ConnectionEnd::Io(e),
-            },
-            r = rd.read_buf(&mut rbuf), if reading => match r {
-                Ok(0) => break ConnectionEnd::PeerClosed,
-                Ok(n) => {
-                    unyielded += n;
-                    if let Some(f) = frame_len
-                        && rbuf.len() >= f
-                    {
-                        // All of a frame arrived: the next is likely as large, so later
-                        // reads take up to two such frames.
-                        frame_ahead = frame_ahead.max(f.saturating_mul(2).min(MAX_READ_AHEAD));
+    /// The rest of a large frame will take several segments to arrive: be woken once for all
+    /// of them (see `crate::sys`). Not while a timer runs (heartbeats): bytes held below the
+    /// mark are not yet "traffic" to the protocol.
+    fn set_lowat(&mut self, frame_len: Option<usize>, room: usize) {
+        let Some(current) = self.lowat else {
+            return;
+        };
+        let missing = match (frame_len, self.deadline) {
+            (Some(f), None) => f.saturating_sub(self.rbuf.len()),
+            _ => 0,
+        };
+        let want = lowat_for(missing, room);
+        if want != current {
+            self.lowat = match self.rd.set_recv_lowat(want) {
+                Ok(()) => Some(want),
+                Err(e) => {
+                    if e.kind() != std::io::ErrorKind::Unsupported {
+                        tracing::debug!(peer = self.peer, error = %e, "SO_RCVLOWAT refused");
                     }
-                    if n == room {
-                        // (Never below what a large frame asked for.)
-                        read_chunk = (read_chunk * 2).min(MAX_READ_CHUNK.max(read_chunk));
-                    } else if n < read_chunk / 8 {
-                        read_chunk = (read_chunk / 2).max(READ_CHUNK);
-                    }
-                    match decode(&inner, &mut conn, link.as_ref(), &mut rbuf, &mut batch) {
-                        Ok(more) => {
-                            undecoded = more;
-                            failure =
-                                account(&conn, &rbuf, undecoded, &mut held, charge.as_mut());
-                        }
-                        Err(e) => failure = Some(e),
-                    }
+                    None
                 }
-                Err(e) => break ConnectionEnd::Io(e),
-            },
-            _ = inner.inbound.wait_room(), if inbound_full => {}
-            pipe = poll_some(&mut pipe_wake), if can_fill => {
-                pipe_wake = Some(Box::pin(pipe_woken(pipe)));
-            }
-            _ = &mut sleep, if wake.is_some() => {
-                wake = None;
-                let t = now();
-                if let (Some(s), Some(d)) = (stall, message_timeout)
-                    && t >= s
-                {
-                    break ConnectionEnd::Memory(MemoryLimit::Stalled(d));
-                }
-                if let Err(e) = conn.handle_timeout(t) {
-                    break ConnectionEnd::Protocol(e);
-                }
-            }
-            rx = phase_change.poll_if(|| phase_probe.has_changed().unwrap_or(true)) => {
-                phase_probe.mark_unchanged();
-                phase_change = Gated {
-                    inner: Box::pin(phase_changed(rx)),
-                    armed: false,
-                };
-            }
-            _ = stopped.poll_if(|| stop.is_stopped()) => break ConnectionEnd::Closed,
-            _ = evicted(&mut eviction) => break ConnectionEnd::Rejected(Rejection::HandedOver),
-        }
-    };
-
-    // A failing connection may have queued an ERROR command: best effort.
-    if matches!(end, ConnectionEnd::Protocol(_) | ConnectionEnd::Rejected(_)) {
-        conn.poll_transmit(&mut wbuf);
-        if !wbuf.is_empty() || !parts.is_empty() {
-            let flush = async {
-                for part in &parts {
-                    wr.write_all(part).await?;
-                }
-                wr.write_all(&wbuf).await
             };
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), flush).await;
         }
     }
-    let was_ready = link.is_some();
-    if let Some(l) = &link {
-        inner.detach(l, connect_side, local);
-    }
-    // Our own close during a handshake is no failure of the peer's.
-    if inner.events.on() && (was_ready || !matches!(end, ConnectionEnd::Closed)) {
-        let reason = end.duplicate();
-        let address = peer.to_owned();
-        inner.events.emit(|| {
-            if was_ready {
-                SocketEvent::Disconnected {
-                    peer: id,
-                    address,
-                    reason,
-                }
-            } else {
-                SocketEvent::HandshakeFailed {
-                    peer: id,
-                    address,
-                    reason,
-                }
+
+    /// A write of `n` bytes (or its failure).
+    fn on_written(&mut self, r: std::io::Result<usize>) -> Result<(), ConnectionEnd> {
+        match r {
+            Ok(0) => Err(ConnectionEnd::Io(std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => {
+                advance_out(&mut self.parts, &mut self.wbuf, n);
+                Ok(())
             }
-        });
+            Err(e) => Err(ConnectionEnd::Io(e)),
+        }
     }
-    failures.log_end(peer, &end);
-    Outcome { end, was_ready }
+
+    /// A read of `n` bytes (or the peer's close, or a failure): size the next, decode.
+    fn on_read(&mut self, r: std::io::Result<usize>, turn: Turn) -> Result<(), ConnectionEnd> {
+        match r {
+            Ok(0) => Err(ConnectionEnd::PeerClosed),
+            Ok(n) => {
+                self.unyielded += n;
+                self.sizing
+                    .after_read(n, turn.room, turn.frame_len, self.rbuf.len());
+                self.decode();
+                Ok(())
+            }
+            Err(e) => Err(ConnectionEnd::Io(e)),
+        }
+    }
+
+    /// The timer fired: a stalled unit, or the connection's own deadlines.
+    fn on_timer(&mut self, stall: Option<Instant>) -> Result<(), ConnectionEnd> {
+        self.wake = None;
+        let t = now();
+        if let (Some(s), Some(d)) = (stall, self.message_timeout)
+            && t >= s
+        {
+            return Err(ConnectionEnd::Memory(MemoryLimit::Stalled(d)));
+        }
+        self.conn.handle_timeout(t).map_err(ConnectionEnd::Protocol)
+    }
+
+    fn life(&self) -> Life<'_> {
+        Life {
+            inner: &self.inner,
+            id: self.id,
+            address: self.peer,
+        }
+    }
+
+    /// Ends the connection: a best-effort ERROR to the peer, the pipe handed back, the monitor
+    /// told, the peer's failure logged.
+    async fn close(mut self, end: ConnectionEnd, failures: &FailureLog) -> Outcome {
+        // A failing connection may have queued an ERROR command: best effort.
+        if matches!(end, ConnectionEnd::Protocol(_) | ConnectionEnd::Rejected(_)) {
+            self.conn.poll_transmit(&mut self.wbuf);
+            if !self.wbuf.is_empty() || !self.parts.is_empty() {
+                let (wr, parts, wbuf) = (&mut self.wr, &self.parts, &self.wbuf);
+                let flush = async {
+                    for part in parts {
+                        wr.write_all(part).await?;
+                    }
+                    wr.write_all(wbuf).await
+                };
+                let _ = tokio::time::timeout(std::time::Duration::from_millis(100), flush).await;
+            }
+        }
+        let was_ready = self.link.is_some();
+        let local = std::mem::take(&mut self.local);
+        let life = self.life();
+        life.detach(self.link.as_ref(), self.connect_pipe.is_some(), local);
+        life.ended(was_ready, &end);
+        failures.log_end(self.peer, &end);
+        Outcome { end, was_ready }
+    }
 }
 
 /// Deadlines are `Instant + Duration`, which panics on overflow: absurd values from the options
@@ -534,6 +692,76 @@ fn account(
     *held = rbuf.len().saturating_add(partial);
     let charge = charge?;
     charge.hold(*held).err().map(ConnectionEnd::Memory)
+}
+
+/// How much the connection reads at a time. The chunk grows while reads fill the buffer (a
+/// busy peer), shrinks back when they do not, and covers the last large frame; a peer that has
+/// sent large frames earns room for the next ones before they arrive (`frame_ahead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReadSizing {
+    /// Size of the next read once attached.
+    chunk: usize,
+    /// Room a large frame may get before it has arrived: twice the largest complete frame so
+    /// far (see [`frame_room`]), at most [`MAX_READ_AHEAD`].
+    frame_ahead: usize,
+}
+
+impl ReadSizing {
+    const fn new() -> Self {
+        ReadSizing {
+            chunk: READ_CHUNK,
+            frame_ahead: 0,
+        }
+    }
+
+    /// The read chunk: small until the handshake completes (`attached`), so a flood of
+    /// connections that never finish it costs little memory each.
+    fn chunk(&self, attached: bool) -> usize {
+        if attached {
+            self.chunk
+        } else {
+            HANDSHAKE_CHUNK
+        }
+    }
+
+    /// The frame at the front of the buffer is `frame_len` bytes long (header included) and
+    /// `have` bytes of it are there: for a large frame, the capacity the buffer should have
+    /// (see [`frame_room`]); `None` for an ordinary one. Large frames again: reads go as far
+    /// ahead as the earlier ones justify.
+    fn large_frame(&mut self, frame_len: usize, have: usize) -> Option<usize> {
+        if frame_len <= READ_CHUNK {
+            return None;
+        }
+        self.chunk = self.chunk.max(self.frame_ahead);
+        Some(frame_room(frame_len, have, self.frame_ahead))
+    }
+
+    /// A read of `n` bytes into `room` free bytes, after which the buffer holds `buffered`
+    /// bytes; `frame_len` was the length of the frame at its front before the read.
+    fn after_read(&mut self, n: usize, room: usize, frame_len: Option<usize>, buffered: usize) {
+        if let Some(f) = frame_len
+            && buffered >= f
+        {
+            // All of a frame arrived: the next is likely as large, so later reads take up to
+            // two such frames.
+            self.frame_ahead = self
+                .frame_ahead
+                .max(f.saturating_mul(2).min(MAX_READ_AHEAD));
+        }
+        if n == room {
+            // (Never below what a large frame asked for.)
+            self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK.max(self.chunk));
+        } else if n < self.chunk / 8 {
+            self.chunk = (self.chunk / 2).max(READ_CHUNK);
+        }
+    }
+}
+
+/// Whether the connection reads: not while messages wait for room in the receive queue
+/// (`inbound_full`: back-pressure reaches the sender), nor while `unwritten` bytes pass
+/// [`MAX_UNWRITTEN`] (a peer that sends PINGs but never reads our PONGs).
+fn reads(inbound_full: bool, unwritten: usize) -> bool {
+    !inbound_full && unwritten < MAX_UNWRITTEN
 }
 
 /// Capacity to give the read buffer while it holds the first `have` bytes of
@@ -611,9 +839,11 @@ fn decode(
 }
 
 /// Resolves (handing the pipe back) once the pipe's owner signals new items.
-async fn pipe_woken(pipe: Arc<Pipe>) -> Arc<Pipe> {
-    pipe.wake.notified().await;
-    pipe
+fn pipe_woken(pipe: Arc<Pipe>) -> Pin<Box<dyn Future<Output = Arc<Pipe>> + Send>> {
+    Box::pin(async move {
+        pipe.wake.notified().await;
+        pipe
+    })
 }
 
 /// Resolves (handing the receiver back) on the next change of the socket's phase.
@@ -627,12 +857,19 @@ async fn phase_changed(mut rx: watch::Receiver<Phase>) -> watch::Receiver<Phase>
 
 /// A future that, once polled (and so registered for its wake-up), is polled
 /// again only when a cheap check says it may have completed.
-struct Gated<F> {
+struct Gated<F: ?Sized> {
     inner: Pin<Box<F>>,
     armed: bool,
 }
 
-impl<F: Future> Gated<F> {
+impl<F: Future + ?Sized> Gated<F> {
+    fn new(inner: Pin<Box<F>>) -> Self {
+        Gated {
+            inner,
+            armed: false,
+        }
+    }
+
     /// Awaits the inner future, skipping polls while `may_be_ready` is false.
     ///
     /// Sound only for wake-ups that keep the first poll's waker, i.e. within
@@ -670,13 +907,7 @@ fn eviction_of(link: &Link) -> Eviction {
     let waiter = Arc::clone(&link.evicted);
     let wait: Pin<Box<dyn Future<Output = ()> + Send>> =
         Box::pin(async move { waiter.wait().await });
-    Some((
-        flag,
-        Gated {
-            inner: Box::pin(wait),
-            armed: false,
-        },
-    ))
+    Some((flag, Gated::new(Box::pin(wait))))
 }
 
 /// Resolves when the attached connection must end (ROUTER handover).
@@ -818,6 +1049,76 @@ mod tests {
         // Never above the room the next read has, nor the read-ahead.
         assert_eq!(lowat_for(200_000, 100_000), LOWAT_MIN);
         assert_eq!(lowat_for(usize::MAX, usize::MAX), MAX_READ_AHEAD);
+    }
+
+    #[test]
+    fn reads_are_small_until_the_handshake_completes() {
+        let sizing = ReadSizing::new();
+        assert_eq!(sizing.chunk(false), HANDSHAKE_CHUNK);
+        assert_eq!(sizing.chunk(true), READ_CHUNK);
+    }
+
+    #[test]
+    fn the_read_chunk_grows_while_reads_fill_it_and_shrinks_back() {
+        let mut sizing = ReadSizing::new();
+        // Reads that fill the room double the chunk, up to its maximum.
+        sizing.after_read(READ_CHUNK, READ_CHUNK, None, READ_CHUNK);
+        assert_eq!(sizing.chunk(true), 2 * READ_CHUNK);
+        for _ in 0..10 {
+            sizing.after_read(1000, 1000, None, 1000);
+        }
+        assert_eq!(sizing.chunk(true), MAX_READ_CHUNK);
+        // A read between an eighth and all of the chunk changes nothing.
+        sizing.after_read(MAX_READ_CHUNK / 8, MAX_READ_CHUNK, None, 0);
+        assert_eq!(sizing.chunk(true), MAX_READ_CHUNK);
+        // Small reads halve it, down to the ordinary chunk.
+        sizing.after_read(MAX_READ_CHUNK / 8 - 1, MAX_READ_CHUNK, None, 0);
+        assert_eq!(sizing.chunk(true), MAX_READ_CHUNK / 2);
+        for _ in 0..10 {
+            sizing.after_read(1, MAX_READ_CHUNK, None, 0);
+        }
+        assert_eq!(sizing.chunk(true), READ_CHUNK);
+        // Nothing here learned about large frames.
+        assert_eq!(sizing.frame_ahead, 0);
+    }
+
+    #[test]
+    fn large_frames_earn_read_ahead_once_they_have_arrived() {
+        const MIB: usize = 1 << 20;
+        let mut sizing = ReadSizing::new();
+        // Ordinary frames get no special room.
+        assert_eq!(sizing.large_frame(READ_CHUNK, 9), None);
+        // The first large frame: room only for what arrived (see `frame_room`).
+        assert_eq!(sizing.large_frame(300_000, 9), Some(READ_CHUNK));
+        assert_eq!(sizing.chunk(true), READ_CHUNK);
+        // Only part of it arrived: nothing learned.
+        sizing.after_read(1000, 50_000, Some(300_000), 100_000);
+        assert_eq!(sizing.frame_ahead, 0);
+        // All of it arrived: the next may get twice its size before arriving.
+        sizing.after_read(1000, 50_000, Some(300_000), 300_000);
+        assert_eq!(sizing.frame_ahead, 600_000);
+        assert_eq!(sizing.large_frame(300_000, 9), Some(300_000 + READ_CHUNK));
+        // And reads go that far ahead, above the usual maximum: full reads keep them there,
+        // neither growing past it nor shrinking below.
+        assert_eq!(sizing.chunk(true), 600_000);
+        sizing.after_read(600_000, 600_000, None, 600_000);
+        assert_eq!(sizing.chunk(true), 600_000);
+        // What a frame earns is bounded, whatever its announced length.
+        sizing.after_read(1, MIB, Some(usize::MAX), usize::MAX);
+        assert_eq!(sizing.frame_ahead, MAX_READ_AHEAD);
+        // Small frames do not lower it.
+        sizing.after_read(1, MIB, Some(10), 10);
+        assert_eq!(sizing.frame_ahead, MAX_READ_AHEAD);
+    }
+
+    #[test]
+    fn reading_stops_under_back_pressure() {
+        assert!(reads(false, 0));
+        assert!(reads(false, MAX_UNWRITTEN - 1));
+        // Our receive queue is full: the sender waits.
+        assert!(!reads(true, 0));
+        // The peer does not read what we write (PONGs to its PINGs).
+        assert!(!reads(false, MAX_UNWRITTEN));
     }
 
     fn peer_handshake(socket_type: &str) -> Vec<u8> {

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use crate::error::Error;
+use crate::life::{Life, lingered};
 use crate::monitor::{ConnectionEnd, PeerId, SocketEvent};
 use crate::pipe::{Out, Pipe};
 use crate::socket::{Inner, Link, Phase, Stop};
@@ -208,8 +209,41 @@ async fn session(
             return false;
         }
     };
-    handshake_succeeded(a, &a_link, a_id, b, &endpoint);
-    handshake_succeeded(b, &b_link, b_id, a, &endpoint);
+    let lives = [
+        Life {
+            inner: a,
+            id: a_id,
+            address: &endpoint,
+        },
+        Life {
+            inner: b,
+            id: b_id,
+            address: &endpoint,
+        },
+    ];
+    handshake_succeeded(&lives[0], &a_link, b);
+    handshake_succeeded(&lives[1], &b_link, a);
+    let reconnect = pump(a, &a_link, b, &b_link, stops).await;
+    // Our undelivered messages stay queued for the next connection; the bound
+    // side's pipe goes away with the connection, as for TCP.
+    lives[0].detach(Some(&a_link), true, VecDeque::new());
+    lives[1].detach(Some(&b_link), false, VecDeque::new());
+    // Ended by this side (closed, or its endpoint stopped) or by the other.
+    for (life, own_stop) in lives.iter().zip(stops) {
+        let end = if life.inner.is_closed() || own_stop.is_stopped() {
+            ConnectionEnd::Closed
+        } else {
+            ConnectionEnd::PeerClosed
+        };
+        life.ended(true, &end);
+    }
+    reconnect
+}
+
+/// Moves messages both ways between the attached sockets `a` and `b` until the connection
+/// ends: a stop signal, a phase that lets it go (linger), or a ROUTER handover. Returns
+/// `false` after a handover (the connector gives up).
+async fn pump(a: &Inner, a_link: &Link, b: &Inner, b_link: &Link, stops: [&Stop; 2]) -> bool {
     let mut pa = a.phase();
     let mut pb = b.phase();
     let mut scratch = Scratch::default();
@@ -219,18 +253,12 @@ async fn session(
         if stops.iter().any(|s| s.is_stopped()) {
             break;
         }
-        let blocked_a = transfer(a, &a_link, b, &b_link, &mut scratch);
-        let blocked_b = transfer(b, &b_link, a, &a_link, &mut scratch);
+        let blocked_a = transfer(a, a_link, b, b_link, &mut scratch);
+        let blocked_b = transfer(b, b_link, a, a_link, &mut scratch);
         let pha = *pa.borrow_and_update();
         let phb = *pb.borrow_and_update();
-        if pha == Phase::Terminated || phb == Phase::Terminated {
-            break;
-        }
         // Linger: a closing side leaves once its queue is delivered.
-        if pha == Phase::Closing && a_link.pipe.is_empty() {
-            break;
-        }
-        if phb == Phase::Closing && b_link.pipe.is_empty() {
+        if lingered(pha, || a_link.pipe.is_empty()) || lingered(phb, || b_link.pipe.is_empty()) {
             break;
         }
         tokio::select! {
@@ -255,37 +283,19 @@ async fn session(
             }
         }
     }
-    // Our undelivered messages stay queued for the next connection; the bound
-    // side's pipe goes away with the connection, as for TCP.
-    a.detach(&a_link, true, VecDeque::new());
-    b.detach(&b_link, false, VecDeque::new());
-    // Ended by this side (closed, or its endpoint stopped) or by the other.
-    for (s, id, own_stop) in [(a, a_id, stops[0]), (b, b_id, stops[1])] {
-        s.events.emit(|| SocketEvent::Disconnected {
-            peer: id,
-            address: endpoint.clone(),
-            reason: if s.is_closed() || own_stop.is_stopped() {
-                ConnectionEnd::Closed
-            } else {
-                ConnectionEnd::PeerClosed
-            },
-        });
-    }
     reconnect
 }
 
-/// Tell `ours`'s monitor about the attached in-process peer `theirs`, with
+/// Tell the monitor of `ours` about the attached in-process peer `theirs`, with
 /// the READY metadata it would have sent over a stream.
-fn handshake_succeeded(ours: &Inner, link: &Link, id: PeerId, theirs: &Inner, endpoint: &str) {
-    ours.events.emit(|| SocketEvent::HandshakeSucceeded {
-        peer: id,
-        address: endpoint.to_owned(),
-        socket_type: theirs.socket_type,
-        identity: announced_identity(theirs.socket_type, &theirs.options),
-        metadata: crate::conn::config_for(theirs.socket_type, &theirs.options)
-            .metadata()
-            .unwrap_or_default(),
-        routing_id: link.route_prefix.clone(),
+fn handshake_succeeded(ours: &Life<'_>, link: &Link, theirs: &Inner) {
+    ours.handshake_succeeded(link, theirs.socket_type, || {
+        (
+            announced_identity(theirs.socket_type, &theirs.options),
+            crate::conn::config_for(theirs.socket_type, &theirs.options)
+                .metadata()
+                .unwrap_or_default(),
+        )
     });
 }
 

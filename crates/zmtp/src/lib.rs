@@ -55,6 +55,7 @@ mod endpoint;
 mod error;
 mod failures;
 mod inproc;
+mod life;
 mod monitor;
 mod options;
 mod pipe;
