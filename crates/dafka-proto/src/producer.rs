@@ -549,6 +549,12 @@ impl Producer {
         self.next_offset
     }
 
+    /// Offsets acknowledged by `min_acks` stores: every one below this (acknowledgements are
+    /// cumulative; the records held unacknowledged are the last ones sent).
+    pub fn acknowledged(&self) -> u64 {
+        self.next_offset - self.unacked.len() as u64
+    }
+
     /// Records held unacknowledged.
     pub fn unacked_records(&self) -> usize {
         self.unacked.len()

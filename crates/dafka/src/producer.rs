@@ -496,10 +496,7 @@ impl ProducerNode {
     /// acknowledgement latency without waiting for those sent after it. Cancel-safe.
     pub async fn wait_acknowledged(&self, offset: u64) -> Result<(), Error> {
         let shared = &self.shared;
-        let acked = || {
-            let p = shared.lock();
-            p.next_offset() - p.unacked_records() as u64 >= offset
-        };
+        let acked = || shared.lock().acknowledged() >= offset;
         wait_until(&shared.control.changed, None, || shared.closed() || acked()).await;
         if acked() {
             return Ok(());
@@ -517,11 +514,9 @@ impl ProducerNode {
         self.shared.lock().unacked_records()
     }
 
-    /// Records acknowledged by `min_acks` stores so far: acknowledgements are cumulative, so
-    /// these are the offsets below `next_offset() - unacked_records()`, read under one lock.
+    /// Records acknowledged by `min_acks` stores so far: every offset below this.
     pub fn acknowledged_records(&self) -> u64 {
-        let shared = self.shared.lock();
-        shared.next_offset() - shared.unacked_records() as u64
+        self.shared.lock().acknowledged()
     }
 
     /// Store writers that hear this producer now: peers of its publisher subscribed to every
