@@ -29,6 +29,9 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 use dafka_node::ConsumerRecord;
 use dafka_zmtp::Message;
+use pyo3::PyErr;
+
+use crate::errors;
 
 /// The schema of every batch `Socket.recv_batch` returns.
 pub(crate) fn frames_schema() -> SchemaRef {
@@ -37,6 +40,11 @@ pub(crate) fn frames_schema() -> SchemaRef {
         DataType::List(Arc::new(Field::new("element", DataType::Binary, true))),
         true,
     )]))
+}
+
+/// The Python error for a batch Arrow could not build.
+pub(crate) fn batch_error(e: ArrowError) -> PyErr {
+    errors::invalid(format!("cannot build the Arrow batch: {e}"))
 }
 
 /// The most value bytes one Arrow `binary` array holds (`i32` offsets).

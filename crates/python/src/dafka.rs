@@ -27,7 +27,7 @@ use dafka_node::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-use crate::arrow_batch::records_batch;
+use crate::arrow_batch::{self, records_batch};
 use crate::cluster_keys::{PyClusterKeys, security};
 use crate::{dafka_async, errors, runtime};
 
@@ -588,7 +588,7 @@ impl PyConsumer {
         let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
             .map_err(errors::node)?;
         py.detach(|| records_batch(&records))
-            .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))
+            .map_err(arrow_batch::batch_error)
     }
 }
 

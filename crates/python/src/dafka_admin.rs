@@ -9,7 +9,7 @@ use dafka_node::{ConsumerNode, ConsumerOptions, OffsetReset};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::arrow_batch::records_batch;
+use crate::arrow_batch::{self, records_batch};
 use crate::dafka::{Slot, node_config, partition_id, seconds};
 use crate::{errors, runtime};
 
@@ -121,7 +121,7 @@ impl PyPartitionReader {
         let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
             .map_err(errors::node)?;
         py.detach(|| records_batch(&records))
-            .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))?
+            .map_err(arrow_batch::batch_error)?
             .to_pyarrow(py)
             .map(Bound::unbind)
     }

@@ -25,7 +25,7 @@ use dafka_node::{ConsumerNode, Error};
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 
-use crate::arrow_batch::records_batch;
+use crate::arrow_batch::{self, records_batch};
 use crate::asyncio::{self, lock};
 use crate::{errors, runtime};
 
@@ -91,10 +91,9 @@ pub(crate) fn poll(
         async move { waiting.ready(max_records, timeout).await },
         move |py, ready| {
             ready.map_err(errors::node)?;
-            let records = py.detach(|| node.take(max_records));
             let batch = py
-                .detach(|| records_batch(&records))
-                .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))?;
+                .detach(|| records_batch(&node.take(max_records)))
+                .map_err(arrow_batch::batch_error)?;
             batch.to_pyarrow(py).map(Bound::unbind)
         },
     )

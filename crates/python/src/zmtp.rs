@@ -390,8 +390,7 @@ impl PySocket {
                     break;
                 }
             }
-            arrow_batch::frames_batch(&batch.into_messages())
-                .map_err(|e| errors::invalid(format!("cannot build the Arrow batch: {e}")))
+            arrow_batch::frames_batch(&batch.into_messages()).map_err(arrow_batch::batch_error)
         })?;
         built.to_pyarrow(py)
     }
