@@ -144,8 +144,8 @@ OPTIONS: tuple[_Option, ...] = (
         "comma list of member public keys (Z85) allowed to connect to the job's nodes",
     ),
 )
-# Lower case, as Spark hands options over: the name users write.
-_NAMES = {o.name.lower(): o.name for o in OPTIONS}
+# Lower case, as Spark hands options over: the option.
+_BY_KEY = {o.name.lower(): o for o in OPTIONS}
 
 
 def _keys(use: str) -> set[str]:
@@ -232,23 +232,17 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         topics=topics,
         starting=starting,
         ending=ending,
-        min_partitions=_number(
-            opts, "minpartitions", "minPartitions", int, 1, most=MAX_MIN_PARTITIONS
-        ),
-        fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
+        min_partitions=_number(opts, "minPartitions", int, most=MAX_MIN_PARTITIONS),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss"),
         max_offsets_per_trigger=(
-            _number(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", int, 1)
-            if "maxoffsetspertrigger" in opts
-            else None
+            _number(opts, "maxOffsetsPerTrigger", int) if "maxoffsetspertrigger" in opts else None
         ),
-        offsets_timeout=_number(opts, "offsetstimeout", "offsetsTimeout", float, 10.0),
-        poll_timeout=_number(opts, "polltimeout", "pollTimeout", float, 60.0),
-        max_records_per_batch=_number(
-            opts, "maxrecordsperbatch", "maxRecordsPerBatch", int, 65_536
-        ),
+        offsets_timeout=_number(opts, "offsetsTimeout", float),
+        poll_timeout=_number(opts, "pollTimeout", float),
+        max_records_per_batch=_number(opts, "maxRecordsPerBatch", int),
         topic=opts.get("topic") or None,
-        min_acks=_number(opts, "minacks", "minAcks", int, 1),
-        flush_timeout=_number(opts, "flushtimeout", "flushTimeout", float, 60.0),
+        min_acks=_number(opts, "minAcks", int),
+        flush_timeout=_number(opts, "flushTimeout", float),
     )
 
 
@@ -260,24 +254,24 @@ def _check_keys(opts: dict[str, str], allowed: set[str], what: str) -> None:
         return
     said = []
     for key in unknown:
-        if key in _NAMES:
-            uses = next(o.uses for o in OPTIONS if o.name.lower() == key)
-            said.append(f"{_NAMES[key]} (for a dafka {' or '.join(sorted(uses))} only)")
+        if key in _BY_KEY:
+            o = _BY_KEY[key]
+            said.append(f"{o.name} (for a dafka {' or '.join(sorted(o.uses))} only)")
             continue
         near = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
-        said.append(f"{key} (did you mean {_NAMES[near[0]]}?)" if near else key)
+        said.append(f"{key} (did you mean {_BY_KEY[near[0]].name}?)" if near else key)
     raise InvalidArgumentError(
         f"unknown option{'s' if len(said) > 1 else ''} {', '.join(said)} for a dafka {what}; "
-        f"its options: {', '.join(sorted((_NAMES[k] for k in allowed), key=str.lower))}"
+        f"its options: {', '.join(sorted((_BY_KEY[k].name for k in allowed), key=str.lower))}"
     )
 
 
-def _number(
-    opts: dict[str, str], key: str, name: str, kind: type, default: Any, most: Any = None
-) -> Any:
-    raw = opts.get(key)
+def _number(opts: dict[str, str], name: str, kind: type, most: Any = None) -> Any:
+    """Option `name` as a positive `kind`; its default is the one the option table says (and
+    `help()` shows)."""
+    raw = opts.get(name.lower())
     if raw is None:
-        return default
+        return kind(_BY_KEY[name.lower()].default)
     try:
         value = kind(raw)
     except ValueError:
@@ -290,10 +284,10 @@ def _number(
     return value
 
 
-def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
-    raw = opts.get(key)
+def _bool(opts: dict[str, str], name: str) -> bool:
+    raw = opts.get(name.lower())
     if raw is None:
-        return default
+        return _BY_KEY[name.lower()].default == "true"
     if raw.strip().lower() in ("true", "false"):
         return raw.strip().lower() == "true"
     raise InvalidArgumentError(f"option {name} must be true or false, not {raw!r}")
