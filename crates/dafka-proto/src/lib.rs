@@ -88,5 +88,6 @@ pub use message::{
 pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
 pub use retry::FETCH_WINDOW;
 pub use store::{
-    LogRead, StoreLog, StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig,
+    LogRead, REPEATED_REFUSALS, StoreLog, StoreReader, StoreReaderConfig, StoreWriter,
+    StoreWriterConfig,
 };

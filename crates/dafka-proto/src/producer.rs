@@ -151,6 +151,10 @@ pub struct Producer {
     /// Records stores skipped as too large, not yet reported ([`Producer::take_skipped`]),
     /// at most [`MAX_REFUSALS`].
     skipped: Vec<StoreRefusal>,
+    /// The "too large" refusals already heard (store, offset), the last [`MAX_REFUSALS`]:
+    /// a store repeats its last ones with the ACKs it sends for HEADs, in case they were
+    /// lost, and a record is reported once.
+    heard_too_large: VecDeque<(NodeId, u64)>,
 }
 
 /// Most STORE-REFUSALs a [`Producer`] keeps of each sort until they are taken.
@@ -179,6 +183,7 @@ impl Producer {
             refusals: VecDeque::new(),
             failure: None,
             skipped: Vec::new(),
+            heard_too_large: VecDeque::new(),
         })
     }
 
@@ -307,6 +312,16 @@ impl Producer {
     /// [`failure`](Self::failure) until the acknowledgements move on).
     fn on_refusal(&mut self, r: &StoreRefusal) -> Result<(), PeerError> {
         self.check_addressed(Kind::StoreRefusal, &r.producer, &r.topic)?;
+        if r.reason == RefusalReason::TooLarge {
+            let heard = (r.store, r.sequence);
+            if self.heard_too_large.contains(&heard) {
+                return Ok(());
+            }
+            if self.heard_too_large.len() >= MAX_REFUSALS {
+                self.heard_too_large.pop_front();
+            }
+            self.heard_too_large.push_back(heard);
+        }
         if self.refusals.len() >= MAX_REFUSALS {
             self.refusals.pop_front();
         }

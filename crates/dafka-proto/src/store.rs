@@ -151,6 +151,13 @@ struct WriterPartition {
     /// Offsets below `accepted` the engine lost to damage, `from..to` ascending: FETCHed from
     /// the other stores (and the producer) until they come ([`StoreWriter::poll_fill`]).
     holes: Vec<(u64, u64)>,
+    /// The last [`REPEATED_REFUSALS`] records skipped as too large (offset, detail), oldest
+    /// first. A refusal goes out with the ACK that covers its offset, in one batch, and again
+    /// with every ACK a HEAD brings back: a PUB drops what it publishes before a subscription
+    /// reaches it, and a refusal published alone could be lost where the ACK after it is not.
+    too_large: VecDeque<(u64, Bytes)>,
+    /// How many of `too_large` (the newest) have not gone out yet.
+    too_large_unsent: usize,
 }
 
 impl WriterPartition {
@@ -163,6 +170,8 @@ impl WriterPartition {
             ack_queued: false,
             told_failed: None,
             holes: Vec::new(),
+            too_large: VecDeque::new(),
+            too_large_unsent: 0,
         }
     }
 
@@ -193,6 +202,10 @@ pub const MAX_HOLES: usize = 64;
 /// Least time between two STORE-REFUSALs of a failed store to one partition's producer.
 pub const FAILED_REFUSAL_EVERY: Duration = Duration::from_secs(1);
 
+/// How many of a partition's last "too large" refusals a [`StoreWriter`] repeats when a HEAD
+/// is answered with an ACK (a producer ignores the ones it has heard).
+pub const REPEATED_REFUSALS: usize = 8;
+
 impl Gapped for WriterPartition {
     fn gap(&self) -> Option<(u64, u64)> {
         let end = self.head?.checked_add(1)?;
@@ -216,11 +229,12 @@ pub struct StoreWriter {
     appends: VecDeque<Append>,
     acks: VecDeque<PartitionKey>,
     transmit: VecDeque<Message>,
-    /// STORE-REFUSALs: they go out before any ACK, so a producer hears that a record was
-    /// skipped before the ACK that covers its offset (an ACK first let a flush end without it).
+    /// STORE-REFUSALs of a failed store, and "too large" ones that no ACK will carry.
     refusals: VecDeque<Message>,
-    /// The STORE-ACK that follows the ACK just returned.
-    store_ack: Option<Message>,
+    /// Messages that go out together, in order: an ACK with the "too large" refusals it
+    /// covers before it (a producer hears of a skipped record before the ACK that covers it,
+    /// or its flush would end without it) and its STORE-ACK after it.
+    ready: VecDeque<Message>,
     dropped: u64,
     /// Why the store can no longer write ([`StoreWriter::fail`]), as told to producers.
     failed: Option<Bytes>,
@@ -241,7 +255,7 @@ impl StoreWriter {
             acks: VecDeque::new(),
             transmit: VecDeque::new(),
             refusals: VecDeque::new(),
-            store_ack: None,
+            ready: VecDeque::new(),
             dropped: 0,
             failed: None,
             fills: VecDeque::new(),
@@ -397,17 +411,10 @@ impl StoreWriter {
         p.head = Some(p.head.map_or(head.sequence, |h| h.max(head.sequence)));
         if head.sequence < p.durable {
             // Everything the producer has is durable here: say so again, in case the ACK
-            // was lost.
-            let ack = Ack {
-                producer: head.producer,
-                topic: head.topic.clone(),
-                sequence: head.sequence,
-            };
-            self.transmit.push_back(Message::Ack(ack.clone()));
-            self.transmit.push_back(Message::StoreAck(StoreAck {
-                store: self.config.id,
-                ack,
-            }));
+            // was lost, with the records skipped on the way, in case their refusals were.
+            p.too_large_unsent = 0;
+            let skipped = p.too_large.clone();
+            self.push_ack(&key, head.sequence, skipped);
         }
         self.refetch(&key, now);
         Ok(())
@@ -437,7 +444,50 @@ impl StoreWriter {
         reason: RefusalReason,
         detail: &str,
     ) {
-        self.queue_refusal(key, sequence, reason, StoreRefusal::detail_of(detail));
+        let detail = StoreRefusal::detail_of(detail);
+        let Some(p) = self.partitions.get_mut(key) else {
+            return self.queue_refusal(key, sequence, reason, detail);
+        };
+        if reason != RefusalReason::TooLarge {
+            return self.queue_refusal(key, sequence, reason, detail);
+        }
+        // Held for the ACK that covers it; one pushed out of the list unsent goes alone.
+        let dropped = (p.too_large.len() == REPEATED_REFUSALS)
+            .then(|| p.too_large.pop_front())
+            .flatten()
+            .filter(|_| p.too_large_unsent == REPEATED_REFUSALS);
+        p.too_large.push_back((sequence, detail));
+        p.too_large_unsent = (p.too_large_unsent + 1).min(REPEATED_REFUSALS);
+        if let Some((sequence, detail)) = dropped {
+            self.queue_refusal(key, sequence, reason, detail);
+        }
+    }
+
+    /// Queues an ACK of the partition up to `sequence` in `ready`: the "too large" refusals
+    /// of `skipped` it covers, the ACK, its STORE-ACK.
+    fn push_ack(&mut self, key: &PartitionKey, sequence: u64, skipped: VecDeque<(u64, Bytes)>) {
+        for (offset, detail) in skipped {
+            if offset <= sequence {
+                self.ready.push_back(Message::StoreRefusal(StoreRefusal {
+                    producer: key.1,
+                    store: self.config.id,
+                    topic: key.0.clone(),
+                    sequence: offset,
+                    reason: RefusalReason::TooLarge,
+                    detail,
+                }));
+            }
+        }
+        let ack = Ack {
+            producer: key.1,
+            topic: key.0.clone(),
+            sequence,
+        };
+        self.ready.push_back(Message::Ack(ack.clone()));
+        self.ready.push_back(Message::StoreAck(StoreAck {
+            store: self.config.id,
+            ack,
+        }));
     }
 
     fn queue_refusal(
@@ -540,10 +590,11 @@ impl StoreWriter {
         }
     }
 
-    /// The next message to publish: STORE-REFUSALs, then ACKs (each followed by its
-    /// STORE-ACK, the extension that names this writer), then FETCHes.
+    /// The next message to publish: STORE-REFUSALs, then ACKs (each after the "too large"
+    /// refusals it covers and before its STORE-ACK, the extension that names this writer),
+    /// then FETCHes.
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        if let Some(m) = self.store_ack.take() {
+        if let Some(m) = self.ready.pop_front() {
             return Some(m);
         }
         if let Some(m) = self.refusals.pop_front() {
@@ -557,16 +608,18 @@ impl StoreWriter {
             let Some(sequence) = p.durable.checked_sub(1) else {
                 continue;
             };
-            let ack = Ack {
-                producer: key.1,
-                topic: key.0,
-                sequence,
-            };
-            self.store_ack = Some(Message::StoreAck(StoreAck {
-                store: self.config.id,
-                ack: ack.clone(),
-            }));
-            return Some(Message::Ack(ack));
+            // The refusals not sent yet that this ACK covers (a skip is durable with the
+            // records after it, so all of them in practice).
+            let unsent = p.too_large_unsent;
+            let first = p.too_large.len() - unsent;
+            let covered = p.too_large.iter().skip(first);
+            let n = covered
+                .take_while(|(offset, _)| *offset <= sequence)
+                .count();
+            p.too_large_unsent -= n;
+            let skipped = p.too_large.range(first..first + n).cloned().collect();
+            self.push_ack(&key, sequence, skipped);
+            return self.ready.pop_front();
         }
         self.transmit.pop_front()
     }

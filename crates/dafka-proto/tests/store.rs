@@ -240,6 +240,96 @@ fn a_refusal_goes_out_before_the_ack_that_covers_its_offset() {
     assert_eq!(kinds, ["refusal 2", "ack 3", "store-ack 3"]);
 }
 
+/// The race of issue 21: a store publishes the refusal of a record too large for it before
+/// the producer's subscription reached its PUB, so the refusal is lost; the ACKs that HEADs
+/// bring back are repeated, and the refusal has to come with them, or the producer's flush
+/// ends at an ACK without it. The producer reports each skipped record once however often
+/// it hears of it, and a store repeats only its last [`REPEATED_REFUSALS`].
+#[test]
+fn a_lost_refusal_comes_again_with_the_ack_a_head_brings_back_and_is_reported_once() {
+    let t0 = Instant::now();
+    let mut p = Producer::new(ProducerConfig::new(id(P1), topic("golden"))).unwrap();
+    let mut w = writer();
+    let mut log = MemLog::default();
+    for i in 0..4 {
+        p.send(Bytes::from(format!("r{i}")), t0).unwrap();
+    }
+    let records: Vec<_> = std::iter::from_fn(|| p.poll_transmit()).collect();
+    for m in &records {
+        w.handle_message(m, t0).unwrap();
+    }
+    assert_eq!(append_all(&mut w, &mut log), [0, 1, 2, 3]);
+    let too_large = dafka_proto::RefusalReason::TooLarge;
+    w.refuse(&key(), 2, too_large, "record of 2000 bytes");
+    w.durable(&key(), 4);
+    // Everything published now is lost: the producer is not subscribed yet.
+    assert_eq!(sent_w(&mut w).len(), 3);
+    // The producer's next HEAD: the refusal again, before the ACK that covers it.
+    p.handle_timeout(t0 + Duration::from_secs(1));
+    let head = std::iter::from_fn(|| p.poll_transmit())
+        .find(|m| matches!(m, Message::Head(_)))
+        .expect("the producer sends a HEAD every head_interval");
+    for round in 0..3 {
+        w.handle_message(&head, t0 + Duration::from_secs(1 + round))
+            .unwrap();
+        let out = sent_w(&mut w);
+        assert!(
+            matches!(&out[..], [Message::StoreRefusal(r), Message::Ack(a), Message::StoreAck(_)]
+                if r.sequence == 2 && r.reason == too_large && a.sequence == 3),
+            "{out:?}"
+        );
+        for m in &out {
+            p.handle_message(m, None).unwrap();
+        }
+        let skipped: Vec<_> = p.take_skipped().iter().map(|r| r.sequence).collect();
+        assert_eq!(
+            skipped,
+            if round == 0 { vec![2] } else { vec![] },
+            "round {round}"
+        );
+    }
+    assert_eq!(
+        std::iter::from_fn(|| p.poll_refusal()).count(),
+        1,
+        "logged once"
+    );
+    // Ten more skipped before the next sync: the refusals go out before the ACK, in one
+    // batch; the last REPEATED_REFUSALS of them come again with the next HEAD's ACK.
+    let n = dafka_proto::REPEATED_REFUSALS as u64 + 2;
+    for i in 0..n {
+        p.send(Bytes::from(format!("big{i}")), t0).unwrap();
+    }
+    let records: Vec<_> = std::iter::from_fn(|| p.poll_transmit()).collect();
+    for m in &records {
+        w.handle_message(m, t0).unwrap();
+    }
+    for seq in append_all(&mut w, &mut log) {
+        w.refuse(&key(), seq, too_large, "record of 2000 bytes");
+    }
+    w.durable(&key(), 4 + n);
+    let summary = |out: Vec<Message>| -> Vec<String> {
+        out.iter()
+            .map(|m| match m {
+                Message::StoreRefusal(r) => format!("refusal {}", r.sequence),
+                Message::Ack(a) => format!("ack {}", a.sequence),
+                Message::StoreAck(a) => format!("store-ack {}", a.ack.sequence),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    // Held for the ACK that covers them; the two pushed out of the list unsent went alone.
+    let mut expected: Vec<String> = (4..4 + n).map(|s| format!("refusal {s}")).collect();
+    expected.extend(["ack 13".into(), "store-ack 13".into()]);
+    assert_eq!(summary(sent_w(&mut w)), expected);
+    p.handle_timeout(t0 + Duration::from_secs(10));
+    let head = std::iter::from_fn(|| p.poll_transmit())
+        .find(|m| matches!(m, Message::Head(_)))
+        .unwrap();
+    w.handle_message(&head, t0 + Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(summary(sent_w(&mut w)), expected[2..]);
+}
+
 #[test]
 fn gaps_are_fetched_at_once_then_on_a_timer_with_backoff() {
     let t0 = Instant::now();
