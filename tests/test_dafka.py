@@ -229,6 +229,33 @@ def test_context_managers_close_everything(tmp_path: Path) -> None:
     assert kept.is_dir(), "a directory given by the caller stays"
 
 
+def test_every_node_class_has_one_lifecycle(tmp_path: Path) -> None:
+    """close() / closed / with, the same for every node class, the ZRE node's included."""
+    from dafka.zre import Node
+
+    with dafka.LocalCluster() as cluster:
+        makers = {
+            "Tower": lambda: dafka.Tower(sub="tcp://127.0.0.1:0"),
+            "Store": lambda: dafka.Store(tmp_path / "s", towers=cluster.towers),
+            "Producer": lambda: dafka.Producer(topic(), towers=cluster.towers),
+            "Consumer": lambda: dafka.Consumer(topic(), towers=cluster.towers),
+            "PartitionReader": lambda: dafka.PartitionReader(cluster.towers),
+            "LocalCluster": dafka.LocalCluster,
+            "zre.Node": lambda: Node(interface="127.0.0.1", beacons=False),
+        }
+        for name, make in makers.items():
+            with make() as node:
+                assert not node.closed, name
+            assert node.closed, name
+            node.close()  # closing twice does nothing
+            assert node.closed, name
+            node = make()
+            if name == "zre.Node":
+                node.start()  # `with` starts a ZRE node, as pyre's does
+            node.close()
+            assert node.closed, name
+
+
 @pytest.mark.parametrize(
     ("make", "match"),
     [

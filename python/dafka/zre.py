@@ -171,6 +171,16 @@ class Node:
         if self._node is not None:
             self._node.stop()
 
+    def close(self) -> None:
+        """:meth:`stop`, under the name every dafka node closes by."""
+        self.stop()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the node was started and has stopped (a node never started is not
+        closed: :meth:`start` still works)."""
+        return self._node is not None and self._node.stopped
+
     def __enter__(self) -> Self:
         self.start()
         return self

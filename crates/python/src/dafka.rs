@@ -72,6 +72,49 @@ impl<T> Slot<T> {
     }
 }
 
+/// The lifecycle every node class shares, written once: `closed`, `close()` (stops the node
+/// and waits for it; closing again does nothing) and the context manager that closes on
+/// exit. The class keeps its node in a [`Slot`] named `node`; `$close` is the node's own close.
+macro_rules! node_lifecycle {
+    ($class:ty, $close:path) => {
+        #[pymethods]
+        impl $class {
+            /// Whether `close()` was called.
+            #[getter]
+            fn closed(&self) -> bool {
+                self.node.is_closed()
+            }
+
+            fn __enter__(slf: Py<Self>) -> Py<Self> {
+                slf
+            }
+
+            fn __exit__(
+                &self,
+                py: Python<'_>,
+                exc_type: &Bound<'_, PyAny>,
+                exc_value: &Bound<'_, PyAny>,
+                traceback: &Bound<'_, PyAny>,
+            ) -> PyResult<bool> {
+                let _ = (exc_type, exc_value, traceback);
+                self.close(py)?;
+                Ok(false)
+            }
+
+            /// Stops the node and waits for it.
+            fn close(&self, py: Python<'_>) -> PyResult<()> {
+                self.node.close_with(py, $close)
+            }
+        }
+    };
+}
+pub(crate) use node_lifecycle;
+
+node_lifecycle!(PyTower, Tower::close);
+node_lifecycle!(PyStore, StoreNode::close);
+node_lifecycle!(PyProducer, ProducerNode::close);
+node_lifecycle!(PyConsumer, ConsumerNode::close);
+
 /// The node settings for `towers`: tower endpoints, or `zre://CLUSTER` (no towers: ZRE).
 pub(crate) fn node_config(towers: &str) -> PyResult<NodeConfig> {
     let config = NodeConfig::from_towers(towers).map_err(errors::node)?;
@@ -157,32 +200,6 @@ impl PyTower {
         &self.towers
     }
 
-    #[getter]
-    fn closed(&self) -> bool {
-        self.node.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: &Bound<'_, PyAny>,
-        exc_value: &Bound<'_, PyAny>,
-        traceback: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        let _ = (exc_type, exc_value, traceback);
-        self.close(py)?;
-        Ok(false)
-    }
-
-    /// Stops the node and waits for it.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.node.close_with(py, Tower::close)
-    }
-
     fn __repr__(&self) -> String {
         format!("<dafka.Tower towers={:?}>", self.towers)
     }
@@ -258,32 +275,6 @@ impl PyStore {
     #[getter]
     fn path(&self) -> &str {
         &self.path
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.node.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: &Bound<'_, PyAny>,
-        exc_value: &Bound<'_, PyAny>,
-        traceback: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        let _ = (exc_type, exc_value, traceback);
-        self.close(py)?;
-        Ok(false)
-    }
-
-    /// Stops the node and waits for it.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.node.close_with(py, StoreNode::close)
     }
 
     fn __repr__(&self) -> String {
@@ -433,11 +424,6 @@ impl PyProducer {
         &self.topic
     }
 
-    #[getter]
-    fn closed(&self) -> bool {
-        self.node.is_closed()
-    }
-
     /// Records acknowledged by the stores so far (acknowledged durable under the stores'
     /// `sync="always"`): every offset below this one.
     #[getter]
@@ -519,27 +505,6 @@ impl PyProducer {
         let timeout = seconds("timeout", timeout)?;
         let node = self.node.get("producer")?;
         runtime::wait_for(py, async move { node.flush(timeout).await })?.map_err(errors::node)
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: &Bound<'_, PyAny>,
-        exc_value: &Bound<'_, PyAny>,
-        traceback: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        let _ = (exc_type, exc_value, traceback);
-        self.close(py)?;
-        Ok(false)
-    }
-
-    /// Stops the node and waits for it.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.node.close_with(py, ProducerNode::close)
     }
 
     fn __repr__(&self) -> String {
@@ -728,31 +693,5 @@ impl PyConsumer {
     fn unsubscribe(&self, py: Python<'_>, topic: &str) -> PyResult<()> {
         let node = self.node.get("consumer")?;
         py.detach(|| node.unsubscribe(topic)).map_err(errors::node)
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.node.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: &Bound<'_, PyAny>,
-        exc_value: &Bound<'_, PyAny>,
-        traceback: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        let _ = (exc_type, exc_value, traceback);
-        self.close(py)?;
-        Ok(false)
-    }
-
-    /// Stops the node and waits for it.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.node.close_with(py, ConsumerNode::close)
     }
 }

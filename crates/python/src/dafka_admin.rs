@@ -13,6 +13,8 @@ use crate::arrow_batch::{self, records_batch};
 use crate::dafka::{Slot, node_config, partition_id, seconds};
 use crate::{errors, runtime};
 
+crate::dafka::node_lifecycle!(PyPartitionReader, ConsumerNode::close);
+
 /// A consumer that reads only the partitions assigned to it, and asks the stores for a topic's
 /// partitions and their offset bounds.
 #[pyclass(name = "PartitionReader", module = "dafka", frozen)]
@@ -130,32 +132,6 @@ impl PyPartitionReader {
     #[getter]
     fn towers(&self) -> &str {
         &self.towers
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.node.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: &Bound<'_, PyAny>,
-        exc_value: &Bound<'_, PyAny>,
-        traceback: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        let _ = (exc_type, exc_value, traceback);
-        self.close(py)?;
-        Ok(false)
-    }
-
-    /// Stops the node and waits for it.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.node.close_with(py, ConsumerNode::close)
     }
 
     fn __repr__(&self) -> String {
