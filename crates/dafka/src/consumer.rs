@@ -56,33 +56,25 @@ pub struct Position {
 pub struct ConsumerOptions {
     /// The consumer's id (`None`: a new one).
     pub id: Option<NodeId>,
-    /// Where to start in a partition without a position: earliest or latest (the default).
-    pub offset_reset: OffsetReset,
+    /// The state machine's settings: where to start in a partition without a position
+    /// (`offset_reset`: earliest or latest, the default), the reordering limits, the FETCH
+    /// retry delays, the heads refresh. Its `id` is replaced by the node's ([`id`](Self::id)).
+    pub protocol: ConsumerConfig,
     /// Explicit start offsets: (topic, partition, next offset).
     pub start_offsets: Vec<(String, NodeId, u64)>,
     /// Most records received and not yet polled; past it the node stops reading its peers.
     pub max_buffered: usize,
-    /// Most out-of-order records held per partition.
-    pub max_reorder: usize,
-    /// First FETCH retry delay (doubling up to [`fetch_retry_max`](Self::fetch_retry_max)).
-    pub fetch_retry: Duration,
-    /// Longest FETCH retry delay.
-    pub fetch_retry_max: Duration,
 }
 
 impl Default for ConsumerOptions {
     /// The state machine's defaults (see [`ConsumerConfig::new`]), no explicit offsets, and
     /// 100 000 records buffered.
     fn default() -> Self {
-        let c = ConsumerConfig::new(NodeId::from_bytes([0; 16]));
         ConsumerOptions {
             id: None,
-            offset_reset: c.offset_reset,
+            protocol: ConsumerConfig::new(NodeId::from_bytes([0; 16])),
             start_offsets: Vec::new(),
             max_buffered: 100_000,
-            max_reorder: c.max_reorder,
-            fetch_retry: c.fetch_retry,
-            fetch_retry_max: c.fetch_retry_max,
         }
     }
 }
@@ -95,10 +87,10 @@ impl ConsumerOptions {
         self
     }
 
-    /// Sets [`offset_reset`](Self::offset_reset).
+    /// Sets the [`protocol`](Self::protocol)'s `offset_reset`.
     #[must_use]
     pub fn with_offset_reset(mut self, reset: OffsetReset) -> Self {
-        self.offset_reset = reset;
+        self.protocol.offset_reset = reset;
         self
     }
 
@@ -116,11 +108,11 @@ impl ConsumerOptions {
         self
     }
 
-    /// Sets [`fetch_retry`](Self::fetch_retry) and [`fetch_retry_max`](Self::fetch_retry_max).
+    /// Sets the [`protocol`](Self::protocol)'s `fetch_retry` and `fetch_retry_max`.
     #[must_use]
     pub fn with_fetch_retry(mut self, first: Duration, max: Duration) -> Self {
-        self.fetch_retry = first;
-        self.fetch_retry_max = max;
+        self.protocol.fetch_retry = first;
+        self.protocol.fetch_retry_max = max;
         self
     }
 }
@@ -205,16 +197,13 @@ impl ConsumerNode {
         options: ConsumerOptions,
     ) -> Result<ConsumerNode, Error> {
         let id = options.id.map_or_else(new_node_id, Ok)?;
-        let mut config = ConsumerConfig::new(id);
-        config.offset_reset = options.offset_reset;
-        config.max_reorder = options.max_reorder;
-        config.fetch_retry = options.fetch_retry;
-        config.fetch_retry_max = options.fetch_retry_max;
+        let mut config = options.protocol;
+        config.id = id;
+        let reset = config.offset_reset;
         let mut consumer = Consumer::new(config)?;
         for (topic, partition, next) in &options.start_offsets {
             consumer.set_position(Topic::try_from(topic.as_str())?, *partition, *next);
         }
-        let reset = options.offset_reset;
         let plumbing = Plumbing::open(id, node, SocketType::Xpub).await?;
         for s in consumer.subscriptions() {
             plumbing.subscriber.subscribe(&s)?;

@@ -33,28 +33,22 @@ use crate::node::{
 pub struct ProducerOptions {
     /// A saved partition id to resume (`None`: a new one).
     pub partition: Option<NodeId>,
-    /// The offset of the first record (when resuming: one past the highest the stores hold).
-    pub first_offset: u64,
-    /// Distinct stores that must acknowledge a record.
-    pub min_acks: usize,
-    /// Interval between HEADs.
-    pub head_interval: Duration,
-    /// Most records held unacknowledged. The default is the publisher's send HWM
-    /// ([`NodeConfig::sndhwm`], 100 000): records in flight to a store are unacknowledged,
-    /// so with at most that many a store that keeps up never loses a RECORD at the HWM (which
-    /// it would FETCH again), and the acknowledgement latency stays near the time a store
-    /// takes for that many records rather than ten times more (see BENCHMARKS.md).
-    pub max_unacked_records: usize,
-    /// Most content bytes held unacknowledged.
-    pub max_unacked_bytes: usize,
-    /// Largest record accepted.
-    pub max_record: usize,
+    /// The state machine's settings: the first offset (when resuming: one past the highest
+    /// the stores hold), `min_acks` (distinct stores that must acknowledge a record), the HEAD
+    /// interval, the unacknowledged buffer's limits, the largest record, the FETCH and store
+    /// limits. Its `id` and `topic` are replaced by the node's. The default holds at most
+    /// the publisher's send HWM of records unacknowledged ([`NodeConfig::sndhwm`], 100 000):
+    /// records in flight to a store are unacknowledged, so with at most that many a store
+    /// that keeps up never loses a RECORD at the HWM (which it would FETCH again), and the
+    /// acknowledgement latency stays near the time a store takes for that many records
+    /// rather than ten times more (see BENCHMARKS.md).
+    pub protocol: ProducerConfig,
     /// How long `send` waits for room in a full unacknowledged buffer.
     pub send_timeout: Duration,
     /// With a saved [`partition`](Self::partition): how long [`ProducerNode::start`] waits
     /// for a store to report the partition's head (GET-HEADS -> DIRECT-HEAD) before failing
-    /// with [`Error::ResumeTimeout`]; `None` starts at [`first_offset`](Self::first_offset)
-    /// without asking.
+    /// with [`Error::ResumeTimeout`]; `None` starts at the protocol's `first_offset` without
+    /// asking.
     pub resume_timeout: Option<Duration>,
 }
 
@@ -62,18 +56,16 @@ impl Default for ProducerOptions {
     /// The state machine's defaults (see [`ProducerConfig::new`]) except 100 000 unacknowledged
     /// records at most, a new partition, and a send timeout of 30 s.
     fn default() -> Self {
-        let c = ProducerConfig::new(
+        let mut protocol = ProducerConfig::new(
             NodeId::from_bytes([0; 16]),
             Topic::new(Bytes::new()).unwrap_or_else(|_| unreachable!("the empty topic is valid")),
         );
+        protocol.max_unacked_records = protocol
+            .max_unacked_records
+            .min(DEFAULT_MAX_UNACKED_RECORDS);
         ProducerOptions {
             partition: None,
-            first_offset: c.first_offset,
-            min_acks: c.min_acks,
-            head_interval: c.head_interval,
-            max_unacked_records: c.max_unacked_records.min(DEFAULT_MAX_UNACKED_RECORDS),
-            max_unacked_bytes: c.max_unacked_bytes,
-            max_record: c.max_record,
+            protocol,
             send_timeout: Duration::from_secs(30),
             resume_timeout: Some(Duration::from_secs(10)),
         }
@@ -81,13 +73,13 @@ impl Default for ProducerOptions {
 }
 
 macro_rules! setters {
-    ($($field:ident / $with:ident: $ty:ty),* $(,)?) => {
+    ($($($field:ident).+ / $with:ident: $ty:ty),* $(,)?) => {
         impl ProducerOptions {
             $(
-                #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
+                #[doc = concat!("Sets `", stringify!($($field).+), "`.")]
                 #[must_use]
                 pub fn $with(mut self, value: $ty) -> Self {
-                    self.$field = value;
+                    self.$($field).+ = value;
                     self
                 }
             )*
@@ -97,12 +89,12 @@ macro_rules! setters {
 
 setters! {
     partition / with_partition: Option<NodeId>,
-    first_offset / with_first_offset: u64,
-    min_acks / with_min_acks: usize,
-    head_interval / with_head_interval: Duration,
-    max_unacked_records / with_max_unacked_records: usize,
-    max_unacked_bytes / with_max_unacked_bytes: usize,
-    max_record / with_max_record: usize,
+    protocol.first_offset / with_first_offset: u64,
+    protocol.min_acks / with_min_acks: usize,
+    protocol.head_interval / with_head_interval: Duration,
+    protocol.max_unacked_records / with_max_unacked_records: usize,
+    protocol.max_unacked_bytes / with_max_unacked_bytes: usize,
+    protocol.max_record / with_max_record: usize,
     send_timeout / with_send_timeout: Duration,
     resume_timeout / with_resume_timeout: Option<Duration>,
 }
@@ -200,13 +192,8 @@ impl ProducerNode {
     ) -> Result<ProducerNode, Error> {
         let topic = Topic::try_from(topic)?;
         let id = options.partition.map_or_else(new_node_id, Ok)?;
-        let mut config = ProducerConfig::new(id, topic);
-        config.first_offset = options.first_offset;
-        config.min_acks = options.min_acks;
-        config.head_interval = options.head_interval;
-        config.max_unacked_records = options.max_unacked_records;
-        config.max_unacked_bytes = options.max_unacked_bytes;
-        config.max_record = options.max_record;
+        let mut config = options.protocol;
+        (config.id, config.topic) = (id, topic);
         let mut producer = Producer::new(config)?;
         let plumbing = Plumbing::open(id, node, SocketType::Pub).await?;
         // Before any beacon goes out: no peer can have subscribed yet.
