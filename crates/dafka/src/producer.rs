@@ -8,7 +8,7 @@
 //! handles ACKs and FETCHes, publishes HEADs when due and FETCH answers in chunks of
 //! [`TRANSMIT_CHUNK`](crate::node) messages.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -116,8 +116,10 @@ struct Shared {
     /// When a store's failure (STORE-REFUSAL) was first and last heard since the
     /// acknowledgements last moved on.
     failure_heard: Mutex<Option<(tokio::time::Instant, tokio::time::Instant)>>,
-    /// Store writers that hear the producer now ([`watch_store_writers`]).
+    /// Store writers that hear the producer now ([`watch_subscribers`]).
     stores: Arc<AtomicUsize>,
+    /// Peers whose subscriptions pass this topic's RECORDs ([`watch_subscribers`]).
+    readers: Arc<AtomicUsize>,
     /// The producer's patience with its towers.
     towers: TowerWait,
 }
@@ -193,14 +195,18 @@ impl ProducerNode {
         let topic = Topic::try_from(topic)?;
         let id = options.partition.map_or_else(new_node_id, Ok)?;
         let mut config = options.protocol;
+        let config_topic = topic.clone();
         (config.id, config.topic) = (id, topic);
         let mut producer = Producer::new(config)?;
         let plumbing = Plumbing::open(id, node, SocketType::Pub).await?;
         // Before any beacon goes out: no peer can have subscribed yet.
         let stores = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(watch_store_writers(
-            plumbing.publisher.monitor(STORE_EVENTS),
+        let readers = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(watch_subscribers(
+            plumbing.publisher.monitor(SUBSCRIBER_EVENTS),
+            config_topic,
             stores.clone(),
+            readers.clone(),
         ));
         for s in producer.subscriptions() {
             plumbing.subscriber.subscribe(&s)?;
@@ -223,6 +229,7 @@ impl ProducerNode {
             queued: AtomicBool::new(false),
             failure_heard: Mutex::new(None),
             stores,
+            readers,
             towers: plumbing.tower_wait(),
         });
         let port = plumbing.port();
@@ -513,6 +520,14 @@ impl ProducerNode {
         self.shared.stores.load(Ordering::Relaxed)
     }
 
+    /// Peers that receive this producer's RECORDs as they are published: those whose
+    /// subscriptions to its publisher pass its topic (store writers and live consumers). A
+    /// RECORD published before a peer's subscription arrived does not reach it (that peer
+    /// FETCHes it after the next HEAD); what waits for "a consumer is listening" waits for this.
+    pub fn live_readers(&self) -> usize {
+        self.shared.readers.load(Ordering::Relaxed)
+    }
+
     /// Input the node dropped.
     pub fn stats(&self) -> &NodeStats {
         &self.task.stats
@@ -526,34 +541,53 @@ impl ProducerNode {
     }
 }
 
-/// Events queued on the publisher's monitor for [`watch_store_writers`]; read as they come,
+/// Events queued on the publisher's monitor for [`watch_subscribers`]; read as they come,
 /// past it the oldest would be dropped (subscriptions and connections: a few per peer).
-const STORE_EVENTS: usize = 1024;
+const SUBSCRIBER_EVENTS: usize = 1024;
 
-/// Peers of a publisher subscribed to one prefix, by whatever names them.
+/// Peers of a publisher with at least one subscription that `covers`, by whatever names
+/// them (a peer may hold several: it counts once, until its last one goes; a publisher keeps
+/// a peer's subscriptions as a set, so a repeated one is one).
 #[derive(Debug)]
 struct Subscribers<K> {
-    prefix: Bytes,
-    peers: HashSet<K>,
+    covers: fn(&[u8], &[u8]) -> bool,
+    /// What `covers` is asked about (a prefix or a message's first bytes).
+    of: Bytes,
+    peers: HashMap<K, HashSet<Bytes>>,
 }
 
 impl<K: Eq + Hash> Subscribers<K> {
-    fn new(prefix: Bytes) -> Self {
+    /// Peers subscribed to exactly `prefix`.
+    fn to(prefix: Bytes) -> Self {
         Subscribers {
-            prefix,
-            peers: HashSet::new(),
+            covers: |prefix, of| prefix == of,
+            of: prefix,
+            peers: HashMap::new(),
+        }
+    }
+
+    /// Peers with a subscription that passes messages starting with `start`.
+    fn passing(start: Bytes) -> Self {
+        Subscribers {
+            covers: |prefix, start| start.starts_with(prefix),
+            of: start,
+            peers: HashMap::new(),
         }
     }
 
     fn subscribed(&mut self, peer: K, prefix: &[u8]) {
-        if prefix == self.prefix {
-            self.peers.insert(peer);
+        if (self.covers)(prefix, &self.of) {
+            let prefix = Bytes::copy_from_slice(prefix);
+            self.peers.entry(peer).or_default().insert(prefix);
         }
     }
 
     fn unsubscribed(&mut self, peer: &K, prefix: &[u8]) {
-        if prefix == self.prefix {
-            self.peers.remove(peer);
+        if let Some(held) = self.peers.get_mut(peer) {
+            held.remove(prefix);
+            if held.is_empty() {
+                self.peers.remove(peer);
+            }
         }
     }
 
@@ -566,19 +600,31 @@ impl<K: Eq + Hash> Subscribers<K> {
     }
 }
 
-/// Counts the store writers subscribed to the producer's publisher (`'M'`: every RECORD)
-/// into `count` until the publisher closes; what [`Error::FlushTimeout`] says.
-async fn watch_store_writers(mut events: Monitor, count: Arc<AtomicUsize>) {
-    let mut writers = Subscribers::new(subscription::all(Kind::Record));
+/// Counts the peers subscribed to the producer's publisher until it closes: the store writers
+/// (`'M'`: every RECORD; what [`Error::FlushTimeout`] says) into `stores`, and every peer whose
+/// subscriptions pass this topic's RECORDs (store writers and consumers) into `readers`.
+async fn watch_subscribers(
+    mut events: Monitor,
+    topic: Topic,
+    stores: Arc<AtomicUsize>,
+    readers: Arc<AtomicUsize>,
+) {
+    let mut writers = Subscribers::to(subscription::all(Kind::Record));
+    let mut live = Subscribers::passing(subscription::topic_exact(Kind::Record, &topic));
     while let Some(event) = events.recv().await {
-        match event {
-            SocketEvent::Subscribed { peer, prefix } => writers.subscribed(peer, &prefix),
-            SocketEvent::Unsubscribed { peer, prefix } => writers.unsubscribed(&peer, &prefix),
-            SocketEvent::Disconnected { peer, .. } => writers.gone(&peer),
-            SocketEvent::Closed => break,
-            _ => continue,
+        for set in [&mut writers, &mut live] {
+            match &event {
+                SocketEvent::Subscribed { peer, prefix } => set.subscribed(*peer, prefix),
+                SocketEvent::Unsubscribed { peer, prefix } => set.unsubscribed(peer, prefix),
+                SocketEvent::Disconnected { peer, .. } => set.gone(peer),
+                _ => {}
+            }
         }
-        count.store(writers.count(), Ordering::Relaxed);
+        if matches!(event, SocketEvent::Closed) {
+            break;
+        }
+        stores.store(writers.count(), Ordering::Relaxed);
+        readers.store(live.count(), Ordering::Relaxed);
     }
 }
 
@@ -712,7 +758,7 @@ mod tests {
 
     #[test]
     fn store_writers_are_the_peers_subscribed_to_every_record() {
-        let mut writers = Subscribers::new(subscription::all(Kind::Record));
+        let mut writers = Subscribers::to(subscription::all(Kind::Record));
         writers.subscribed(1, b"M");
         writers.subscribed(2, b"Mweather\0");
         writers.subscribed(3, b"H");
@@ -730,5 +776,26 @@ mod tests {
         writers.unsubscribed(&5, b"M");
         writers.gone(&1);
         assert_eq!(writers.count(), 0);
+    }
+
+    #[test]
+    fn live_readers_are_the_peers_whose_subscriptions_pass_the_topic() {
+        let topic = Topic::try_from("weather").unwrap();
+        let mut live = Subscribers::passing(subscription::topic_exact(Kind::Record, &topic));
+        live.subscribed(1, b"M"); // a store writer
+        live.subscribed(2, b"Mweather\0"); // a consumer of the topic (ours)
+        live.subscribed(3, b"Mweath"); // a reference consumer of a prefix
+        live.subscribed(4, b""); // everything
+        live.subscribed(5, b"Mweather2\0");
+        live.subscribed(6, b"Hweather");
+        assert_eq!(live.count(), 4);
+        // One peer with two that pass counts once, until both went.
+        live.subscribed(2, b"M");
+        assert_eq!(live.count(), 4);
+        live.unsubscribed(&2, b"Mweather\0");
+        assert_eq!(live.count(), 4);
+        live.unsubscribed(&2, b"M");
+        live.gone(&3);
+        assert_eq!(live.count(), 2);
     }
 }

@@ -13,7 +13,9 @@ use dafka_node::{
 };
 use dafka_proto::{BeaconMessage, Limits, Message, Record, Topic};
 use dafka_zmtp::{Options, Socket, SocketType};
-use support::{PATIENCE, announce, check_exactly_once, collect, fast, producer_options, tower};
+use support::{
+    PATIENCE, announce, check_exactly_once, collect, fast, producer_options, tower, until,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_to_consumers_exactly_once_in_order() {
@@ -526,9 +528,9 @@ async fn try_send_queues_for_the_task_in_offset_order_and_hands_back_on_full() {
     .await
     .unwrap();
     let values: Vec<Bytes> = (0..40u8).map(|i| Bytes::from(vec![i; 3])).collect();
-    // The first beacons go out at once: let the consumer connect and subscribe (records
-    // published before that reach it only after the next HEAD).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The first beacons go out at once: wait for the consumer's subscription to reach the
+    // producer (records published before that reach it only after the next HEAD).
+    assert!(until(|| producer.live_readers() == 1).await);
     // try_send and send interleaved: one offset sequence, one order on the wire.
     for (i, v) in values[..10].iter().enumerate() {
         assert_eq!(producer.try_send(v.clone()).unwrap().unwrap(), i as u64);
@@ -592,8 +594,8 @@ async fn records_queued_by_try_send_go_out_when_the_producer_is_dropped() {
     )
     .await
     .unwrap();
-    // Let the consumer connect and subscribe.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Wait for the consumer's subscription to reach the producer.
+    assert!(until(|| producer.live_readers() == 1).await);
     let values: Vec<Bytes> = (0..5u8).map(|i| Bytes::from(vec![i; 4])).collect();
     for (i, v) in values.iter().enumerate() {
         assert_eq!(producer.try_send(v.clone()).unwrap().unwrap(), i as u64);

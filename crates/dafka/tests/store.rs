@@ -520,7 +520,8 @@ async fn records_leave_in_offset_order_when_try_send_and_send_mix() {
     sub.subscribe(b"").unwrap();
     let endpoint = format!("tcp://127.0.0.1:{}", producer.publisher_port());
     sub.connect(&endpoint).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its subscription and the store writer's reached the publisher.
+    assert!(until(|| producer.live_readers() == 2).await);
     let n = 40_000u64;
     let sending = async {
         // What Python's `send` does: try_send, and send (waiting for room) when full.
@@ -893,7 +894,8 @@ async fn a_latest_consumer_gets_only_records_written_after_it_came() {
     // Met the partition (the store's DIRECT-HEAD, the producer's HEADs): positioned after it.
     assert!(until(|| !consumer.positions().is_empty()).await);
     assert_eq!(consumer.positions()[0].next, 5);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The store writer's subscription and the consumer's reached the producer.
+    assert!(until(|| producer.live_readers() == 2).await);
     producer.send(Bytes::from_static(b"new")).await.unwrap();
     let got = collect(&consumer, 1).await;
     assert_eq!(got.len(), 1);
