@@ -4,6 +4,7 @@ where the system has them."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -40,3 +41,31 @@ def test_sysdeps_links_the_systems_crypto_when_it_is_there(repo: Path, tmp_path:
         assert "linked statically" in text
     else:
         assert "export" not in text and "built from source" in text, text
+
+
+def test_the_architecture_docs_dependency_table_is_cargos(repo: Path) -> None:
+    """docs/architecture.md's crate graph, as a table, is what Cargo.toml files say."""
+    out = subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1", "--offline"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    packages = json.loads(out)["packages"]
+    ours = {p["name"] for p in packages}
+    left_out = {"dafka-testkit", "dafka-benches"}
+    cargo = {
+        p["name"]: sorted(
+            {d["name"] for d in p["dependencies"] if d["name"] in ours and d["kind"] is None}
+        )
+        for p in packages
+        if p["name"] not in left_out
+    }
+    text = (repo / "docs" / "architecture.md").read_text()
+    table = text.split("<!-- crate-dependencies -->")[1].split("<!-- /crate-dependencies -->")[0]
+    docs = {}
+    for line in table.strip().splitlines()[2:]:
+        crate, deps = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        docs[crate.strip("`")] = sorted(d.strip().strip("`") for d in deps.split(",") if d.strip())
+    assert docs == cargo
