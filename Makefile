@@ -162,7 +162,8 @@ bench-store: venv
 	$(PY) benches/store.py --bin $(TARGET_DIR)/release/dafka-bench \
 	  --memory-seconds $(STORE_MEMORY_SECONDS)
 
-# Dafka end to end (three processes: producer -> store with sync="always" -> consumer), from
+# Dafka end to end (three processes: producer -> store with sync="always" -> consumer, and the
+# Python cases again in one process, a LocalCluster), from
 # Rust and through the Python API, then a memory run of DAFKA_MEMORY_SECONDS (10 min).
 DAFKA_MEMORY_SECONDS ?= 600
 bench-dafka: venv wheel

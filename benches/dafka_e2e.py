@@ -47,29 +47,28 @@ LABELS = {
 # --------------------------------------------------------------------------- Python roles
 
 
-def py_producer(args: argparse.Namespace) -> dict[str, Any]:
+def send_all(p: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Sends `args.records` values of `args.size` bytes after a warm-up record (its flush: a
+    store is there); records/s until the last is acknowledged durable."""
     import pyarrow as pa
 
-    import dafka
-
-    with dafka.Producer("bench", towers=args.towers) as p:
-        p.send(b"\0" * args.size)
-        p.flush(timeout=30)  # a store is there
-        value = b"\7" * args.size
-        start = time.perf_counter()
-        if args.mode == "send":
-            send = p.send
-            for _ in range(args.records):
-                send(value)
-        else:
-            chunk = pa.array([value] * 10_000, pa.binary())
-            left = args.records
-            while left > 0:
-                n = min(10_000, left)
-                p.send_many(chunk if n == 10_000 else chunk.slice(0, n))
-                left -= n
-        p.flush(timeout=120)
-        secs = time.perf_counter() - start
+    p.send(b"\0" * args.size)
+    p.flush(timeout=30)
+    value = b"\7" * args.size
+    start = time.perf_counter()
+    if args.mode == "send":
+        send = p.send
+        for _ in range(args.records):
+            send(value)
+    else:
+        chunk = pa.array([value] * 10_000, pa.binary())
+        left = args.records
+        while left > 0:
+            n = min(10_000, left)
+            p.send_many(chunk if n == 10_000 else chunk.slice(0, n))
+            left -= n
+    p.flush(timeout=120)
+    secs = time.perf_counter() - start
     rate = args.records / secs
     return {
         "role": "producer",
@@ -79,33 +78,29 @@ def py_producer(args: argparse.Namespace) -> dict[str, Any]:
         "records_per_s": rate,
         "mb_per_s": rate * args.size / 1e6,
         "ok": True,
-        "peak_rss_kib": peak_rss_kib(),
-        "cpu_s": cpu_s(),
     }
 
 
-def py_consumer(args: argparse.Namespace) -> dict[str, Any]:
+def consume_all(c: Any, records: int) -> dict[str, Any]:
+    """Polls `records` records in offset order; the rate from the first batch to the last."""
     import pyarrow.compute as pc
-
-    import dafka
 
     got = 0
     nbytes = 0
     first = last = None
-    with dafka.Consumer("bench", towers=args.towers, offset_reset="earliest") as c:
-        while got < args.records:
-            batch = c.poll(max_records=100_000, timeout=0.1)
-            if batch.num_rows == 0:
-                continue
-            now = time.perf_counter()
-            first = first or now
-            last = now
-            # One partition, delivered in order: the batch is the next run of offsets.
-            mm = pc.min_max(batch.column("offset")).as_py()
-            if mm["min"] != got or mm["max"] != got + batch.num_rows - 1:
-                return {"ok": False, "error": f"offsets {mm} after {got}"}
-            got += batch.num_rows
-            nbytes += batch.column("value").nbytes
+    while got < records:
+        batch = c.poll(max_records=100_000, timeout=0.1)
+        if batch.num_rows == 0:
+            continue
+        now = time.perf_counter()
+        first = first or now
+        last = now
+        # One partition, delivered in order: the batch is the next run of offsets.
+        mm = pc.min_max(batch.column("offset")).as_py()
+        if mm["min"] != got or mm["max"] != got + batch.num_rows - 1:
+            return {"ok": False, "error": f"offsets {mm} after {got}"}
+        got += batch.num_rows
+        nbytes += batch.column("value").nbytes
     secs = (last or 0) - (first or 0)
     return {
         "role": "consumer",
@@ -114,6 +109,40 @@ def py_consumer(args: argparse.Namespace) -> dict[str, Any]:
         "records_per_s": got / max(secs, 1e-9),
         "mb_per_s": nbytes / max(secs, 1e-9) / 1e6,
         "ok": True,
+    }
+
+
+def py_producer(args: argparse.Namespace) -> dict[str, Any]:
+    import dafka
+
+    with dafka.Producer("bench", towers=args.towers) as p:
+        out = send_all(p, args)
+    return {**out, "peak_rss_kib": peak_rss_kib(), "cpu_s": cpu_s()}
+
+
+def py_consumer(args: argparse.Namespace) -> dict[str, Any]:
+    import dafka
+
+    with dafka.Consumer("bench", towers=args.towers, offset_reset="earliest") as c:
+        out = consume_all(c, args.records)
+    return {**out, "peak_rss_kib": peak_rss_kib(), "cpu_s": cpu_s()}
+
+
+def py_one_process(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything in this process, as a notebook or the demo runs it: a `dafka.LocalCluster`
+    (tower and store, sync="always"), the producer, then a catch-up consumer once the producer
+    is closed. The same records and the same code as the three-process Python roles."""
+    import dafka
+
+    with tempfile.TemporaryDirectory(dir=args.dir) as d, dafka.LocalCluster(d) as cluster:
+        with dafka.Producer("bench", towers=cluster.towers) as p:
+            prod = send_all(p, args)
+        with dafka.Consumer("bench", towers=cluster.towers, offset_reset="earliest") as c:
+            catch = consume_all(c, args.records + 1)
+    return {
+        "ok": prod["ok"] and catch["ok"],
+        "producer": prod,
+        "catchup": catch,
         "peak_rss_kib": peak_rss_kib(),
         "cpu_s": cpu_s(),
     }
@@ -232,6 +261,14 @@ def one_case(binary: str, workdir: Path, producer: str, size: int, records: int)
     }
 
 
+def one_process_case(workdir: Path, producer: str, size: int, records: int) -> dict[str, Any]:
+    """`py_one_process` in a fresh interpreter (as a user's script starts)."""
+    mode = producer.removeprefix("py-")
+    cmd = [sys.executable, __file__, "--role", "py-one-process", "--records", str(records)]
+    cmd += ["--size", str(size), "--mode", mode, "--dir", str(workdir)]
+    return result(start(cmd), 600)
+
+
 def memory_run(binary: str, workdir: Path, seconds: int, size: int) -> dict:
     directory = Path(tempfile.mkdtemp(dir=workdir))
     store = Store(binary, directory / "store", seconds + 300, ["--retention-mib", "1024"])
@@ -339,6 +376,7 @@ def render(data: dict, kept: str = "") -> str:
             f"| {fmt_mib(p.get('peak_rss_kib'))} / {fmt_mib(st.get('peak_rss_kib'))} "
             f"/ {fmt_mib(co.get('peak_rss_kib'))} |"
         )
+    L += one_process_table(data.get("cases", []))
     L += ["", *data.get("targets", [])]
     mem = data.get("memory")
     if mem:
@@ -366,6 +404,54 @@ def render(data: dict, kept: str = "") -> str:
         L += ["", kept]
     L.append(end)
     return "\n".join(L)
+
+
+def one_process_rates(c: dict) -> tuple[float | None, ...]:
+    """(durable, catch-up) records/s in one process and in three, for a case."""
+    one = c.get("one_process") or {}
+
+    def rate(d: dict) -> float | None:
+        return d.get("records_per_s") if d.get("ok") else None
+
+    return (
+        rate(one.get("producer", {})),
+        rate(c["producer"]),
+        rate(one.get("catchup", {})),
+        rate(c["catchup"]),
+    )
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "—" if a is None or not b else f"{a / b:.0%}"
+
+
+def one_process_table(cases: list[dict]) -> list[str]:
+    rows = [c for c in cases if "one_process" in c]
+    if not rows:
+        return []
+    L = [
+        "",
+        "### One process against three",
+        "",
+        "The same Python producer and consumer code and the same records, with the tower, the "
+        'store (`sync="always"`), the producer and then the catch-up consumer all in one '
+        "Python process (`dafka.LocalCluster`, as a notebook, a test suite or the demo runs "
+        "them), run right after the three-process case above.",
+        "",
+        "| producer | size | durable records/s, one process | three processes | one / three "
+        "| catch-up records/s, one process | three processes | one / three |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in rows:
+        one_p, three_p, one_c, three_c = one_process_rates(c)
+        err = (c["one_process"].get("error") or "") if not c["one_process"].get("ok") else ""
+        L.append(
+            f"| {LABELS[c['producer_kind']]} | {run.human_size(c['size'])} "
+            f"| {fmt_rate(one_p)} | {fmt_rate(three_p)} | {ratio(one_p, three_p)} "
+            f"| {fmt_rate(one_c)} | {fmt_rate(three_c)} | {ratio(one_c, three_c)} |"
+            + (f" failed: {err}" if err else "")
+        )
+    return L
 
 
 def targets(cases: list[dict]) -> list[str]:
@@ -396,6 +482,17 @@ def targets(cases: list[dict]) -> list[str]:
         None if loop is None else loop >= 5e5,
         fmt_rate(loop),
     )
+    for c in cases:
+        if "one_process" not in c:
+            continue
+        one_p, three_p, one_c, three_c = one_process_rates(c)
+        what = f"{LABELS[c['producer_kind']]}, {run.human_size(c['size'])}"
+        for kind, one, three in (("durable", one_p, three_p), ("catch-up", one_c, three_c)):
+            row(
+                f"One process, {what}, {kind}: >= 80% of three processes",
+                None if one is None or not three else one >= 0.8 * three,
+                ratio(one, three),
+            )
     return rows
 
 
@@ -425,7 +522,10 @@ def plot_memory(mem: dict, path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--role", choices=["py-producer", "py-consumer"], help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--role", choices=["py-producer", "py-consumer", "py-one-process"], help=argparse.SUPPRESS
+    )
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--towers", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="send_many", help=argparse.SUPPRESS)
     ap.add_argument("--bin", default=str(REPO / "target/release/dafka-bench"))
@@ -444,7 +544,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.role:
         args.size = args.size[0] if args.size else 100
-        fn = py_producer if args.role == "py-producer" else py_consumer
+        fn = {
+            "py-producer": py_producer,
+            "py-consumer": py_consumer,
+            "py-one-process": py_one_process,
+        }[args.role]
         print(json.dumps(fn(args)), flush=True)
         return 0
 
@@ -471,6 +575,9 @@ def main() -> int:
                         else (1_000_000 if size <= 100 else 250_000)
                     )
                     c = one_case(args.bin, workdir, producer, size, records)
+                    if producer != "rust":
+                        # The same records in one process, right after (alternating shapes).
+                        c["one_process"] = one_process_case(workdir, producer, size, records)
                     p = c["producer"]
                     print(
                         f"{producer:<13} {size:>5} B: producer {fmt_rate(p.get('records_per_s'))}"
@@ -479,6 +586,15 @@ def main() -> int:
                         f"{fmt_rate(c['catchup'].get('records_per_s'))}/s",
                         flush=True,
                     )
+                    if "one_process" in c:
+                        one = c["one_process"]
+                        print(
+                            f"{'':<13} {'':>5}   one process: durable "
+                            f"{fmt_rate(one.get('producer', {}).get('records_per_s'))}/s "
+                            f"catch-up {fmt_rate(one.get('catchup', {}).get('records_per_s'))}/s "
+                            f"{one.get('error', '')}",
+                            flush=True,
+                        )
                     cases.append(c)
             data["cases"] = cases
             data["targets"] = targets(cases)

@@ -87,3 +87,29 @@ def test_a_run_without_memory_keeps_the_previous_memory_subsection():
     # Nothing to keep: no subsection.
     assert e2e.kept_memory("# B\n") == ""
     assert "### Memory" not in e2e.render(short, e2e.kept_memory("# B\n"))
+
+
+def test_one_process_rows_and_verdicts_set_it_beside_the_three_processes():
+    c = case("py-send_many", 100, 1_000_000)
+    c["one_process"] = {
+        "ok": True,
+        "producer": {"ok": True, "records_per_s": 900_000},
+        "catchup": {"ok": True, "records_per_s": 1_000_000},
+    }
+    failed = case("py-send", 100, 500_000)
+    failed["one_process"] = {"ok": False, "error": "timed out"}
+    table = "\n".join(e2e.one_process_table([c, failed, case("rust", 100, 1.0)]))
+    assert (
+        "| Python `send_many` (pyarrow array of 10 000) | 100 B | 900,000 | 1,000,000 | 90% "
+        "| 1,000,000 | 2,000,000 | 50% |"
+    ) in table
+    assert "failed: timed out" in table
+    assert "Rust" not in table
+    rows = e2e.targets([c])
+    durable = "One process, Python `send_many` (pyarrow array of 10 000), 100 B, durable"
+    assert f"| {durable}: >= 80% of three processes | met | 90% |" in rows
+    assert (
+        f"| {durable.replace('durable', 'catch-up')}: >= 80% of three processes | not met | 50% |"
+        in rows
+    )
+    assert e2e.one_process_table([case("rust", 100, 1.0)]) == []
