@@ -56,6 +56,7 @@ mod error;
 mod failures;
 mod inproc;
 mod life;
+pub mod local;
 mod monitor;
 mod options;
 mod pipe;
