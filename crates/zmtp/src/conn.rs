@@ -802,22 +802,12 @@ fn decode(
     rbuf: &mut BytesMut,
     batch: &mut VecDeque<(u64, Message)>,
 ) -> Result<bool, ConnectionEnd> {
-    let Some(l) = link.filter(|_| !matches!(inner.socket_type, SocketType::Pub | SocketType::Xpub))
-    else {
+    let Some(l) = link.filter(|l| !l.receive.takes_subscriptions()) else {
         conn.handle_input(rbuf, now())?;
         return Ok(false);
     };
     let max = inner.inbound.fair_room();
-    if matches!(
-        inner.socket_type,
-        SocketType::Pull
-            | SocketType::Dealer
-            | SocketType::Pair
-            | SocketType::Req
-            | SocketType::Rep
-            | SocketType::Sub
-            | SocketType::Xsub
-    ) {
+    if l.receive.is_as_is() {
         // What `Inner::on_message` does for these types, without a call and a
         // match per message: queue the message as it is.
         let id = l.pipe.id;

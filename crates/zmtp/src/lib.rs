@@ -60,7 +60,6 @@ mod monitor;
 mod options;
 mod pipe;
 mod socket;
-mod subs;
 mod sys;
 mod transport;
 
@@ -542,7 +541,7 @@ impl Socket {
     fn set_subscription(&self, prefix: &[u8], subscribe: bool) -> Result<(), Error> {
         let inner = self.inner();
         if inner.socket_type == SocketType::Xsub {
-            let msg = socket::subscription_message(u8::from(subscribe), prefix);
+            let msg = Message::from(dafka_zmtp_proto::pattern::encode(subscribe, prefix));
             return self.try_send(msg);
         }
         inner.set_subscription(prefix, subscribe)
