@@ -68,6 +68,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use bytes::Bytes;
+/// The subscription bytes (`0x01`/`0x00` + prefix) an XPUB hands up and an XSUB sends.
+pub use dafka_zmtp_proto::pattern::Subscription;
 pub use dafka_zmtp_proto::{
     AuthDecision, AuthRequest, Authenticator, Credentials, CurveKeyPair, Limits, MechanismConfig,
     Message, Metadata, SocketType, Z85Error, z85_decode_key, z85_encode,
