@@ -433,7 +433,6 @@ impl Inner {
     /// A message arrived from a peer. Decoded messages are appended to
     /// `batch` (pushed to the receive queue once per read). An error means
     /// the peer broke a subscription limit: close its connection.
-    #[inline]
     pub(crate) fn on_message(
         &self,
         link: &Link,
@@ -536,8 +535,8 @@ impl Inner {
                 n => Ok(n),
             };
         }
-        if self.socket_type == SocketType::Sub {
-            return self.try_recv_many_filtered(max, out);
+        if let Some(res) = self.try_recv_many_filtered(max, out) {
+            return res;
         }
         // REQ and REP take one message per turn: one at a time.
         let mut n = 0;
@@ -598,14 +597,17 @@ impl Inner {
 
     /// `try_recv_many` for SUB: what `try_recv_checked` does for one message, for up to `max`
     /// under one lock of the state, popped in batches, the subscriptions matched over the run.
-    fn try_recv_many_filtered(&self, max: usize, out: &mut Vec<Message>) -> Result<usize, Error> {
+    /// `None` for the types without a filter.
+    fn try_recv_many_filtered(
+        &self,
+        max: usize,
+        out: &mut Vec<Message>,
+    ) -> Option<Result<usize, Error>> {
         let st = lock(&self.state);
+        let subs = st.pattern.filter()?;
         if self.is_closed() {
-            return Err(Error::Closed);
+            return Some(Err(Error::Closed));
         }
-        let Some(subs) = st.pattern.filter() else {
-            return Err(Error::WouldBlock);
-        };
         let mut run = MatchRun::default();
         let mut taken = Vec::new();
         let mut n = 0;
@@ -622,9 +624,9 @@ impl Inner {
             }
         }
         if n == 0 {
-            return Err(Error::WouldBlock);
+            return Some(Err(Error::WouldBlock));
         }
-        Ok(n)
+        Some(Ok(n))
     }
 
     /// SUB: add or cancel a subscription and tell every connected publisher.

@@ -62,16 +62,19 @@ impl Receive {
     }
 
     /// Whether every message is queued as it comes.
+    #[inline]
     pub fn is_as_is(&self) -> bool {
         matches!(self, Receive::AsIs)
     }
 
     /// Whether a message may be a subscription (PUB, XPUB).
+    #[inline]
     pub fn takes_subscriptions(&self) -> bool {
         matches!(self, Receive::Subscriptions { .. })
     }
 
     /// ROUTER: the peer's routing id.
+    #[inline]
     pub fn routing_id(&self) -> Option<&Bytes> {
         match self {
             Receive::Routed { routing_id, .. } => Some(routing_id),

@@ -36,6 +36,7 @@ impl Subscription {
     }
 
     /// The prefix.
+    #[inline]
     pub fn prefix(&self) -> &Bytes {
         match self {
             Subscription::Subscribe(p) | Subscription::Cancel(p) => p,
@@ -43,6 +44,7 @@ impl Subscription {
     }
 
     /// Whether this subscribes (rather than cancels).
+    #[inline]
     pub fn is_subscribe(&self) -> bool {
         matches!(self, Subscription::Subscribe(_))
     }
@@ -68,12 +70,14 @@ impl Subscription {
 
     /// Reads a frame `flag + prefix` (the prefix a slice of `frame`, no copy). `None` for an
     /// empty frame or another first byte.
+    #[inline]
     pub fn decode(frame: &Bytes) -> Option<Subscription> {
         let (subscribe, _) = parse(frame)?;
         Some(Subscription::new(subscribe, frame.slice(1..)))
     }
 
     /// Reads a one-frame subscription message ([`is_message`](Self::is_message)).
+    #[inline]
     pub fn from_message(msg: &Message) -> Option<Subscription> {
         match msg.frames() {
             [frame] => Subscription::decode(frame),
@@ -82,6 +86,7 @@ impl Subscription {
     }
 
     /// Whether `msg` is one frame starting with `0x01` or `0x00`.
+    #[inline]
     pub fn is_message(msg: &Message) -> bool {
         matches!(msg.frames(), [frame] if parse(frame).is_some())
     }
@@ -101,6 +106,7 @@ pub fn encode(subscribe: bool, prefix: &[u8]) -> Bytes {
 
 /// Reads `flag + prefix`: `(true, prefix)` for a subscribe, `(false, prefix)` for a cancel,
 /// `None` for an empty frame or another first byte.
+#[inline]
 pub fn parse(frame: &[u8]) -> Option<(bool, &[u8])> {
     match frame.split_first() {
         Some((&SUBSCRIBE_FLAG, prefix)) => Some((true, prefix)),
