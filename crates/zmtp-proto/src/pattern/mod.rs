@@ -229,6 +229,9 @@ enum Family<P> {
 #[derive(Debug)]
 pub struct Pattern<P> {
     socket_type: SocketType,
+    /// REQ, REP: the size limits apply once the envelope is on (kept apart from `family`: one
+    /// load on the send path, not a test of the variant).
+    enveloped: bool,
     config: PatternConfig,
     peers: Vec<Peer<P>>,
     family: Family<P>,
@@ -249,6 +252,7 @@ impl<P: Outbox> Pattern<P> {
         };
         Pattern {
             socket_type,
+            enveloped: matches!(family, Family::Req(_) | Family::Rep(_)),
             config,
             peers: Vec::new(),
             family,
@@ -404,8 +408,7 @@ impl<P: Outbox> Pattern<P> {
         }
         // The limits apply to the message as it goes on the wire: REQ and REP check it once
         // their envelope is on.
-        let enveloped = matches!(self.family, Family::Req(_) | Family::Rep(_));
-        if !enveloped {
+        if !self.enveloped {
             check(&msg).map_err(Refused::Fail)?;
         }
         if closed {
