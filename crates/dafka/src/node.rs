@@ -33,7 +33,7 @@ use dafka_proto::{
     Action, BeaconMessage, Cause, Discovery, DiscoveryConfig, DiscoveryError, Limits, Message,
     NodeBeacon, NodeId, PeerError,
 };
-use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType};
+use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType, Subscription};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -917,10 +917,10 @@ impl Plumbing {
                     let t = now();
                     for m in subscriptions.drain(..) {
                         // XPUB hands up `0x01 + prefix` (subscribe) and `0x00 + prefix`.
-                        match m.frames().first().and_then(|f| f.split_first()) {
-                            Some((&0x01, prefix)) => role.on_subscription(prefix, t),
-                            Some((&0x00, prefix)) => role.on_unsubscription(prefix),
-                            _ => {}
+                        match Subscription::from_message(&m) {
+                            Some(Subscription::Subscribe(prefix)) => role.on_subscription(&prefix, t),
+                            Some(Subscription::Cancel(prefix)) => role.on_unsubscription(&prefix),
+                            None => {}
                         }
                     }
                 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dafka_proto::{BeaconMessage, Limits, TowerBeacon, WELCOME_TOPIC};
-use dafka_zmtp::{Options, Socket, SocketType};
+use dafka_zmtp::{Options, Socket, SocketType, Subscription};
 
 use crate::error::Error;
 use crate::node::{
@@ -237,7 +237,8 @@ async fn forward(
                     let passes = m
                         .frames()
                         .first()
-                        .is_some_and(|f| f.len() >= 2 && f[0] <= 0x01 && f[1] != WELCOME_TOPIC[0]);
+                        .and_then(Subscription::decode)
+                        .is_some_and(|s| s.prefix().first().is_some_and(|&b| b != WELCOME_TOPIC[0]));
                     if passes {
                         let _ = xsub.try_send(m);
                     }

@@ -915,18 +915,14 @@ impl Connection {
         let legacy = self.peer_version == Some((3, 0));
         match cmd {
             Command::Subscribe(prefix) | Command::Cancel(prefix) if legacy => {
-                let flag = u8::from(matches!(cmd, Command::Subscribe(_)));
+                let body = crate::pattern::encode(matches!(cmd, Command::Subscribe(_)), prefix);
                 self.poll_transmit(out);
                 if let Some(cipher) = &mut self.cipher {
-                    let mut body = BytesMut::with_capacity(1 + prefix.len());
-                    body.put_u8(flag);
-                    body.put_slice(prefix);
                     cipher.seal_frame(0, &body, out);
                 } else {
-                    out.reserve(9 + 1 + prefix.len());
-                    put_header(out, 0, 1 + prefix.len());
-                    out.put_u8(flag);
-                    out.put_slice(prefix);
+                    out.reserve(9 + body.len());
+                    put_header(out, 0, body.len());
+                    out.put_slice(&body);
                 }
             }
             _ => {

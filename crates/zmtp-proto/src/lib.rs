@@ -12,6 +12,9 @@
 //! * [`Authenticator`]: the server's per-connection decision on a client's PLAIN credentials or
 //!   CURVE public key and address (what ZAP decides in libzmq).
 //! * [`CurveKeyPair`], [`z85_encode`], [`z85_decode_key`]: CURVE keys and their Z85 text.
+//! * [`pattern`]: the socket patterns (load balancing, ROUTER identities, fan-out with
+//!   subscriptions, fair queueing, PAIR, REQ/REP envelopes) over the driver's queues, and the
+//!   subscription bytes.
 //! * [`Error`]: typed by fault ([`MalformedError`], [`PeerError`], [`LimitError`],
 //!   [`CallerError`]).
 //!
@@ -75,6 +78,7 @@ mod greeting;
 mod mechanism;
 mod message;
 mod nacl;
+pub mod pattern;
 mod plain;
 mod socket_type;
 mod z85;

@@ -802,26 +802,15 @@ fn decode(
     rbuf: &mut BytesMut,
     batch: &mut VecDeque<(u64, Message)>,
 ) -> Result<bool, ConnectionEnd> {
-    let Some(l) = link.filter(|_| !matches!(inner.socket_type, SocketType::Pub | SocketType::Xpub))
-    else {
+    let Some(l) = link.filter(|l| !l.receive.takes_subscriptions()) else {
         conn.handle_input(rbuf, now())?;
         return Ok(false);
     };
     let max = inner.inbound.fair_room();
-    if matches!(
-        inner.socket_type,
-        SocketType::Pull
-            | SocketType::Dealer
-            | SocketType::Pair
-            | SocketType::Req
-            | SocketType::Rep
-            | SocketType::Sub
-            | SocketType::Xsub
-    ) {
+    if l.receive.is_as_is() {
         // What `Inner::on_message` does for these types, without a call and a
         // match per message: queue the message as it is.
-        let id = l.pipe.id;
-        return Ok(conn.handle_input_into(rbuf, now(), max, |m| batch.push_back((id, m)))? == max);
+        return Ok(decode_as_is(conn, rbuf, max, l.pipe.id, batch)? == max);
     }
     let mut broke = None;
     let res = conn.handle_input_into(rbuf, now(), max, |m| {
@@ -836,6 +825,20 @@ fn decode(
         return Err(ConnectionEnd::Subscription(e));
     }
     Ok(res? == max)
+}
+
+/// `decode`'s path for the messages queued as they come (PULL, SUB, DEALER, ...). Never
+/// inlined: inlined into `decode`, the decoder's loop called `VecDeque::push_back` out of line
+/// (cachegrind: about 19 instructions more per 64 B message a SUB receives).
+#[inline(never)]
+fn decode_as_is(
+    conn: &mut Connection,
+    rbuf: &mut BytesMut,
+    max: usize,
+    id: u64,
+    batch: &mut VecDeque<(u64, Message)>,
+) -> Result<usize, dafka_zmtp_proto::Error> {
+    conn.handle_input_into(rbuf, now(), max, |m| batch.push_back((id, m)))
 }
 
 /// Resolves (handing the pipe back) once the pipe's owner signals new items.

@@ -156,3 +156,33 @@ pub struct TermTimeout {
     /// How many sockets were terminated before they had flushed.
     pub abandoned: usize,
 }
+
+impl From<dafka_zmtp_proto::pattern::PatternError> for Error {
+    fn from(e: dafka_zmtp_proto::pattern::PatternError) -> Self {
+        use dafka_zmtp_proto::pattern::PatternError as P;
+        match e {
+            P::EmptyMessage => Error::EmptyMessage,
+            P::Closed => Error::Closed,
+            P::InvalidState(s) => Error::InvalidState(s),
+            P::HostUnreachable(rid) => Error::HostUnreachable(rid),
+            P::NotSupported {
+                socket_type,
+                operation,
+            } => Error::NotSupported {
+                socket_type: socket_type.as_str(),
+                operation,
+            },
+            // `PatternError` is non-exhaustive: a refusal it adds is a state error until mapped.
+            _ => Error::InvalidState("refused by the socket pattern"),
+        }
+    }
+}
+
+impl From<dafka_zmtp_proto::pattern::Refused<Error>> for SendError {
+    fn from(r: dafka_zmtp_proto::pattern::Refused<Error>) -> Self {
+        match r {
+            dafka_zmtp_proto::pattern::Refused::Block(m) => SendError::Block(m),
+            dafka_zmtp_proto::pattern::Refused::Fail(e) => SendError::Fail(e),
+        }
+    }
+}

@@ -61,7 +61,6 @@ mod monitor;
 mod options;
 mod pipe;
 mod socket;
-mod subs;
 mod sys;
 mod transport;
 
@@ -70,6 +69,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use bytes::Bytes;
+/// The subscription bytes (`0x01`/`0x00` + prefix) an XPUB hands up and an XSUB sends.
+pub use dafka_zmtp_proto::pattern::Subscription;
 pub use dafka_zmtp_proto::{
     AuthDecision, AuthRequest, Authenticator, Credentials, CurveKeyPair, Limits, MechanismConfig,
     Message, Metadata, SocketType, Z85Error, z85_decode_key, z85_encode,
@@ -543,7 +544,7 @@ impl Socket {
     fn set_subscription(&self, prefix: &[u8], subscribe: bool) -> Result<(), Error> {
         let inner = self.inner();
         if inner.socket_type == SocketType::Xsub {
-            let msg = socket::subscription_message(u8::from(subscribe), prefix);
+            let msg = Message::from(dafka_zmtp_proto::pattern::encode(subscribe, prefix));
             return self.try_send(msg);
         }
         inner.set_subscription(prefix, subscribe)

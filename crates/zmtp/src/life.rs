@@ -37,7 +37,7 @@ impl Life<'_> {
                 socket_type,
                 identity,
                 metadata,
-                routing_id: link.route_prefix.clone(),
+                routing_id: link.receive.routing_id().cloned(),
             }
         });
     }

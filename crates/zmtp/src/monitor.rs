@@ -220,22 +220,8 @@ pub enum Rejection {
     HandedOver,
 }
 
-/// A peer's subscriptions broke a limit of the options: its connection is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SubscriptionLimit {
-    /// A prefix longer than `max_subscription_size`.
-    #[error("subscription prefix of {len} bytes exceeds the limit of {max}")]
-    PrefixTooLong {
-        /// Its length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// More distinct prefixes than `max_subscriptions`.
-    #[error("peer exceeded the limit of {0} subscriptions")]
-    TooMany(usize),
-}
+/// A peer's subscriptions broke a limit of the options (defined by the pattern layer).
+pub use dafka_zmtp_proto::pattern::SubscriptionLimit;
 
 /// The bounded queue between a socket and its monitor.
 #[derive(Debug)]

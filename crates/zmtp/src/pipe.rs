@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
+use dafka_zmtp_proto::pattern::{Outbox, Subscription};
 use tokio::sync::Notify;
 
 use crate::Message;
@@ -175,6 +176,52 @@ impl Pipe {
     /// Apply `f` to the queue under its lock.
     pub(crate) fn with_queue<R>(&self, f: impl FnOnce(&mut VecDeque<Out>) -> R) -> R {
         f(&mut lock(&self.queue))
+    }
+}
+
+/// The pattern layer pushes into pipes through this; each method is the pipe's own, inlined.
+impl Outbox for Pipe {
+    #[inline(always)]
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    #[inline(always)]
+    fn try_push(&self, msg: Message) -> Result<(), Message> {
+        Pipe::try_push(self, msg)
+    }
+
+    #[inline]
+    fn try_push_each(&self, batch: &[Message], wanted: impl FnMut(&Message) -> bool) -> usize {
+        Pipe::try_push_each(self, batch, wanted)
+    }
+
+    fn push_force(&self, msg: Message) {
+        Pipe::push_force(self, Out::Msg(msg));
+    }
+
+    fn push_subscription(&self, sub: Subscription) {
+        Pipe::push_force(
+            self,
+            match sub {
+                Subscription::Subscribe(p) => Out::Sub(p),
+                Subscription::Cancel(p) => Out::Cancel(p),
+            },
+        );
+    }
+
+    fn resubscribe(&self, prefixes: Vec<Bytes>) {
+        // Drop subscription traffic queued for a previous connection; ours go first.
+        self.with_queue(|q| {
+            q.retain(|o| match o {
+                Out::Msg(m) => !Subscription::is_message(m),
+                Out::Sub(_) | Out::Cancel(_) => false,
+            });
+            for p in prefixes.into_iter().rev() {
+                q.push_front(Out::Sub(p));
+            }
+        });
+        self.wake.notify_one();
     }
 }
 

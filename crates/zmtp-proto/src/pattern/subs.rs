@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 /// What [`SubSet::matches_in_run`] remembers over one run of topics (the set unchanged).
 #[derive(Debug, Default)]
-pub(crate) struct MatchRun<'a> {
+pub struct MatchRun<'a> {
     /// The prefix that matched last.
     hit: Option<&'a [u8]>,
     /// The last topic that matched nothing.
@@ -25,7 +25,7 @@ pub(crate) struct MatchRun<'a> {
 
 /// A counted set of subscription prefixes.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct SubSet {
+pub struct SubSet {
     counts: HashMap<Bytes, u32>,
     /// length -> number of distinct prefixes of that length.
     lengths: BTreeMap<usize, u32>,
@@ -33,7 +33,7 @@ pub(crate) struct SubSet {
 
 impl SubSet {
     /// Add one reference to `prefix`. Returns `true` if the prefix is new.
-    pub(crate) fn add(&mut self, prefix: Bytes) -> bool {
+    pub fn add(&mut self, prefix: Bytes) -> bool {
         let len = prefix.len();
         let count = self.counts.entry(prefix).or_insert(0);
         *count = count.saturating_add(1);
@@ -47,7 +47,7 @@ impl SubSet {
 
     /// Drop one reference to `prefix`. Returns `true` if the prefix is now gone.
     /// Cancelling a prefix that is not subscribed does nothing.
-    pub(crate) fn remove(&mut self, prefix: &[u8]) -> bool {
+    pub fn remove(&mut self, prefix: &[u8]) -> bool {
         let Some(count) = self.counts.get_mut(prefix) else {
             return false;
         };
@@ -66,17 +66,26 @@ impl SubSet {
     }
 
     /// Number of distinct prefixes.
-    pub(crate) fn len(&self) -> usize {
+    #[inline]
+    pub fn len(&self) -> usize {
         self.counts.len()
     }
 
+    /// Whether nothing is subscribed.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
     /// Is exactly this prefix subscribed?
-    pub(crate) fn contains(&self, prefix: &[u8]) -> bool {
+    #[inline]
+    pub fn contains(&self, prefix: &[u8]) -> bool {
         self.counts.contains_key(prefix)
     }
 
     /// Does `topic` start with any subscribed prefix?
-    pub(crate) fn matches(&self, topic: &[u8]) -> bool {
+    #[inline]
+    pub fn matches(&self, topic: &[u8]) -> bool {
         self.matching_prefix(topic).is_some()
     }
 
@@ -85,7 +94,8 @@ impl SubSet {
     /// last topic that matched nothing on as many bytes as the longest prefix, is decided by
     /// one comparison, not by a hash lookup per subscribed length (the messages of a run
     /// mostly come from one publisher and share their first bytes).
-    pub(crate) fn matches_in_run<'a>(&'a self, topic: &Bytes, run: &mut MatchRun<'a>) -> bool {
+    #[inline]
+    pub fn matches_in_run<'a>(&'a self, topic: &Bytes, run: &mut MatchRun<'a>) -> bool {
         if run.hit.is_some_and(|p| topic.starts_with(p)) {
             return true;
         }
@@ -110,6 +120,7 @@ impl SubSet {
     }
 
     /// The subscribed prefix `topic` starts with (the shortest), if any.
+    #[inline]
     fn matching_prefix(&self, topic: &[u8]) -> Option<&[u8]> {
         for &len in self.lengths.keys() {
             // Only the empty prefix has length 0: it matches everything.
@@ -127,11 +138,12 @@ impl SubSet {
     }
 
     /// The distinct prefixes (one entry per prefix, whatever its count).
-    pub(crate) fn prefixes(&self) -> impl Iterator<Item = &Bytes> {
+    pub fn prefixes(&self) -> impl Iterator<Item = &Bytes> {
         self.counts.keys()
     }
 
-    pub(crate) fn clear(&mut self) {
+    /// Drops every prefix.
+    pub fn clear(&mut self) {
         self.counts.clear();
         self.lengths.clear();
     }
