@@ -1,7 +1,8 @@
 //! Producer -> consumer over loopback with a tower, no store: records/s end to end.
 //!
-//! `cargo run --release -p dafka-node --example node_throughput -- [records] [size]`
-//! (defaults 1 000 000 records of 100 bytes). Not a benchmark of record (`make bench` is);
+//! `cargo run --release -p dafka-node --example node_throughput -- [records] [size] [tcp]`
+//! (defaults 1 000 000 records of 100 bytes; `tcp`: between the two nodes over TCP, not
+//! through the publisher's inproc alias). Not a benchmark of record (`make bench` is);
 //! a quick figure for the driver.
 
 use std::time::{Duration, Instant};
@@ -19,18 +20,24 @@ async fn main() -> Result<(), dafka_node::Error> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let size: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
+    let local = args.next().as_deref() != Some("tcp");
 
     let tower = Tower::start(TowerConfig::new("tcp://127.0.0.1:0")).await?;
     let towers = vec![tower.address().clone()];
+    let node = NodeConfig::new(towers).with_local_inproc(local);
     let producer = ProducerNode::start(
         "bench",
-        NodeConfig::new(towers.clone()),
-        ProducerOptions::default().with_head_interval(Duration::from_millis(100)),
+        node.clone(),
+        // No store acknowledges: room for every record unacknowledged.
+        ProducerOptions::default()
+            .with_head_interval(Duration::from_millis(100))
+            .with_max_unacked_records(records + 1)
+            .with_max_unacked_bytes((records + 1) * size.max(1)),
     )
     .await?;
     let consumer = ConsumerNode::start(
         &["bench"],
-        NodeConfig::new(towers),
+        node,
         ConsumerOptions::default().with_start_offset("bench", producer.partition(), 0),
     )
     .await?;

@@ -23,7 +23,7 @@
 //! [`dafka_proto::Discovery`]'s; [`Plumbing`] feeds it the tower beacons and ZRE's changes and
 //! executes its actions on the sockets.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use dafka_proto::{
     Action, BeaconMessage, Cause, Discovery, DiscoveryConfig, DiscoveryError, Limits, Message,
-    NodeBeacon, NodeId, PeerError,
+    NodeBeacon, NodeId, PeerError, TowerBeacon,
 };
+use dafka_zmtp::local::LocalAlias;
 use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType, Subscription};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -184,6 +185,13 @@ pub struct NodeConfig {
     /// nobody would carry. `None` (the default): wait for ever, quietly. Counted from the
     /// node's start; once a tower answered it no longer applies. Not used without towers.
     pub connect_timeout: Option<Duration>,
+    /// Whether nodes of this process reach each other's publishers through `inproc://`
+    /// (yes, the default): no TCP connection, no system call, no framing between a
+    /// `LocalCluster`'s store and the producers and consumers beside it. Peers in other
+    /// processes connect over TCP as before, and what goes between two nodes is the same
+    /// messages either way. Not with [`security`](Self::security): an inproc pipe has no
+    /// handshake, so a node with CURVE neither offers nor uses the shortcut.
+    pub local_inproc: bool,
 }
 
 impl NodeConfig {
@@ -206,6 +214,7 @@ impl NodeConfig {
             zre: None,
             bind: None,
             connect_timeout: None,
+            local_inproc: true,
         }
     }
 
@@ -243,6 +252,13 @@ impl NodeConfig {
     #[must_use]
     pub fn with_bind(mut self, bind: Option<String>) -> Self {
         self.bind = bind;
+        self
+    }
+
+    /// Sets [`local_inproc`](Self::local_inproc).
+    #[must_use]
+    pub fn with_local_inproc(mut self, local: bool) -> Self {
+        self.local_inproc = local;
         self
     }
 
@@ -642,6 +658,12 @@ pub(crate) struct Plumbing {
     log: LogLimiter,
     stats: Arc<NodeStats>,
     zre: Option<ZreDiscovery>,
+    /// The publisher's inproc alias for nodes of this process (see
+    /// [`NodeConfig::local_inproc`]); removed from the process's map when the node stops.
+    _alias: Option<LocalAlias>,
+    /// Each peer endpoint connected to through its inproc alias -> that alias (to
+    /// disconnect the same).
+    via_alias: HashMap<String, String>,
 }
 
 /// The next change ZRE reports; never, without ZRE.
@@ -711,13 +733,21 @@ impl Plumbing {
             }
             None => None,
         };
-        let beacon = BeaconMessage::Node(NodeBeacon {
+        let node_beacon = NodeBeacon {
             node: id,
             host,
             port,
-        })
-        .to_frames();
+        };
+        let announced = TowerBeacon::from_node(&node_beacon).endpoint;
+        let beacon = BeaconMessage::Node(node_beacon).to_frames();
         let discovery = Discovery::new(config.discovery(), id, now())?;
+        let alias = match config.local_inproc && config.security.is_none() {
+            true => {
+                let name = format!("dafka-publisher-{id}-{port}");
+                Some(LocalAlias::bind(&publisher, &announced, &name).await?)
+            }
+            false => None,
+        };
         Ok(Plumbing {
             config,
             port,
@@ -731,7 +761,34 @@ impl Plumbing {
             log: LogLimiter::default(),
             stats: Arc::new(NodeStats::default()),
             zre,
+            _alias: alias,
+            via_alias: HashMap::new(),
         })
+    }
+
+    /// Connects the subscriber to a peer's publisher: through its inproc alias when the peer
+    /// is a node of this process and neither uses CURVE, else over TCP.
+    async fn connect_peer(&mut self, endpoint: &str) -> Result<(), dafka_zmtp::Error> {
+        let local = self.config.local_inproc && self.config.security.is_none();
+        match local
+            .then(|| dafka_zmtp::local::alias_of(endpoint))
+            .flatten()
+        {
+            Some(alias) => {
+                self.subscriber.connect(&alias).await?;
+                self.via_alias.insert(endpoint.to_owned(), alias);
+                Ok(())
+            }
+            None => self.subscriber.connect(endpoint).await,
+        }
+    }
+
+    async fn disconnect_peer(&mut self, endpoint: &str) {
+        let target = self.via_alias.remove(endpoint);
+        let _ = self
+            .subscriber
+            .disconnect(target.as_deref().unwrap_or(endpoint))
+            .await;
     }
 
     /// The publisher's port.
@@ -828,7 +885,7 @@ impl Plumbing {
                     let _ = self.beacon_pub.try_send(self.beacon.clone().into());
                 }
                 Action::Connect { node, endpoint } => {
-                    if let Err(e) = self.subscriber.connect(&endpoint).await {
+                    if let Err(e) = self.connect_peer(&endpoint).await {
                         self.dropped(source, &format!("cannot connect to peer: {e}"), now);
                         self.discovery.handle_connect_failed(node, &endpoint);
                     } else {
@@ -847,7 +904,7 @@ impl Plumbing {
                         }
                         _ => {}
                     }
-                    let _ = self.subscriber.disconnect(&endpoint).await;
+                    self.disconnect_peer(&endpoint).await;
                 }
                 _ => {}
             }

@@ -45,7 +45,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -53,6 +53,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use dafka_zmtp::{
     Authenticator, CurveKeyPair, MechanismConfig, Message, Socket, SocketEvent, SocketType,
+    local::LocalAlias,
 };
 use dafka_zre_proto::{Beacon, Config, Curve, Output, ShortStr, Uuid};
 use thiserror::Error;
@@ -513,12 +514,18 @@ impl ZreNode {
             what: "endpoint",
             error,
         })?;
-        // Not in CURVE mode: an inproc pipe has no handshake, so no CURVE either.
-        if options.curve.is_none() {
-            let inproc = format!("inproc://zre-mailbox-{uuid}-{port}");
-            router.bind(&inproc).await?;
-            local_mailboxes().1.insert(endpoint.clone(), inproc);
-        }
+        // Not in CURVE mode: an inproc pipe has no handshake, so no CURVE either. Nodes of
+        // this process reach the mailbox there (`dafka_zmtp::local`), so a mesh of one process
+        // costs no TCP connection and no descriptor per pair: over TCP a full mesh of 100
+        // nodes needs 19 800 descriptors (two connections per pair, both ends here), over
+        // the 20 000 of a common `ulimit -n`.
+        let alias = match options.curve {
+            None => {
+                let name = format!("zre-mailbox-{uuid}-{port}");
+                Some(LocalAlias::bind(&router, &endpoint, &name).await?)
+            }
+            Some(_) => None,
+        };
         node.start(announced, port, Instant::now())?;
         let (commands, command_rx) = mpsc::channel(256);
         let (event_tx, events) = mpsc::channel(options.event_queue.max(1));
@@ -527,7 +534,7 @@ impl ZreNode {
         let driver = Driver {
             local_inproc: options.local_inproc && options.curve.is_none(),
             curve: options.curve.clone(),
-            endpoint: endpoint.clone(),
+            alias,
             ready: Arc::clone(&ready),
             node,
             udp,
@@ -686,23 +693,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The mailboxes of this process's nodes: TCP endpoint (as announced) -> the `inproc://` name
-/// the same ROUTER is bound to as well. A DEALER to a node of this process connects there, so
-/// nodes in one process (the spec's simulations, tests, `zre_mesh`) cost no TCP connection and
-/// no descriptor per pair: a full mesh of 100 nodes over TCP needs 19 800 descriptors (two
-/// connections per pair, both ends here), over the 20 000 of a common `ulimit -n`. Other
-/// processes still connect over TCP. The map remembers its process: a forked child starts
-/// with an empty one (the parent's sockets do not run there).
-fn local_mailboxes() -> MutexGuard<'static, (u32, BTreeMap<String, String>)> {
-    static LOCAL: Mutex<(u32, BTreeMap<String, String>)> = Mutex::new((0, BTreeMap::new()));
-    let mut local = lock(&LOCAL);
-    let pid = std::process::id();
-    if local.0 != pid {
-        *local = (pid, BTreeMap::new());
-    }
-    local
-}
-
 /// The UDP socket beacons are sent and received on, shared by every node of the host:
 /// bound to the wildcard address and the beacon port with `SO_REUSEADDR` and `SO_REUSEPORT`
 /// (the kernel hands a broadcast or multicast datagram to every socket bound so). For
@@ -781,8 +771,8 @@ struct Driver {
     local_inproc: bool,
     /// CURVE mode: this node's key pair, presented by every DEALER.
     curve: Option<CurveKeyPair>,
-    /// This node's TCP mailbox (the key of its [`local_mailboxes`] entry).
-    endpoint: String,
+    /// The mailbox's inproc alias for nodes of this process (none in CURVE mode).
+    alias: Option<LocalAlias>,
     node: Node,
     ready: Arc<Mutex<HashSet<Uuid>>>,
     udp: Option<Beacons>,
@@ -854,7 +844,7 @@ impl Driver {
                 () = sleep => self.node.handle_timeout(Instant::now()),
             }
         }
-        local_mailboxes().1.remove(&self.endpoint);
+        self.alias = None;
         for (_, probe) in self.probes.drain() {
             probe.close_in_background_with(Some(Duration::ZERO));
         }
@@ -1024,7 +1014,7 @@ impl Driver {
         };
         // A node of this process: through its inproc name.
         let local = match self.local_inproc {
-            true => local_mailboxes().1.get(endpoint).cloned(),
+            true => dafka_zmtp::local::alias_of(endpoint),
             false => None,
         };
         if let Err(e) = dealer.connect(local.as_deref().unwrap_or(endpoint)).await {
