@@ -514,18 +514,8 @@ impl ZreNode {
             what: "endpoint",
             error,
         })?;
-        // Not in CURVE mode: an inproc pipe has no handshake, so no CURVE either. Nodes of
-        // this process reach the mailbox there (`dafka_zmtp::local`), so a mesh of one process
-        // costs no TCP connection and no descriptor per pair: over TCP a full mesh of 100
-        // nodes needs 19 800 descriptors (two connections per pair, both ends here), over
-        // the 20 000 of a common `ulimit -n`.
-        let alias = match options.curve {
-            None => {
-                let name = format!("zre-mailbox-{uuid}-{port}");
-                Some(LocalAlias::bind(&router, &endpoint, &name).await?)
-            }
-            Some(_) => None,
-        };
+        // Nodes of this process reach the mailbox through its inproc alias (`mailbox_alias`).
+        let alias = mailbox_alias(&router, &endpoint, &options, uuid, port).await?;
         node.start(announced, port, Instant::now())?;
         let (commands, command_rx) = mpsc::channel(256);
         let (event_tx, events) = mpsc::channel(options.event_queue.max(1));
@@ -691,6 +681,25 @@ impl Drop for ZreNode {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The mailbox's inproc alias (`dafka_zmtp::local`): nodes of this process reach it there, so
+/// a mesh of one process costs no TCP connection and no descriptor per pair (over TCP a full
+/// mesh of 100 nodes needs 19 800 descriptors, two connections per pair with both ends here,
+/// over the 20 000 of a common `ulimit -n`). None in CURVE mode: an inproc pipe has no
+/// handshake, so no CURVE either.
+async fn mailbox_alias(
+    router: &Socket,
+    endpoint: &str,
+    options: &Options,
+    uuid: Uuid,
+    port: u16,
+) -> Result<Option<LocalAlias>, Error> {
+    if options.curve.is_some() {
+        return Ok(None);
+    }
+    let name = format!("zre-mailbox-{uuid}-{port}");
+    Ok(Some(LocalAlias::bind(router, endpoint, &name).await?))
 }
 
 /// The UDP socket beacons are sent and received on, shared by every node of the host:
