@@ -23,7 +23,7 @@ export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
 .PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre bench-dafka soak fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean \
-  wheel-aarch64 wheel-x86_64 test-aarch64 test-x86_64 check-macos
+  wheel-aarch64 wheel-x86_64 test-aarch64 test-x86_64 test-sdist check-macos
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
@@ -40,6 +40,7 @@ help:
 	@echo "make wheel-aarch64 / wheel-x86_64 - a release wheel (manylinux_2_28, vendored crypto), checked by auditwheel"
 	@echo "make test-aarch64 - the aarch64 wheel's smoke tests in Debian's arm64 Python under qemu (slow)"
 	@echo "make test-x86_64 - the x86_64 release wheel's smoke tests in Debian's Python 3.11 and 3.15"
+	@echo "make test-sdist - a wheel built from the sdist in a clean venv passes the smoke tests (slow)"
 	@echo "make check-macos - cargo check of every crate for macOS, arm64 and x86_64"
 
 # --- bootstrap -------------------------------------------------------------
@@ -227,6 +228,14 @@ test-x86_64: wheel-x86_64
 	  bash scripts/wheel_smoke.sh $(RELEASE_WHEELS)/x86_64/dafka-*.whl $$dir/python; \
 	done
 	@echo "make test-x86_64: all green"
+
+# The sdist: `pip wheel` builds it from scratch in a clean venv (no make settings, its own cargo
+# target directory: slow, about as long as a first `make wheel` with OpenSSL and libsodium from
+# source) and the wheel passes the smoke tests. tests/test_sdist.py checks in seconds, as part
+# of `make test`, that such a build resolves to the pinned crates.
+test-sdist: venv
+	bash scripts/sdist_wheel.sh $(TARGET_DIR)/sdist-test
+	@echo "make test-sdist: all green"
 
 clean:
 	$(CARGO) clean
