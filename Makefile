@@ -237,6 +237,12 @@ test-sdist: venv
 	bash scripts/sdist_wheel.sh $(TARGET_DIR)/sdist-test
 	@echo "make test-sdist: all green"
 
+# macOS, checked from here: cargo clippy -D warnings of every crate and its tests for both Mac
+# targets, OpenSSL and libsodium built for macOS by zig; nothing linked or run (what only a macOS
+# runner checks: docs/install.md).
+check-macos: venv
+	bash scripts/check_macos.sh $(TARGET_DIR)/zig-macos
+
 clean:
 	$(CARGO) clean
 	rm -rf $(VENV) $(DIST) .pytest_cache .ruff_cache .mypy_cache

@@ -37,6 +37,7 @@ wheel="$(ls "$out"/dafka-*.whl)"
 
 report="$("$py" -m auditwheel show "$wheel")"
 echo "$report"
+report="$(tr -s '\n ' '  ' <<<"$report")" # auditwheel wraps its sentences
 tag="${manylinux}_$arch"
 grep -q "consistent with the following platform tag: \"$tag\"" <<<"$report" \
   || { echo "release-wheel: auditwheel does not find $(basename "$wheel") consistent with $tag" >&2; exit 1; }

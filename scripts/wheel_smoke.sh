@@ -38,6 +38,8 @@ rm -rf "$site"
   "$wheel" "${pins[@]}"
 export PYTHONPATH="$site"
 "$python" - "$site" <<'PY'
+import platform
+import struct
 import sys
 
 import dafka
@@ -48,6 +50,15 @@ assert dafka.__file__.startswith(sys.argv[1]), dafka.__file__
 print("smoke: dafka", dafka.__version__, "from", dafka.__file__)
 print("smoke: pyarrow", pyarrow.__version__, "pyzmq", zmq.__version__, "libzmq", zmq.zmq_version(),
       "with CURVE" if zmq.has("curve") else "without CURVE")
+if platform.machine() == "aarch64":
+    # What the (emulated) processor offers, from the auxiliary vector: the run-time choices of
+    # SIMD code in OpenSSL, libsodium and crc32c follow these bits.
+    auxv = open("/proc/self/auxv", "rb").read()
+    words = struct.unpack(f"{len(auxv) // 8}Q", auxv)
+    hwcap = dict(zip(words[::2], words[1::2])).get(16, 0)  # AT_HWCAP
+    bits = {1: "asimd", 3: "aes", 4: "pmull", 6: "sha2", 7: "crc32", 8: "lse-atomics",
+            17: "sha3", 21: "sha512", 22: "sve"}
+    print("smoke: aarch64 hwcap:", " ".join(n for b, n in bits.items() if hwcap >> b & 1))
 PY
 files=$(grep -l 'pytest.mark.smoke' tests/test_*.py)
 # No bytecode or cache written into the source tree by another interpreter.
