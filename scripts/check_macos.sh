@@ -4,8 +4,9 @@
 # macOS build takes is compiled and linted there (a Linux-only call outside
 # cfg(target_os = "linux") fails to compile; code only Linux uses is a dead-code warning), and
 # the build scripts build OpenSSL and libsodium from source for macOS, with zig (PyPI's ziglang)
-# as the C compiler: it carries macOS's C headers, so no SDK is needed. Nothing is linked or
-# run: what only a macOS runner shows is in docs/install.md.
+# as the C compiler: it carries macOS's C headers, so no SDK is needed (but for one OpenSSL
+# source, below). Nothing is linked or run: what only a macOS runner shows is in
+# docs/install.md.
 #
 #   scripts/check_macos.sh ZIGDIR
 set -euo pipefail
@@ -40,11 +41,17 @@ for a in "\$@"; do
 done
 exec "$py" -m ziglang cc -target $arch-macos.11.0 "\${args[@]}"
 EOF
-  printf '#!/bin/sh\nexec "%s" -m ziglang ar "$@"\n' "$py" >"$zigdir/ar"
-  chmod +x "$zigdir/cc-$target" "$zigdir/ar"
+  # And its archiver and ranlib: binutils' take no Mach-O archive.
+  for tool in ar ranlib; do
+    printf '#!/bin/sh\nexec "%s" -m ziglang %s "$@"\n' "$py" "$tool" >"$zigdir/$tool"
+  done
+  chmod +x "$zigdir/cc-$target" "$zigdir/ar" "$zigdir/ranlib"
   var="${target//-/_}"
   echo "check-macos: cargo clippy --target $target"
-  env "CC_$var=$zigdir/cc-$target" "AR_$var=$zigdir/ar" \
+  # OpenSSL's random source on macOS is CommonCrypto's, whose header only the SDK has: this
+  # build leaves it out (OPENSSL_NO_APPLE_CRYPTO_RANDOM), the release build on the runner keeps it.
+  env "CC_$var=$zigdir/cc-$target" "AR_$var=$zigdir/ar" "RANLIB_$var=$zigdir/ranlib" \
+    "CFLAGS_$var=-DOPENSSL_NO_APPLE_CRYPTO_RANDOM" \
     cargo clippy --workspace --exclude dafka-benches --all-targets --locked --target "$target" \
     -- -D warnings
 done
