@@ -23,8 +23,9 @@ pip=(.venv/bin/python -m pip)
 read -r version machine glibc < <("$python" -c '
 import platform, sys
 print("%d.%d" % sys.version_info[:2], platform.machine(), platform.libc_ver()[1])')
-# manylinux_2_17 up to this glibc: every manylinux wheel this Python's pip would take.
-platforms=()
+# manylinux_2_17 up to this glibc: every manylinux wheel this Python's pip would take, and
+# linux_ARCH, the tag of a wheel built on that machine (from the sdist).
+platforms=(--platform "linux_$machine")
 for minor in $(seq 17 "${glibc#2.}"); do platforms+=(--platform "manylinux_2_${minor}_$machine"); done
 pins=()
 for name in pyarrow pyzmq pytest pytest-timeout; do
