@@ -22,7 +22,8 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre bench-dafka soak fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean
+.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre bench-dafka soak fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean \
+  wheel-aarch64 wheel-x86_64 test-aarch64 test-x86_64 test-sdist check-macos
 
 help:
 	@echo "make demo   - run the main job end to end on embedded defaults"
@@ -36,6 +37,11 @@ help:
 	@echo "make bench-dafka - Dafka end to end: producer -> store (fdatasync) -> consumer, Rust and Python"
 	@echo "make soak   - SOAK_SECONDS (1800) of produce -> 2 stores -> consumers + Spark, a fault a minute (root)"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
+	@echo "make wheel-aarch64 / wheel-x86_64 - a release wheel (manylinux_2_28, vendored crypto), checked by auditwheel"
+	@echo "make test-aarch64 - the aarch64 wheel's smoke tests in Debian's arm64 Python under qemu (slow)"
+	@echo "make test-x86_64 - the x86_64 release wheel's smoke tests in Debian's Python 3.11 and 3.15"
+	@echo "make test-sdist - a wheel built from the sdist in a clean venv passes the smoke tests (slow)"
+	@echo "make check-macos - cargo check of every crate for macOS, arm64 and x86_64"
 
 # --- bootstrap -------------------------------------------------------------
 
@@ -74,7 +80,7 @@ $(DIST)/.installed: $(VENV)/.stamp $(WHEEL_INPUTS)
 	@echo "wheel: release build of the extension with $(CRYPTO)"
 	@echo "wheel: a first build takes a few minutes; later ones rebuild only what changed"
 	rm -rf $(DIST)
-	$(PY) -m maturin build --release --out $(DIST)
+	$(PY) -m maturin build --release --locked --out $(DIST)
 	$(PY) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(DIST)/dafka-*.whl
 	@touch $@
 
@@ -182,6 +188,61 @@ soak: venv sysdeps wheel
 	@command -v iptables >/dev/null || { echo "soak: installing iptables"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; }
 	$(PY) benches/soak.py --seconds $(SOAK_SECONDS)
+
+# --- release wheels (issue 27; none of this is in `make test`) -------------------------
+
+# The wheels .github/workflows/wheels.yml builds for Linux, built here for either architecture
+# (zig as cross compiler and linker, OpenSSL and libsodium from source): scripts/release_wheel.sh.
+# Then installed into Debian's CPython of that architecture (unpacked under the target dir by
+# scripts/debian_python.sh; arm64 runs under qemu-user) and the tests marked `smoke` run there
+# (scripts/wheel_smoke.sh). Each entry is SUITE:VERSION; QEMU_CPUS are the emulated processors
+# aarch64 runs on: `max` (every extension qemu has: LSE atomics, SVE2, SHA-3, ...) and the
+# Cortex-A72 (ARMv8.0-A: Raspberry Pi 4, AWS Graviton 1), so both sides of each run-time choice
+# of SIMD code are taken.
+RELEASE_WHEELS := $(TARGET_DIR)/release-wheels
+DEBIAN_PYTHONS := $(TARGET_DIR)/debian-python
+AARCH64_PYTHONS ?= bookworm:3.11
+X86_64_PYTHONS ?= bookworm:3.11 sid:3.15
+QEMU_CPUS ?= max cortex-a72
+
+$(RELEASE_WHEELS)/%/.built: $(VENV)/.stamp $(WHEEL_INPUTS) requirements-release.txt scripts/release_wheel.sh
+	bash scripts/release_wheel.sh $* $(@D)
+	@touch $@
+
+wheel-aarch64: $(RELEASE_WHEELS)/aarch64/.built
+wheel-x86_64: $(RELEASE_WHEELS)/x86_64/.built
+
+test-aarch64: wheel-aarch64
+	@for spec in $(AARCH64_PYTHONS); do \
+	  dir=$(DEBIAN_PYTHONS)/arm64-$${spec/:/-}; \
+	  bash scripts/debian_python.sh arm64 $${spec%%:*} $${spec##*:} $$dir; \
+	  for cpu in $(QEMU_CPUS); do \
+	    echo "test-aarch64: qemu-aarch64 -cpu $$cpu"; \
+	    QEMU_CPU=$$cpu bash scripts/wheel_smoke.sh $(RELEASE_WHEELS)/aarch64/dafka-*.whl $$dir/python; \
+	  done; done
+	@echo "make test-aarch64: all green"
+
+test-x86_64: wheel-x86_64
+	@for spec in $(X86_64_PYTHONS); do \
+	  dir=$(DEBIAN_PYTHONS)/amd64-$${spec/:/-}; \
+	  bash scripts/debian_python.sh amd64 $${spec%%:*} $${spec##*:} $$dir; \
+	  bash scripts/wheel_smoke.sh $(RELEASE_WHEELS)/x86_64/dafka-*.whl $$dir/python; \
+	done
+	@echo "make test-x86_64: all green"
+
+# The sdist: `pip wheel` builds it from scratch in a clean venv (no make settings, its own cargo
+# target directory: slow, about as long as a first `make wheel` with OpenSSL and libsodium from
+# source) and the wheel passes the smoke tests. tests/test_sdist.py checks in seconds, as part
+# of `make test`, that such a build resolves to the pinned crates.
+test-sdist: venv
+	bash scripts/sdist_wheel.sh $(TARGET_DIR)/sdist-test
+	@echo "make test-sdist: all green"
+
+# macOS, checked from here: cargo clippy -D warnings of every crate and its tests for both Mac
+# targets, OpenSSL and libsodium built for macOS by zig; nothing linked or run (what only a macOS
+# runner checks: docs/install.md).
+check-macos: venv
+	bash scripts/check_macos.sh $(TARGET_DIR)/zig-macos
 
 clean:
 	$(CARGO) clean

@@ -125,7 +125,17 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             return found[-1]
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "maturin", "build", "--release", "--quiet", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "maturin",
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
         cwd=REPO,
         check=True,
         timeout=1200,

@@ -51,6 +51,7 @@ def collect(consumer: dafka.Consumer, n: int, within: float = 20.0) -> pa.Table:
     return pa.Table.from_batches(batches, schema=SCHEMA)
 
 
+@pytest.mark.smoke
 def test_round_trip_through_a_local_cluster_has_the_exact_arrow_schema(
     cluster: dafka.LocalCluster,
 ) -> None:
@@ -154,6 +155,7 @@ def test_send_many_refuses_nulls_and_other_types(cluster: dafka.LocalCluster) ->
             producer.send_many([b"a", 3])
 
 
+@pytest.mark.smoke
 def test_flush_returns_only_once_a_store_acknowledged(tmp_path: Path) -> None:
     with dafka.Tower(sub="tcp://127.0.0.1:0") as tower:
         with dafka.Producer(topic(), towers=tower.towers) as producer:

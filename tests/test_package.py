@@ -7,16 +7,20 @@ import doctest
 import subprocess
 import sys
 
+import pytest
+
 import dafka
 import dafka.zmtp
 from dafka import errors
 
 
+@pytest.mark.smoke
 def test_version_matches_cargo(cargo_version: str) -> None:
     assert dafka.__version__ == cargo_version
     assert dafka._native.__version__ == cargo_version
 
 
+@pytest.mark.smoke
 def test_native_module_is_the_compiled_extension() -> None:
     path = dafka._native.__file__
     assert path is not None

@@ -80,7 +80,13 @@ def make(impl: str, socket_type: str, options: dict[str, Any], server: bool) -> 
 
 @pytest.mark.parametrize("mechanism", ["CURVE", "PLAIN"])
 @pytest.mark.parametrize("server_impl", ["dafka", "libzmq"])
-@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.mark.parametrize(
+    "pair",
+    [
+        pytest.param(p, id=f"{p[0]}-{p[1]}", marks=[pytest.mark.smoke] if p[0] == "PUSH" else [])
+        for p in PAIRS
+    ],
+)
 def test_interop(
     mechanism: str, server_impl: str, pair: tuple[str, str], zap: ThreadAuthenticator
 ) -> None:

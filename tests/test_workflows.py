@@ -38,6 +38,9 @@ def test_wheels_cover_every_platform_and_publish(repo: Path) -> None:
             built.add((name, entry["target"]))
         uses = [s.get("uses", "") for s in jobs[name]["steps"]]
         assert any(u.startswith("PyO3/maturin-action@") for u in uses)
+        # Every wheel passes the smoke tests on its runner before the release job runs.
+        runs = [s.get("run", "") for s in jobs[name]["steps"]]
+        assert any("-m smoke" in r and "dist/*.whl" in r for r in runs), name
     assert built == {
         ("linux", "x86_64"),
         ("linux", "aarch64"),

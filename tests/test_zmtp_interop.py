@@ -203,7 +203,11 @@ def _options(pair: tuple[str, str], side: int, binds: bool) -> dict[str, Any]:
 
 CASES = [
     pytest.param(
-        pair, impls, binder, id=f"{pair[0]}({impls[0]})-{pair[1]}({impls[1]})-bind{binder}"
+        pair,
+        impls,
+        binder,
+        id=f"{pair[0]}({impls[0]})-{pair[1]}({impls[1]})-bind{binder}",
+        marks=[pytest.mark.smoke] if pair == ("PUSH", "PULL") else [],
     )
     for pair in PAIRS
     for impls in (("dafka", "libzmq"), ("libzmq", "dafka"))

@@ -84,6 +84,7 @@ def test_a_bad_group_joined_before_start_fails_the_start(port: int) -> None:
         assert node.own_groups() == []
 
 
+@pytest.mark.smoke
 def test_discovery_groups_and_messages(two: tuple[Node, Node]) -> None:
     a, b = two
     a.join("G")
