@@ -2,9 +2,9 @@
 //! (`sync=never`), a producer writing N records, then a consumer reading them all back from
 //! the store (`earliest`). Prints the catch-up rate and the process's CPU time over it.
 //!
-//! `cargo run --release -p dafka-node --example local_catchup -- [records] [poll] [max_buffered] [tcp]`
-//! (defaults 2 000 000 records of 100 B, polls of 100 000, 100 000 buffered; `tcp`: the
-//! nodes reach each other over TCP, not their inproc aliases). Not a benchmark of record
+//! `cargo run --release -p dafka-node --example local_catchup -- [records] [poll] [max_buffered] [inproc]`
+//! (defaults 2 000 000 records of 100 B, polls of 100 000, 100 000 buffered; `inproc`: the
+//! nodes reach each other through their inproc aliases, not TCP). Not a benchmark of record
 //! (`make bench-dafka` is); a probe for where the one-process read loses time.
 
 use std::time::{Duration, Instant};
@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let mut next = |default: usize| args.next().and_then(|a| a.parse().ok()).unwrap_or(default);
     let (records, poll, buffered) = (next(2_000_000), next(100_000), next(100_000));
-    let local = std::env::args().nth(4).as_deref() != Some("tcp");
+    let local = std::env::args().nth(4).as_deref() == Some("inproc");
 
     let dir = tempfile::tempdir()?;
     let tower = Tower::start(TowerConfig::new("tcp://127.0.0.1:0")).await?;

@@ -1,8 +1,8 @@
 //! Producer -> consumer over loopback with a tower, no store: records/s end to end.
 //!
-//! `cargo run --release -p dafka-node --example node_throughput -- [records] [size] [tcp]`
-//! (defaults 1 000 000 records of 100 bytes; `tcp`: between the two nodes over TCP, not
-//! through the publisher's inproc alias). Not a benchmark of record (`make bench` is);
+//! `cargo run --release -p dafka-node --example node_throughput -- [records] [size] [inproc]`
+//! (defaults 1 000 000 records of 100 bytes; `inproc`: between the two nodes through the
+//! publisher's inproc alias, not TCP: `NodeConfig::local_inproc`). Not a benchmark of record (`make bench` is);
 //! a quick figure for the driver.
 
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ async fn main() -> Result<(), dafka_node::Error> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let size: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
-    let local = args.next().as_deref() != Some("tcp");
+    let local = args.next().as_deref() == Some("inproc");
 
     let tower = Tower::start(TowerConfig::new("tcp://127.0.0.1:0")).await?;
     let towers = vec![tower.address().clone()];

@@ -803,3 +803,41 @@ async fn host_is_announced_and_bind_is_where_the_publisher_listens() {
     producer.close().await;
     tower.close().await;
 }
+
+/// `NodeConfig::local_inproc` (off by default): a producer and a consumer of one process
+/// reach each other through the publisher's inproc alias, records flow exactly once, and the
+/// alias is gone from the process's map once the producer closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_of_one_process_use_inproc_aliases_when_asked() {
+    let (tower, towers) = tower().await;
+    let local = fast(&towers).with_local_inproc(true);
+    let producer = ProducerNode::start("local", local.clone(), producer_options())
+        .await
+        .unwrap();
+    let endpoint = format!("tcp://127.0.0.1:{}", producer.publisher_port());
+    let alias = dafka_zmtp::local::alias_of(&endpoint).expect("the publisher's alias");
+    assert!(alias.starts_with("inproc://dafka-publisher-"), "{alias}");
+    let consumer = ConsumerNode::start(
+        &["local"],
+        local,
+        ConsumerOptions::default().with_start_offset("local", producer.partition(), 0),
+    )
+    .await
+    .unwrap();
+    assert!(until(|| producer.live_readers() == 1).await);
+    let values: Vec<Bytes> = (0..100u8).map(|i| Bytes::from(vec![i; 8])).collect();
+    producer.send_many(values.iter().cloned()).await.unwrap();
+    let got = collect(&consumer, values.len()).await;
+    check_exactly_once(&got, &BTreeMap::from([(producer.partition(), values)]));
+    producer.close().await;
+    assert_eq!(dafka_zmtp::local::alias_of(&endpoint), None);
+    // Without the setting, nothing is registered.
+    let tcp = ProducerNode::start("local", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let endpoint = format!("tcp://127.0.0.1:{}", tcp.publisher_port());
+    assert_eq!(dafka_zmtp::local::alias_of(&endpoint), None);
+    tcp.close().await;
+    consumer.close().await;
+    tower.close().await;
+}
