@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 wheel="$(realpath "${1:?WHEEL}")"
 python="${2:?PYTHON}"
-site="$(dirname "$python")/smoke-site"
+site="$(cd "$(dirname "$python")" && pwd)/smoke-site"
 pip=(.venv/bin/python -m pip)
 
 read -r version machine glibc < <("$python" -c '
