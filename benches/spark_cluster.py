@@ -27,6 +27,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -135,8 +136,6 @@ class StandaloneCluster:
         raise TimeoutError(f"the standalone cluster did not start within {timeout} s")
 
     def stop(self) -> None:
-        import signal
-
         for p in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
@@ -258,8 +257,9 @@ def first_batches(spark: Any, timing: Path) -> list[dict[str, Any]]:
 
 
 def cpu_by_process() -> dict[int, tuple[str, float]]:
-    """pid -> (what it is, CPU seconds so far) of every process of this machine's Spark
-    cluster, its Python workers and this benchmark's store."""
+    """pid -> (what it is, CPU seconds so far) of every process of this benchmark's Spark
+    cluster, its Python workers and its store: those run from this venv (other work on the
+    machine may run Spark too)."""
     out = {}
     tick = os.sysconf("SC_CLK_TCK")
     for d in Path("/proc").iterdir():
@@ -271,6 +271,8 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
         except OSError:
             continue
         kind = None
+        if sys.prefix not in cmd:
+            continue
         if "org.apache.spark.executor" in cmd:
             kind = "executor JVM"
         elif "deploy.master.Master" in cmd or "deploy.worker.Worker" in cmd:
@@ -441,7 +443,7 @@ WRAPPER = "dafka-spark-python"
 VARIANTS = {
     "pyspark.daemon": "Spark's defaults",
     "dafka.spark_daemon": "`spark.python.daemon.module=dafka.spark_daemon`",
-    WRAPPER: "`PYSPARK_PYTHON=dafka-spark-python`",
+    WRAPPER: "`PYSPARK_PYTHON` and `PYSPARK_DRIVER_PYTHON` `=dafka-spark-python`",
 }
 
 
@@ -450,7 +452,11 @@ def run_app(args: argparse.Namespace, cluster: StandaloneCluster, case: str, **k
     variant = kw.get("daemon", args.daemon)
     env = cluster.env()
     if variant == WRAPPER:
-        env["PYSPARK_PYTHON"] = str(Path(sys.executable).with_name(WRAPPER))
+        # Both: the driver's Python workers (the source's lookup, creation, planning) run
+        # PYSPARK_DRIVER_PYTHON, and a source Spark found by its lookup keeps that Python
+        # for the executors' tasks too.
+        wrapper = str(Path(sys.executable).with_name(WRAPPER))
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = wrapper
     cmd = [
         sys.executable, __file__, "--driver", "--case", case,
         "--master", cluster.master, "--work", str(args.work_dir),
@@ -462,10 +468,19 @@ def run_app(args: argparse.Namespace, cluster: StandaloneCluster, case: str, **k
         "--stream-records", str(getattr(args, "stream_records", 0)),
     ]  # fmt: skip
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    # Its own process group: a driver that fails or is interrupted takes its JVM with it.
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    ) as p:  # fmt: skip
+        try:
+            stdout, stderr = p.communicate(timeout=900)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
     if p.returncode != 0:
-        raise RuntimeError(f"driver {case} failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}")
-    line = next(x for x in p.stdout.splitlines() if x.startswith("RESULT "))
+        raise RuntimeError(f"driver {case} failed:\n{stdout[-3000:]}\n{stderr[-5000:]}")
+    line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
     res = json.loads(line[len("RESULT ") :])
     res["executors_used"] = len(res.get("executors", []))
     res["process_s"] = time.perf_counter() - t
@@ -530,7 +545,8 @@ def main() -> int:
     if args.render_only:
         data = json.loads(Path(args.raw_json).read_text())
         out = Path(args.out)
-        out.write_text(run.splice_section(out.read_text(), "spark_cluster", render(data)))
+        text = out.read_text() if out.exists() else "# Benchmarks\n"
+        out.write_text(run.splice_section(text, "spark_cluster", render(data)))
         return 0
 
     import pyarrow as pa
