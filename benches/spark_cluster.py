@@ -279,12 +279,12 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
             kind = "master/worker JVMs"
         elif "org.apache.spark.deploy.SparkSubmit" in cmd:
             kind = "driver JVM"
+        elif "spark_cluster.py" in cmd:
+            kind = "driver python" if "--driver" in cmd else "store (bench)"
         elif "pyspark.daemon" in cmd or "pyspark.sql.worker" in cmd or "pyspark.worker" in cmd:
             # The driver's planning workers (lookup, creation, planning of the source) or
             # the executors' (the tasks).
             kind = "Python (driver)" if "pyspark.sql.worker" in cmd else "Python (executors)"
-        elif "spark_cluster.py" in cmd:
-            kind = "driver python" if "--driver" in cmd else "store (bench)"
         if kind:
             out[int(d.name)] = (kind, (int(fields[11]) + int(fields[12])) / tick)
     return out
