@@ -32,7 +32,7 @@ help:
 	@echo "make bench-zmtp - ZMTP from Rust against libzmq, zmq.rs and raw TCP"
 	@echo "make bench-store - the storage engine against raw write+fdatasync (BENCHMARKS.md, Storage)"
 	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
-	@echo "make bench-spark - rows/s into Spark: format(\"dafka\") vs createDataFrame (BENCHMARKS.md, Spark)"
+	@echo "make bench-spark - rows/s into Spark: format(\"dafka\") vs createDataFrame, local[2] and a standalone cluster"
 	@echo "make bench-zre - ZRE: start to ENTER, 100 nodes in one process, WHISPER/SHOUT vs pyre"
 	@echo "make bench-dafka - Dafka end to end: producer -> store (fdatasync) -> consumer, Rust and Python"
 	@echo "make soak   - SOAK_SECONDS (1800) of produce -> 2 stores -> consumers + Spark, a fault a minute (root)"
@@ -151,9 +151,12 @@ bench-security: venv sysdeps
 	$(PY) benches/security.py --bin $(TARGET_DIR)/release/dafka-bench
 
 # Spark: format("dafka") against createDataFrame(pyarrow.Table) and (list of rows) for the
-# same 1,000,000 records of 100 B, and a streaming query's rows/s and latency.
+# same 1,000,000 records of 100 B, and a streaming query's rows/s and latency, in local[2];
+# then on a standalone cluster (master + 2 workers of 1 core, started and stopped by the
+# script): cold and warm reads of new applications, streaming, task start to first batch.
 bench-spark: venv sysdeps wheel
 	$(PY) benches/spark.py
+	$(PY) benches/spark_cluster.py
 
 # ZRE: start to ENTER, nodes in one process, WHISPER/SHOUT against pyre (its own
 # section of BENCHMARKS.md; raises RLIMIT_NOFILE for the 100-node mesh).

@@ -256,6 +256,10 @@ SECTIONS = {
         "<!-- /security-bench -->",
     ),
     "spark": ("<!-- spark:begin (benches/spark.py) -->", "<!-- spark:end -->"),
+    "spark_cluster": (
+        "<!-- spark-cluster:begin (benches/spark_cluster.py) -->",
+        "<!-- spark-cluster:end -->",
+    ),
     "zre": ("<!-- zre-bench:begin (benches/zre.py) -->", "<!-- zre-bench:end -->"),
     "dafka": ("<!-- dafka-e2e:begin (benches/dafka_e2e.py) -->", "<!-- dafka-e2e:end -->"),
     "soak": ("<!-- soak:begin (benches/soak.py) -->", "<!-- soak:end -->"),

@@ -58,6 +58,26 @@ def preload(towers: str, topic: str, rows: int, size: int) -> None:
             p.flush(timeout=120)
 
 
+def read_back(towers: str, topic: str) -> Any:
+    """Every record of `topic` as a pyarrow.Table, read through a PartitionReader (what the
+    createDataFrame(pyarrow.Table) paths ship)."""
+    import pyarrow as pa
+
+    import dafka
+
+    batches = []
+    with dafka.PartitionReader(towers) as r:
+        for partition, (low, end) in r.offsets(topic).items():
+            r.assign(topic, partition, low, end)
+            got = 0
+            while got < end - low:
+                b = r.poll(65536, 1.0)
+                got += b.num_rows
+                batches.append(b)
+            r.unassign(topic, partition)
+    return pa.Table.from_batches(batches)
+
+
 def timed(fn: Any) -> float:
     t = time.perf_counter()
     fn()
@@ -67,9 +87,6 @@ def timed(fn: Any) -> float:
 def batch_cases(
     spark: Any, towers: str, topic: str, rows: int, reps: int, warmup: int
 ) -> dict[str, Any]:
-    import pyarrow as pa
-
-    import dafka
 
     def dafka_read() -> None:
         (
@@ -83,17 +100,7 @@ def batch_cases(
         )
 
     # The same records as an Arrow table, read once through the consumer (outside the timing).
-    with dafka.PartitionReader(towers) as r:
-        batches = []
-        for partition, (low, end) in r.offsets(topic).items():
-            r.assign(topic, partition, low, end)
-            got = 0
-            while got < end - low:
-                b = r.poll(65536, 1.0)
-                got += b.num_rows
-                batches.append(b)
-            r.unassign(topic, partition)
-    table = pa.Table.from_batches(batches)
+    table = read_back(towers, topic)
     assert table.num_rows == rows, (table.num_rows, rows)
     listed = [tuple(row.values()) for row in table.to_pylist()]
     schema = "topic string, partition string, offset bigint, value binary, timestamp timestamp"

@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -47,6 +46,10 @@ from dafka import _spark_keys
 from dafka.errors import DafkaError, InvalidArgumentError
 
 if TYPE_CHECKING:
+    # pyarrow is imported where batches are made or inspected: Spark's lookup and creation
+    # of the source (a Python process each on the driver, per application) do without it.
+    import pyarrow as pa
+
     from dafka._native import PartitionReader, Producer
 
 __all__ = ["DAFKA_SCHEMA", "DafkaDataSource", "DafkaPartition"]
@@ -184,6 +187,7 @@ MIN_SPLIT_RECORDS = 100
 MAX_MIN_PARTITIONS = 10_000
 
 _log = logging.getLogger(__name__)
+_IMPORTED = time.time()
 
 
 @dataclass(frozen=True)
@@ -349,13 +353,41 @@ def _reader(towers: str, topic: str | None = None, timeout: float = 10.0) -> Par
         return reader
 
 
+def _process_started(pid: int) -> float | None:
+    """When process `pid` started (s since the epoch), from /proc; None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(x.split()[1]) for x in f if x.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def _timing(event: dict[str, Any]) -> None:
-    """Appends `event` as a JSON line to $DAFKA_SPARK_TIMING, if set (the benchmark's
-    task-start to first-batch measurement)."""
+    """Appends `event` as a JSON line to $DAFKA_SPARK_TIMING, if set (the benchmarks'
+    task-start to first-batch measurement), with where this Python worker's time went:
+    when it and its parent (pyspark's daemon on an executor) started, when it imported this
+    module, and the Spark task it runs (stage, partition, attempt) if any."""
     path = os.environ.get("DAFKA_SPARK_TIMING")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(event) + "\n")
+    if not path:
+        return
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    event = {
+        "pid": os.getpid(),
+        "at": time.time(),
+        "process_start": _process_started(os.getpid()),
+        "parent_start": _process_started(os.getppid()),
+        "imported": _IMPORTED,
+        **event,
+    }
+    if task is not None:
+        event.update(stage=task.stageId(), task=task.partitionId(), attempt=task.attemptNumber())
+    with open(path, "a") as f:
+        f.write(json.dumps(event) + "\n")
 
 
 def _producer(towers: str, topic: str, min_acks: int) -> Producer:
@@ -521,8 +553,10 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
     expected means they are gone; the task then fails naming failOnDataLoss, or
     (failOnDataLoss=false) goes on with what remains."""
     started = time.monotonic()
+    read_start = time.time()
     cached = o.towers in _READERS
     reader = _reader(o.towers, part.topic, o.offsets_timeout)
+    reader_s = time.monotonic() - started
     reader.assign(part.topic, part.partition, part.start, part.end)
     try:
         expected = part.start
@@ -566,8 +600,9 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
                 first_batch = False
                 _timing(
                     {
-                        "pid": os.getpid(),
                         "cached": cached,
+                        "read_start": read_start,
+                        "reader_s": reader_s,
                         "first_batch_s": time.monotonic() - started,
                     }
                 )
@@ -690,6 +725,7 @@ class DafkaDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
+        _timing({"source": True})
         # Spark makes the source when a query is built (load(), save(), start()): a key no
         # use of the source knows (a misspelling) fails there, not in a background stream.
         _check_keys(
@@ -739,7 +775,17 @@ class DafkaBatchReader(DataSourceReader):
         # Planned on the driver when the query is built: bad offsets and unreachable
         # towers fail here, before any task runs.
         o = options
+        planning = time.time()
+        cached = o.towers in _READERS
         bounds = _bounds(o)
+        _timing(
+            {
+                "plan": True,
+                "cached": cached,
+                "plan_start": planning,
+                "bounds_s": time.time() - planning,
+            }
+        )
         start = _resolve(o.starting, "startingOffsets", o, bounds)
         end = _resolve(o.ending, "endingOffsets", o, bounds)
         _check_batch_ranges(start, end, bounds)

@@ -136,7 +136,9 @@ def quiet_aborted_writes(spark: SparkSession) -> None:
     context.updateLoggers()
 
 
-def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSession:
+def local_session(
+    app_name: str = "dafka", master: str = "local[2]", config: dict[str, str] | None = None
+) -> SparkSession:
     """A Spark session on this machine, bound to loopback, with the dafka
     sources registered: what the demo, the tests and a notebook need.
 
@@ -145,12 +147,15 @@ def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSes
     pins both (``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` set in the environment
     still win). Spark logs ERROR and above only, and not the writes it aborts
     (:func:`quiet_aborted_writes`: stopping a streaming query prints no stack trace).
+    Spark's Python workers run :mod:`dafka.spark_daemon` (pyspark compiled once, not in
+    every worker). ``master`` may be a cluster's (``spark://127.0.0.1:7077``); ``config``
+    adds or overrides Spark settings (applied last).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     log4j = Path(__file__).with_name("log4j2-local.properties")
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         # Errors only from the JVM's start, when this call starts it (the driver's options
@@ -161,8 +166,11 @@ def local_session(app_name: str = "dafka", master: str = "local[2]") -> SparkSes
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
+        .config("spark.python.daemon.module", "dafka.spark_daemon")
     )
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     quiet_aborted_writes(spark)
     register(spark)

@@ -8,11 +8,17 @@ works in any session. ``dafka.spark.register(spark)`` still does it by hand (for
 whose Python runs without this module on its path).
 """
 
-try:
-    from dafka._spark_dafka import DafkaDataSource as DefaultSource
-except ImportError:  # pragma: no cover - pyarrow missing
-    # Spark's lookup imports every pyspark_* module and gives up on all of them when one
-    # fails to import: without pyarrow the source is not registered, and nothing else breaks.
-    pass
-else:
-    __all__ = ["DefaultSource"]
+from importlib.util import find_spec
+
+# Spark's lookup imports every pyspark_* module and gives up on all of them when one fails
+# to import: without pyarrow (or pyspark) the source is not registered, and nothing else
+# breaks. pyarrow is looked for, not imported: the source imports it only where it makes or
+# reads batches, and the lookup runs in a Python process of its own on the driver of every
+# application.
+if find_spec("pyarrow") is not None:
+    try:
+        from dafka._spark_dafka import DafkaDataSource as DefaultSource
+    except ImportError:  # pragma: no cover - pyspark missing
+        pass
+    else:
+        __all__ = ["DefaultSource"]
