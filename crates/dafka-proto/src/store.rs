@@ -451,14 +451,19 @@ impl StoreWriter {
         if reason != RefusalReason::TooLarge {
             return self.queue_refusal(key, sequence, reason, detail);
         }
-        // Held for the ACK that covers it; one pushed out of the list unsent goes alone.
-        let dropped = (p.too_large.len() == REPEATED_REFUSALS)
-            .then(|| p.too_large.pop_front())
-            .flatten()
-            .filter(|_| p.too_large_unsent == REPEATED_REFUSALS);
+        // Held for the ACK that covers it. The list keeps the last REPEATED_REFUSALS: the
+        // oldest goes, and goes out alone if it was never sent.
+        let mut unsent_oldest = None;
+        if p.too_large.len() == REPEATED_REFUSALS {
+            let oldest = p.too_large.pop_front();
+            if p.too_large_unsent == REPEATED_REFUSALS {
+                p.too_large_unsent -= 1;
+                unsent_oldest = oldest;
+            }
+        }
         p.too_large.push_back((sequence, detail));
-        p.too_large_unsent = (p.too_large_unsent + 1).min(REPEATED_REFUSALS);
-        if let Some((sequence, detail)) = dropped {
+        p.too_large_unsent += 1;
+        if let Some((sequence, detail)) = unsent_oldest {
             self.queue_refusal(key, sequence, reason, detail);
         }
     }
