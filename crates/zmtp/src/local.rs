@@ -6,8 +6,8 @@
 //! about to connect to `tcp://127.0.0.1:5000` asks [`alias_of`] and connects to the inproc name
 //! instead. Messages then pass between the two sockets' pipes as they are: no TCP connection,
 //! no descriptor, no system call, no framing or copy. Peers in other processes still connect
-//! over TCP. Nodes of one process are what the embedded cluster, the tests, notebooks and the
-//! ZRE mesh of one process run.
+//! over TCP. ZRE nodes use it always (outside CURVE mode); Dafka nodes only with
+//! `NodeConfig::local_inproc`, which is off by default (a race it shows is not found yet).
 //!
 //! An inproc pipe has no handshake, so no security mechanism: only sockets without one
 //! (NULL) may register or use an alias, which the callers check.
