@@ -71,6 +71,25 @@ pub enum MalformedError {
         /// Its length in bytes.
         len: usize,
     },
+    /// A record's extras start with flags that are 0 or hold a bit this version does not
+    /// know (see [`record`](crate::record)).
+    #[error("record flags {flags:#04x} are not a known combination")]
+    RecordFlags {
+        /// The flags byte received.
+        flags: u8,
+    },
+    /// A record header name is not UTF-8.
+    #[error("record header name is not UTF-8")]
+    HeaderName,
+    /// A message with records and their metadata (META-RECORD, DIRECT-META-RECORDS) whose
+    /// frame 1 ends before the metadata of every record.
+    #[error("{kind} carries {records} records but metadata for fewer")]
+    MetaCount {
+        /// The message kind.
+        kind: &'static str,
+        /// Records (content frames) in the message.
+        records: usize,
+    },
     /// A topic name breaks the rules of [`Topic`](crate::Topic).
     #[error("{what}: {error}")]
     Topic {
@@ -133,6 +152,15 @@ pub enum LimitError {
     /// list is allocated.
     #[error("CONSUMER-HELLO announces {count} topics, over the limit of {max}")]
     TooManyTopics {
+        /// The announced count.
+        count: u32,
+        /// The limit.
+        max: usize,
+    },
+    /// A record announces more headers than `Limits::max_headers`; refused before any list
+    /// is allocated.
+    #[error("record announces {count} headers, over the limit of {max}")]
+    TooManyHeaders {
         /// The announced count.
         count: u32,
         /// The limit.

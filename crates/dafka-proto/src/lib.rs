@@ -66,6 +66,7 @@ mod error;
 mod id;
 pub mod message;
 pub mod producer;
+pub mod record;
 mod retry;
 pub mod store;
 pub mod subscription;
@@ -86,6 +87,7 @@ pub use message::{
     RefusalReason, StoreAck, StoreHello, StoreRefusal, VERSION,
 };
 pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
+pub use record::{Header, RecordMeta, TimestampType};
 pub use retry::FETCH_WINDOW;
 pub use store::{
     LogRead, REPEATED_REFUSALS, StoreLog, StoreReader, StoreReaderConfig, StoreWriter,

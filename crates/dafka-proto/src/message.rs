@@ -67,14 +67,17 @@ pub struct Limits {
     pub max_topics: usize,
     /// Longest beacon host or endpoint frame, in bytes.
     pub max_endpoint: usize,
+    /// Most headers of one record.
+    pub max_headers: usize,
 }
 
 impl Limits {
-    /// Defaults: 16 MiB of content, 4096 topics, 1024-byte endpoints.
+    /// Defaults: 16 MiB of content, 4096 topics, 1024-byte endpoints, 1024 headers a record.
     pub const DEFAULT: Limits = Limits {
         max_content: 16 << 20,
         max_topics: 4096,
         max_endpoint: 1024,
+        max_headers: 1024,
     };
 
     /// The defaults with another content limit.
@@ -86,6 +89,12 @@ impl Limits {
     /// The defaults with another topic-count limit.
     pub const fn with_max_topics(mut self, max_topics: usize) -> Self {
         self.max_topics = max_topics;
+        self
+    }
+
+    /// The defaults with another header-count limit.
+    pub const fn with_max_headers(mut self, max_headers: usize) -> Self {
+        self.max_headers = max_headers;
         self
     }
 
