@@ -115,7 +115,7 @@ fuzz-build:
 	@# are not built twice.
 	$(CARGO) build --manifest-path fuzz/Cargo.toml --locked --target-dir $(TARGET_DIR)
 	@# Replay every seed input once: each target asserts its invariants on them.
-	@for t in greeting frame_decoder command connection dafka_message store_open zre_message zre_beacon \
+	@for t in greeting frame_decoder command connection dafka_message dafka_meta store_open zre_message zre_beacon \
 	    plain_server plain_client curve_server curve_client; do \
 	  $(TARGET_DIR)/debug/$$t fuzz/corpus/$$t/* >$(TARGET_DIR)/fuzz-$$t.log 2>&1 \
 	    || { cat $(TARGET_DIR)/fuzz-$$t.log; echo "fuzz $$t: a seed input failed"; exit 1; }; \

@@ -50,7 +50,10 @@ use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
-use crate::message::{ConsumerHello, DirectMissing, GetHeads, HeadsQuery, Kind, Message, Record};
+use crate::message::{
+    ConsumerHello, DirectMetaRecords, DirectMissing, GetHeads, HeadsQuery, Kind, Message, Record,
+};
+use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
 use crate::subscription;
 
@@ -174,6 +177,24 @@ pub struct Delivery {
     pub offset: u64,
     /// The record's value.
     pub content: Bytes,
+    /// The record's timestamp, key and headers; `None` for a record that came as RECORD,
+    /// DIRECT-RECORD or DIRECT-RECORDS (from a reference producer or store, which keep no
+    /// metadata): the driver stamps it with the time it received it.
+    pub meta: Option<RecordMeta>,
+}
+
+/// A record held out of order: its value and metadata.
+#[derive(Debug)]
+struct Held {
+    content: Bytes,
+    meta: Option<RecordMeta>,
+}
+
+impl Held {
+    /// Bytes counted against [`ConsumerConfig::max_reorder_bytes`]: value, key and headers.
+    fn len(&self) -> usize {
+        self.content.len() + self.meta.as_ref().map_or(0, RecordMeta::payload_len)
+    }
 }
 
 #[derive(Debug)]
@@ -182,7 +203,7 @@ struct Partition {
     next: u64,
     /// The highest offset known to exist (from HEADs and records), if any.
     head: Option<u64>,
-    reorder: BTreeMap<u64, Bytes>,
+    reorder: BTreeMap<u64, Held>,
     retry: Option<Retry>,
     /// One past the last offset to deliver, for a range read ([`Consumer::assign`] with an
     /// end): nothing at or past it is delivered, held or FETCHed.
@@ -215,20 +236,20 @@ impl Partition {
 
     /// Content bytes held out of order.
     fn held_bytes(&self) -> usize {
-        self.reorder.values().map(Bytes::len).sum()
+        self.reorder.values().map(Held::len).sum()
     }
 
     /// Drops the records held below `offset`; returns their bytes.
     fn drop_held_below(&mut self, offset: u64) -> usize {
         let kept = self.reorder.split_off(&offset);
         let below = std::mem::replace(&mut self.reorder, kept);
-        below.values().map(Bytes::len).sum()
+        below.values().map(Held::len).sum()
     }
 
     /// Drops the records held at or past `offset`; returns their bytes.
     fn drop_held_from(&mut self, offset: u64) -> usize {
         let past = self.reorder.split_off(&offset);
-        past.values().map(Bytes::len).sum()
+        past.values().map(Held::len).sum()
     }
 }
 
@@ -356,13 +377,16 @@ impl Consumer {
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
     /// `'D'`, `'E'`, `'L'` and (the extensions) `'B'`, `'O'`, `'R'` and `'N'` + its id. `'B'`,
     /// reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
-    pub fn subscriptions(&self) -> [Bytes; 7] {
+    pub fn subscriptions(&self) -> [Bytes; 8] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
             // A store reader that has not seen this one yet (a new connection's subscriptions
             // arrive in any order) answers with DIRECT-RECORDs, which are taken as well.
             subscription::node(Kind::DirectRecords, id),
+            // Records with their metadata: a producer or store reader that saw it answers
+            // FETCHes with DIRECT-META-RECORDS.
+            subscription::node(Kind::DirectMetaRecords, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
             subscription::node(Kind::DirectLowWater, id),
@@ -376,7 +400,7 @@ impl Consumer {
     /// heads: GET-HEADS (an "earliest" consumer learns its partitions from the answers, a
     /// "latest" one where they end) and a HEADS-QUERY, whose HEADS-ENDs tell whether the
     /// stores hold the topic at all ([`topics_not_held`](Self::topics_not_held)).
-    pub fn subscribe(&mut self, topic: Topic) -> [Bytes; 2] {
+    pub fn subscribe(&mut self, topic: Topic) -> [Bytes; 3] {
         let subs = topic_subscriptions(&topic);
         if !self.topics.contains(&topic) {
             if self.config.offset_reset != OffsetReset::Assigned {
@@ -397,7 +421,7 @@ impl Consumer {
 
     /// Unsubscribes from `topic` and forgets its partitions; returns the SUB subscriptions to
     /// cancel.
-    pub fn unsubscribe(&mut self, topic: &Topic) -> [Bytes; 2] {
+    pub fn unsubscribe(&mut self, topic: &Topic) -> [Bytes; 3] {
         self.topics.retain(|t| t != topic);
         self.census.remove(topic);
         self.not_held.retain(|t| t != topic);
@@ -455,7 +479,7 @@ impl Consumer {
         next: u64,
         end: Option<u64>,
         now: Instant,
-    ) -> Option<[Bytes; 2]> {
+    ) -> Option<[Bytes; 3]> {
         let range_only = end.is_some() && self.config.offset_reset == OffsetReset::Assigned;
         let subscriptions =
             (!range_only && !self.topics.contains(&topic)).then(|| self.subscribe(topic.clone()));
@@ -498,14 +522,20 @@ impl Consumer {
     /// Handles a message from the consumer's SUB socket.
     pub fn handle_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
         match message {
-            Message::Record(r) => self.on_record(r, now),
+            Message::Record(r) => self.on_record(r, None, now),
+            Message::MetaRecord(m) => self.on_record(&m.record, Some(&m.meta), now),
             Message::DirectRecord(d) => {
                 self.check_to(Kind::DirectRecord, &d.to)?;
-                self.on_record(&d.record, now)
+                self.on_record(&d.record, None, now)
             }
             Message::DirectRecords(d) => {
                 self.check_to(Kind::DirectRecords, &d.to)?;
-                self.on_run(&d.topic, d.producer, d.first, &d.contents, now)
+                self.on_run(&d.topic, d.producer, d.first, &d.contents, None, now)
+            }
+            Message::DirectMetaRecords(DirectMetaRecords { run: d, metas }) => {
+                self.check_to(Kind::DirectMetaRecords, &d.to)?;
+                let metas = Some(&metas[..]);
+                self.on_run(&d.topic, d.producer, d.first, &d.contents, metas, now)
             }
             Message::Head(h) => self.on_head(&h.topic, h.producer, h.sequence, now),
             Message::DirectHead(d) => {
@@ -771,7 +801,13 @@ impl Consumer {
         update(bounds);
     }
 
+    /// A CONSUMER-HELLO to `store`, when the consumer has topics: 46/DAFKA, "a consumer SHALL
+    /// NOT send a CONSUMER-HELLO without topics" (an assigned consumer, as a partition
+    /// reader, has none: it asks with GET-HEADS and HEADS-QUERY instead).
     fn hello(&mut self, store: NodeId) {
+        if self.topics.is_empty() {
+            return;
+        }
         self.transmit
             .push_back(Message::ConsumerHello(ConsumerHello {
                 store,
@@ -966,40 +1002,45 @@ impl Consumer {
         p.retry = None;
         p.missing = None;
         // Records held from `to` on are now next in line.
-        if let Some(content) = p.reorder.remove(&to) {
-            self.reorder_bytes -= content.len();
-            let record = Record {
-                producer: key.1,
-                topic: key.0,
-                sequence: to,
-                content,
-            };
-            return self.on_record(&record, now);
+        if let Some(held) = p.reorder.remove(&to) {
+            self.reorder_bytes -= held.len();
+            let metas = held.meta.as_ref().map(std::slice::from_ref);
+            let content = std::slice::from_ref(&held.content);
+            return self.on_run(&key.0, key.1, to, content, metas, now);
         }
         self.refetch(&key, now);
         Ok(())
     }
 
-    fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
+    fn on_record(
+        &mut self,
+        record: &Record,
+        meta: Option<&RecordMeta>,
+        now: Instant,
+    ) -> Result<(), PeerError> {
         let content = std::slice::from_ref(&record.content);
+        let metas = meta.map(std::slice::from_ref);
         self.on_run(
             &record.topic,
             record.producer,
             record.sequence,
             content,
+            metas,
             now,
         )
     }
 
-    /// Records `first`, `first + 1`, ... of one partition: one (RECORD, DIRECT-RECORD) or a run
-    /// (DIRECT-RECORDS), taken as that many records one after the other, with the partition
-    /// looked up and its FETCH state updated once.
+    /// Records `first`, `first + 1`, ... of one partition: one (RECORD, META-RECORD,
+    /// DIRECT-RECORD) or a run (DIRECT-RECORDS, DIRECT-META-RECORDS), taken as that many
+    /// records one after the other, with the partition looked up and its FETCH state updated
+    /// once. `metas`, when given, has one entry per content.
     fn on_run(
         &mut self,
         topic: &Topic,
         producer: NodeId,
         first: u64,
         contents: &[Bytes],
+        metas: Option<&[RecordMeta]>,
         now: Instant,
     ) -> Result<(), PeerError> {
         let Some(last) = (contents.len() as u64)
@@ -1035,36 +1076,45 @@ impl Consumer {
         p.head = Some(p.head.map_or(last, |h| h.max(last)));
         // Nothing at or past a range's end, nor at u64::MAX (no offset could follow it).
         let end = p.until.unwrap_or(u64::MAX);
-        for (seq, content) in (first..=last).zip(contents) {
+        for (i, (seq, content)) in (first..=last).zip(contents).enumerate() {
             if seq < p.next || seq >= end || p.reorder.contains_key(&seq) {
                 self.dropped += 1;
                 continue;
             }
+            let meta = metas.and_then(|m| m.get(i)).cloned();
             if seq > p.next {
                 let room = self.config.max_reorder_bytes - self.reorder_bytes;
-                if p.reorder.len() < self.config.max_reorder && content.len() <= room {
-                    p.reorder.insert(seq, content.clone());
-                    self.reorder_bytes += content.len();
+                let held = Held {
+                    content: content.clone(),
+                    meta,
+                };
+                if p.reorder.len() < self.config.max_reorder && held.len() <= room {
+                    self.reorder_bytes += held.len();
+                    p.reorder.insert(seq, held);
                 } else {
                     // No room: it is fetched again once the gap before it closes.
                     self.dropped += 1;
                 }
                 continue;
             }
-            let mut content = content.clone();
+            let mut next = Held {
+                content: content.clone(),
+                meta,
+            };
             loop {
                 self.deliveries.push_back(Delivery {
                     topic: topic.clone(),
                     partition: producer,
                     offset: p.next,
-                    content,
+                    content: next.content,
+                    meta: next.meta,
                 });
                 p.next += 1;
                 match p.reorder.first_entry() {
                     // Nothing at or past `end` is ever held.
                     Some(entry) if *entry.key() == p.next => {
-                        content = entry.remove();
-                        self.reorder_bytes -= content.len();
+                        next = entry.remove();
+                        self.reorder_bytes -= next.len();
                     }
                     _ => break,
                 }
@@ -1176,8 +1226,12 @@ impl Consumer {
     }
 }
 
-fn topic_subscriptions(topic: &Topic) -> [Bytes; 2] {
+/// `'T'` first: a producer that sees a peer subscribed to META-RECORDs of the topic sends
+/// them, and RECORDs only to peers subscribed to those alone (a reference consumer); RECORD
+/// stays subscribed for reference producers.
+fn topic_subscriptions(topic: &Topic) -> [Bytes; 3] {
     [
+        subscription::topic_exact(Kind::MetaRecord, topic),
         subscription::topic_exact(Kind::Record, topic),
         subscription::topic_exact(Kind::Head, topic),
     ]

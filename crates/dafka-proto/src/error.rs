@@ -71,7 +71,7 @@ pub enum MalformedError {
         /// Its length in bytes.
         len: usize,
     },
-    /// A record's extras start with flags that are 0 or hold a bit this version does not
+    /// A record's extras start with flags holding a bit this version does not
     /// know (see [`record`](crate::record)).
     #[error("record flags {flags:#04x} are not a known combination")]
     RecordFlags {

@@ -50,6 +50,7 @@ use dafka_wire::Reader;
 
 use crate::error::{DecodeError, LimitError, MalformedError};
 use crate::id::{NODE_ID_HEX_LEN, NodeId, Topic};
+use crate::record::{RecordMeta, TIMESTAMP_LEN};
 
 /// The version byte that follows the topic prefix's NUL.
 pub const VERSION: u8 = 0x01;
@@ -207,6 +208,8 @@ kinds! {
     DirectRecords = 0x42, "DIRECT-RECORDS", 2;
     DirectMissing = 0x4E, "DIRECT-MISSING", 1;
     StoreRefusal = 0x58, "STORE-REFUSAL", 1;
+    MetaRecord = 0x54, "META-RECORD", 2;
+    DirectMetaRecords = 0x56, "DIRECT-META-RECORDS", 2;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -251,6 +254,34 @@ pub struct DirectRecords {
     /// The records' values, from offset `first` on (at least one), each shared with its
     /// received frame.
     pub contents: Vec<Bytes>,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a record with its metadata
+/// (timestamp, and key and headers when it has them): META-RECORD (`'T'`). Laid out as
+/// RECORD, with the [`RecordMeta`] after the sequence: the 8-byte timestamp, then the extras
+/// when the record has any (frame 1 going on past the timestamp says so). A producer sends it
+/// to subscribers of `'T'` + topic, and RECORD (the value only) to peers subscribed to
+/// `'M'` + topic and not to `'T'` + topic: a reference consumer or store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaRecord {
+    /// The record (RECORD's fields and content).
+    pub record: Record,
+    /// Its metadata.
+    pub meta: RecordMeta,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): DIRECT-RECORDS with each
+/// record's metadata: DIRECT-META-RECORDS (`'V'`). Frame 1 is DIRECT-RECORDS' header, then
+/// the timestamps of the records in order (8 bytes each), then, only when at least one record
+/// has extras, the extras of every record in order; one content frame per record follows. A
+/// producer or store reader answers a FETCH with it only to a node whose `'V'` + id
+/// subscription it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectMetaRecords {
+    /// The records: requester, partition, first offset, contents.
+    pub run: DirectRecords,
+    /// The metadata of each record, in the order of `run.contents` (as many).
+    pub metas: Vec<RecordMeta>,
 }
 
 /// A request for missing records: FETCH (`'F'`).
@@ -492,9 +523,9 @@ impl Message {
     /// The record content (frame 2), for RECORD and DIRECT-RECORD.
     pub fn content(&self) -> Option<&Bytes> {
         match self {
-            Message::Record(r) | Message::DirectRecord(DirectRecord { record: r, .. }) => {
-                Some(&r.content)
-            }
+            Message::Record(r)
+            | Message::DirectRecord(DirectRecord { record: r, .. })
+            | Message::MetaRecord(MetaRecord { record: r, .. }) => Some(&r.content),
             _ => None,
         }
     }
@@ -503,20 +534,24 @@ impl Message {
     /// DIRECT-RECORDS, none for the others.
     fn contents(&self) -> &[Bytes] {
         match self {
-            Message::DirectRecords(d) => &d.contents,
+            Message::DirectRecords(d)
+            | Message::DirectMetaRecords(DirectMetaRecords { run: d, .. }) => &d.contents,
             _ => self.content().map_or(&[], std::slice::from_ref),
         }
     }
 
     fn prefix(&self) -> Prefix<'_> {
         match self {
-            Message::Record(r) => Prefix::Topic(&r.topic),
+            Message::Record(r) | Message::MetaRecord(MetaRecord { record: r, .. }) => {
+                Prefix::Topic(&r.topic)
+            }
             Message::Head(h) => Prefix::Topic(&h.topic),
             Message::GetHeads(g) => Prefix::Topic(&g.topic),
             Message::HeadsQuery(q) => Prefix::Topic(&q.topic),
             Message::HeadsEnd(e) => Prefix::Node(&e.to),
             Message::DirectRecord(d) => Prefix::Node(&d.to),
-            Message::DirectRecords(d) => Prefix::Node(&d.to),
+            Message::DirectRecords(d)
+            | Message::DirectMetaRecords(DirectMetaRecords { run: d, .. }) => Prefix::Node(&d.to),
             Message::DirectHead(d) => Prefix::Node(&d.to),
             Message::DirectLowWater(d) => Prefix::Node(&d.to),
             Message::DirectMissing(d) => Prefix::Node(&d.to),
@@ -554,6 +589,12 @@ impl Message {
             | Message::HeadsQuery(HeadsQuery { topic, .. })
             | Message::HeadsEnd(HeadsEnd { topic, .. })
             | Message::DirectRecords(DirectRecords { topic, .. }) => ADDRESS + 1 + topic.len() + 8,
+            Message::MetaRecord(m) => {
+                ADDRESS + 1 + m.record.topic.len() + 8 + TIMESTAMP_LEN + m.meta.extras_len()
+            }
+            Message::DirectMetaRecords(m) => {
+                ADDRESS + 1 + m.run.topic.len() + 8 + metas_len(&m.metas)
+            }
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
             Message::DirectMissing(d) => ADDRESS + 1 + d.topic.len() + 8 + 8 + ADDRESS,
             Message::StoreRefusal(r) => {
@@ -588,6 +629,15 @@ impl Message {
             | Message::DirectHead(DirectHead { head: h, .. })
             | Message::DirectLowWater(DirectLowWater { low: h, .. }) => {
                 put_position(out, &h.producer, &h.topic, h.sequence)
+            }
+            Message::MetaRecord(MetaRecord { record: r, meta }) => {
+                put_position(out, &r.producer, &r.topic, r.sequence);
+                meta.put_timestamp(out);
+                meta.put_extras(out);
+            }
+            Message::DirectMetaRecords(DirectMetaRecords { run: d, metas }) => {
+                put_position(out, &d.producer, &d.topic, d.first);
+                put_metas(out, metas);
             }
             Message::Fetch(f) => {
                 put_position(out, &f.sender, &f.topic, f.sequence);
@@ -660,7 +710,7 @@ impl Message {
         let kind = Kind::from_id(id).ok_or(MalformedError::UnknownId { id })?;
         let frames_ok = match kind {
             // One content frame per record, at least one record.
-            Kind::DirectRecords => frames.len() >= kind.frames(),
+            Kind::DirectRecords | Kind::DirectMetaRecords => frames.len() >= kind.frames(),
             _ => frames.len() == kind.frames(),
         };
         if !frames_ok {
@@ -674,7 +724,7 @@ impl Message {
         // A node id's hex is parsed from the borrowed bytes (no shared handle made and dropped
         // per message); its error waits for the kind's turn, after the version check.
         let prefix = match kind {
-            Kind::Record | Kind::Head | Kind::HeadsQuery | Kind::GetHeads => {
+            Kind::Record | Kind::MetaRecord | Kind::Head | Kind::HeadsQuery | Kind::GetHeads => {
                 ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?)
             }
             _ => ReadPrefix::Node(r.until_with(PREFIX_END, "topic prefix", |hex| {
@@ -686,12 +736,23 @@ impl Message {
             return Err(MalformedError::Version { version }.into());
         }
         let message = match kind {
-            Kind::Record | Kind::Head | Kind::HeadsQuery => {
+            Kind::Record | Kind::MetaRecord | Kind::Head | Kind::HeadsQuery => {
                 let (producer, topic, sequence) = position(&mut r)?;
                 if prefix.topic()? != topic.as_bytes() {
                     return Err(MalformedError::TopicMismatch { kind: kind.name() }.into());
                 }
-                if kind == Kind::HeadsQuery {
+                if kind == Kind::MetaRecord {
+                    let meta = read_metas(&mut r, 1, limits)?.pop().unwrap_or_default();
+                    Message::MetaRecord(MetaRecord {
+                        record: Record {
+                            producer,
+                            topic,
+                            sequence,
+                            content: content(frames, limits)?,
+                        },
+                        meta,
+                    })
+                } else if kind == Kind::HeadsQuery {
                     Message::HeadsQuery(HeadsQuery {
                         consumer: producer,
                         topic,
@@ -725,7 +786,7 @@ impl Message {
                     },
                 })
             }
-            Kind::DirectRecords => {
+            Kind::DirectRecords | Kind::DirectMetaRecords => {
                 let to = prefix.node()?;
                 let (producer, topic, first) = position(&mut r)?;
                 let contents = &frames[1..];
@@ -736,13 +797,19 @@ impl Message {
                 for c in contents {
                     check_content(c, limits)?;
                 }
-                Message::DirectRecords(DirectRecords {
+                let run = DirectRecords {
                     to,
                     producer,
                     topic,
                     first,
                     contents: contents.to_vec(),
-                })
+                };
+                if kind == Kind::DirectMetaRecords {
+                    let metas = read_metas(&mut r, contents.len(), limits)?;
+                    Message::DirectMetaRecords(DirectMetaRecords { run, metas })
+                } else {
+                    Message::DirectRecords(run)
+                }
             }
             Kind::DirectHead | Kind::DirectLowWater => {
                 let to = prefix.node()?;
@@ -871,6 +938,65 @@ impl Message {
         r.finish("frame 1")?;
         Ok(message)
     }
+}
+
+/// Length of the metadata of `metas` in frame 1: every timestamp, then every record's extras
+/// when any has some.
+fn metas_len(metas: &[RecordMeta]) -> usize {
+    let extras = if metas.iter().any(RecordMeta::has_extras) {
+        metas.iter().map(|m| m.extras_len().max(1)).sum()
+    } else {
+        0
+    };
+    TIMESTAMP_LEN * metas.len() + extras
+}
+
+/// Appends the metadata of `metas`: every timestamp, then every record's extras when any has
+/// some (a record without them then takes one byte, its flags `0x00`).
+fn put_metas(out: &mut BytesMut, metas: &[RecordMeta]) {
+    for m in metas {
+        m.put_timestamp(out);
+    }
+    if metas.iter().any(RecordMeta::has_extras) {
+        for m in metas {
+            if m.has_extras() {
+                m.put_extras(out);
+            } else {
+                out.put_u8(0x00);
+            }
+        }
+    }
+}
+
+/// Reads the metadata of `count` records: their timestamps, then, if frame 1 goes on, the
+/// extras of each. `count` is bounded by the frames received (one content frame per record),
+/// and checked against the bytes left before the list is reserved.
+fn read_metas(
+    r: &mut Reader,
+    count: usize,
+    limits: &Limits,
+) -> Result<Vec<RecordMeta>, DecodeError> {
+    if r.remaining() / TIMESTAMP_LEN < count {
+        return Err(MalformedError::MetaCount {
+            kind: "records",
+            records: count,
+        }
+        .into());
+    }
+    let mut metas = Vec::with_capacity(count);
+    for _ in 0..count {
+        metas.push(RecordMeta::created(RecordMeta::read_timestamp(r)?));
+    }
+    if r.remaining() > 0 {
+        for m in &mut metas {
+            *m = RecordMeta::read_extras(r, m.timestamp, limits)?;
+        }
+        // One encoding per message: extras are there only when a record needs them.
+        if !metas.iter().any(RecordMeta::has_extras) {
+            return Err(MalformedError::RecordFlags { flags: 0x00 }.into());
+        }
+    }
+    Ok(metas)
 }
 
 /// A STORE-REFUSAL's detail as it goes on the wire: at most 255 bytes.

@@ -8,7 +8,11 @@
 //! * Records stay in a bounded unacknowledged buffer ([`ProducerConfig::max_unacked_records`],
 //!   [`ProducerConfig::max_unacked_bytes`]); a full buffer refuses [`Producer::send`] with
 //!   [`SendError::Full`] (the driver waits for ACKs up to its timeout, then raises).
-//! * FETCH is answered with DIRECT-RECORDs from that buffer, in ascending order, each carrying
+//! * Each record carries its [`RecordMeta`] (timestamp, key, headers) and goes out as
+//!   META-RECORD; the driver also sends it as RECORD (the value only) when a peer subscribed
+//!   to RECORDs of the topic and not to META-RECORDs (a reference consumer or store).
+//! * FETCH is answered from that buffer (DIRECT-META-RECORDS to a node whose `'V'` + id
+//!   subscription reached the producer's XPUB, else DIRECT-RECORDs), in ascending order, each carrying
 //!   the content of its own offset (the reference serves wrong contents past its first 256
 //!   unacknowledged records; `tests/producer.rs` checks ours does not). Answers are generated
 //!   lazily from at most [`ProducerConfig::max_pending_fetches`] pending ranges, so a flood of
@@ -29,7 +33,7 @@
 //! [`Producer::poll_timeout`] and publishes every message [`Producer::poll_transmit`] returns
 //! on its PUB socket.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -37,9 +41,10 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError, SendError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectRecord, Fetch, GetHeads, Head, Kind, Message, Record, RefusalReason,
-    StoreRefusal,
+    Ack, DirectHead, DirectMetaRecords, DirectRecord, DirectRecords, Fetch, GetHeads, Head, Kind,
+    Message, MetaRecord, Record, RefusalReason, StoreRefusal,
 };
+use crate::record::RecordMeta;
 use crate::subscription;
 
 /// Settings of a [`Producer`].
@@ -123,8 +128,8 @@ struct Answer {
 #[derive(Debug)]
 pub struct Producer {
     config: ProducerConfig,
-    /// Contents of offsets `base..next_offset`, oldest first.
-    unacked: VecDeque<Bytes>,
+    /// Contents and metadata of offsets `base..next_offset`, oldest first.
+    unacked: VecDeque<(Bytes, RecordMeta)>,
     unacked_bytes: usize,
     /// The lowest offset still held.
     base: u64,
@@ -155,7 +160,14 @@ pub struct Producer {
     /// a store repeats its last ones with the ACKs it sends for HEADs, in case they were
     /// lost, and a record is reported once.
     heard_too_large: VecDeque<(NodeId, u64)>,
+    /// Nodes whose `'V'` + id subscription reached the producer's XPUB (at most
+    /// [`MAX_LISTENING`]): FETCHes from them are answered with DIRECT-META-RECORDS.
+    meta_listeners: HashSet<NodeId>,
 }
+
+/// Most nodes a [`Producer`] remembers as taking DIRECT-META-RECORDS; past it, a new one is
+/// answered with DIRECT-RECORDs (values only) until one leaves.
+pub const MAX_LISTENING: usize = 4096;
 
 /// Most STORE-REFUSALs a [`Producer`] keeps of each sort until they are taken.
 pub const MAX_REFUSALS: usize = 64;
@@ -184,6 +196,7 @@ impl Producer {
             failure: None,
             skipped: Vec::new(),
             heard_too_large: VecDeque::new(),
+            meta_listeners: HashSet::new(),
         })
     }
 
@@ -257,17 +270,25 @@ impl Producer {
         Ok(())
     }
 
-    /// Queues a record and returns its offset.
-    pub fn send(&mut self, content: Bytes, now: Instant) -> Result<u64, SendError> {
-        if content.len() > self.config.max_record {
+    /// Queues a record with its metadata and returns its offset. The record's size is its
+    /// value, key and headers ([`RecordMeta::payload_len`]), checked against
+    /// [`ProducerConfig::max_record`].
+    pub fn send(
+        &mut self,
+        content: Bytes,
+        meta: RecordMeta,
+        now: Instant,
+    ) -> Result<u64, SendError> {
+        let len = content.len() + meta.payload_len();
+        if len > self.config.max_record {
             return Err(CallerError::RecordTooLarge {
-                len: content.len(),
+                len,
                 max: self.config.max_record,
             }
             .into());
         }
         if self.unacked.len() >= self.config.max_unacked_records
-            || self.unacked_bytes + content.len() > self.config.max_unacked_bytes
+            || self.unacked_bytes + len > self.config.max_unacked_bytes
         {
             return Err(SendError::Full {
                 records: self.unacked.len(),
@@ -277,8 +298,8 @@ impl Producer {
             });
         }
         let offset = self.next_offset;
-        self.unacked_bytes += content.len();
-        self.unacked.push_back(content);
+        self.unacked_bytes += len;
+        self.unacked.push_back((content, meta));
         self.next_offset += 1;
         if self.next_head.is_none() {
             // 46/DAFKA: "After the producer published its first record it SHALL send HEAD
@@ -486,7 +507,8 @@ impl Producer {
         if self.sent_upto < self.next_offset {
             let offset = self.sent_upto;
             self.sent_upto += 1;
-            return Some(Message::Record(self.record(offset)?));
+            let (record, meta) = self.record(offset)?;
+            return Some(Message::MetaRecord(MetaRecord { record, meta }));
         }
         if self.get_heads_due {
             self.get_heads_due = false;
@@ -515,28 +537,59 @@ impl Producer {
             if answer.next >= answer.end {
                 self.answers.pop_front();
             }
-            let record = self.record(offset)?;
-            return Some(Message::DirectRecord(DirectRecord { to, record }));
+            let (record, meta) = self.record(offset)?;
+            if !self.meta_listeners.contains(&to) {
+                return Some(Message::DirectRecord(DirectRecord { to, record }));
+            }
+            return Some(Message::DirectMetaRecords(DirectMetaRecords {
+                run: DirectRecords {
+                    to,
+                    producer: record.producer,
+                    topic: record.topic,
+                    first: record.sequence,
+                    contents: vec![record.content],
+                },
+                metas: vec![meta],
+            }));
         }
         None
     }
 
-    fn record(&self, offset: u64) -> Option<Record> {
+    /// A subscription that reached the producer's XPUB: `'V'` + a node's id means FETCHes
+    /// from that node are answered with DIRECT-META-RECORDS. Every other one is ignored.
+    pub fn handle_subscription(&mut self, prefix: &[u8]) {
+        if let Some((Kind::DirectMetaRecords, node)) = subscription::parse_node(prefix)
+            && self.meta_listeners.len() < MAX_LISTENING
+        {
+            self.meta_listeners.insert(node);
+        }
+    }
+
+    /// A subscription cancelled on the producer's XPUB (its last subscriber gone).
+    pub fn handle_unsubscription(&mut self, prefix: &[u8]) {
+        if let Some((Kind::DirectMetaRecords, node)) = subscription::parse_node(prefix) {
+            self.meta_listeners.remove(&node);
+        }
+    }
+
+    fn record(&self, offset: u64) -> Option<(Record, RecordMeta)> {
         let index = usize::try_from(offset.checked_sub(self.base)?).ok()?;
-        Some(Record {
+        let (content, meta) = self.unacked.get(index)?;
+        let record = Record {
             producer: self.config.id,
             topic: self.config.topic.clone(),
             sequence: offset,
-            content: self.unacked.get(index)?.clone(),
-        })
+            content: content.clone(),
+        };
+        Some((record, meta.clone()))
     }
 
     fn release_through(&mut self, acked: u64) {
         while self.base <= acked {
-            let Some(content) = self.unacked.pop_front() else {
+            let Some((content, meta)) = self.unacked.pop_front() else {
                 break;
             };
-            self.unacked_bytes -= content.len();
+            self.unacked_bytes -= content.len() + meta.payload_len();
             self.base += 1;
         }
         // An ACK can only cover records already sent, but keep the invariant base <= sent_upto.

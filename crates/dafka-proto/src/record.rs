@@ -97,6 +97,18 @@ impl Header {
     }
 }
 
+/// The bytes of a key, header names and header values: what, beside the value, counts against
+/// a record size limit.
+pub fn payload_len(key: Option<&Bytes>, headers: Option<&[Header]>) -> usize {
+    let key = key.map_or(0, Bytes::len);
+    let headers = headers.map_or(0, |hs| {
+        hs.iter()
+            .map(|h| h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
+            .sum()
+    });
+    key + headers
+}
+
 /// A record's metadata: its timestamp, and the key and headers when it has them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct RecordMeta {
@@ -155,13 +167,7 @@ impl RecordMeta {
     /// The bytes of the key, header names and header values: what, beside the value, counts
     /// against a record size limit.
     pub fn payload_len(&self) -> usize {
-        let key = self.key.as_ref().map_or(0, Bytes::len);
-        let headers = self.headers.as_deref().map_or(0, |hs| {
-            hs.iter()
-                .map(|h| h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
-                .sum()
-        });
-        key + headers
+        payload_len(self.key.as_ref(), self.headers.as_deref())
     }
 
     /// Length of the extras (0 when [`has_extras`](Self::has_extras) is false).
@@ -220,15 +226,17 @@ impl RecordMeta {
     }
 
     /// Reads the extras of a record stamped `timestamp`; key, names and values share `r`'s
-    /// buffer (no copy). Checked against `limits.max_headers` before a list is reserved, and
-    /// the reservation never exceeds what the bytes left could hold.
+    /// buffer (no copy). Flags `0x00` (a record without extras in a run where others have
+    /// some) read as a create-time record with neither key nor headers. Checked against
+    /// `limits.max_headers` before a list is reserved, and the reservation never exceeds what
+    /// the bytes left could hold.
     pub fn read_extras(
         r: &mut Reader,
         timestamp: i64,
         limits: &Limits,
     ) -> Result<RecordMeta, DecodeError> {
         let flags = r.u8("record flags")?;
-        if flags == 0 || flags & !FLAGS_KNOWN != 0 {
+        if flags & !FLAGS_KNOWN != 0 {
             return Err(MalformedError::RecordFlags { flags }.into());
         }
         let key = if flags & FLAG_KEY != 0 {
@@ -361,14 +369,13 @@ mod tests {
         let read = |bytes: &'static [u8], limits: Limits| {
             RecordMeta::read_extras(&mut Reader::new(Bytes::from_static(bytes)), 0, &limits)
         };
-        // Flags 0 (extras that say nothing) and an unknown flag.
-        assert!(matches!(
-            read(b"\x00", Limits::DEFAULT),
-            Err(DecodeError::Malformed(MalformedError::RecordFlags { flags: 0 }))
-        ));
+        // Flags 0: no extras after all. An unknown flag is malformed.
+        assert_eq!(read(b"\x00", Limits::DEFAULT), Ok(RecordMeta::created(0)));
         assert!(matches!(
             read(b"\x08", Limits::DEFAULT),
-            Err(DecodeError::Malformed(MalformedError::RecordFlags { flags: 8 }))
+            Err(DecodeError::Malformed(MalformedError::RecordFlags {
+                flags: 8
+            }))
         ));
         // A key longer than the bytes left.
         assert!(matches!(
@@ -377,7 +384,10 @@ mod tests {
         ));
         // A header name that is not UTF-8.
         assert!(matches!(
-            read(b"\x02\x00\x00\x00\x01\x00\x00\x00\x01\xFF\xFF\xFF\xFF\xFF", Limits::DEFAULT),
+            read(
+                b"\x02\x00\x00\x00\x01\x00\x00\x00\x01\xFF\xFF\xFF\xFF\xFF",
+                Limits::DEFAULT
+            ),
             Err(DecodeError::Malformed(MalformedError::HeaderName))
         ));
         // Four billion headers announced: refused before any list is reserved.
@@ -387,7 +397,10 @@ mod tests {
         ));
         // A count under the limit but over what the bytes hold: truncated, no huge reserve.
         assert!(matches!(
-            read(b"\x02\x00\x00\x00\x10", Limits::DEFAULT.with_max_headers(16)),
+            read(
+                b"\x02\x00\x00\x00\x10",
+                Limits::DEFAULT.with_max_headers(16)
+            ),
             Err(DecodeError::Malformed(MalformedError::Wire(_)))
         ));
     }

@@ -48,9 +48,11 @@ use bytes::Bytes;
 use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectLowWater, DirectMissing, DirectRecord, DirectRecords, Fetch, Head,
-    HeadsEnd, Kind, Message, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal,
+    Ack, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing, DirectRecord, DirectRecords,
+    Fetch, Head, HeadsEnd, Kind, Message, Record, RefusalReason, StoreAck, StoreHello,
+    StoreRefusal,
 };
+use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
 use crate::subscription;
 
@@ -84,8 +86,9 @@ pub trait StoreLog {
 /// What [`StoreLog::read`] found at the offset asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogRead {
-    /// Records from the offset asked for, ascending (none: nothing there any more).
-    Records(Vec<(u64, Bytes)>),
+    /// Records from the offset asked for, ascending (none: nothing there any more): offset,
+    /// value, metadata.
+    Records(Vec<(u64, Bytes, RecordMeta)>),
     /// The offsets from the one asked for up to `to` (exclusive) are not held: their records
     /// were damaged on disk. The answer goes on at `to`.
     Missing {
@@ -133,7 +136,14 @@ impl StoreWriterConfig {
 }
 
 /// A record for the driver to append to the engine, in offset order per partition.
-pub type Append = Record;
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Append {
+    /// The record.
+    pub record: Record,
+    /// Its metadata; `None` for a record that came without (RECORD or DIRECT-RECORD, from a
+    /// reference producer or store): the driver stamps it with the append time.
+    pub meta: Option<RecordMeta>,
+}
 
 #[derive(Debug)]
 struct WriterPartition {
@@ -239,7 +249,7 @@ pub struct StoreWriter {
     /// Why the store can no longer write ([`StoreWriter::fail`]), as told to producers.
     failed: Option<Bytes>,
     /// Records that fill holes, for the driver ([`StoreWriter::poll_fill`]).
-    fills: VecDeque<Record>,
+    fills: VecDeque<Append>,
     /// When the holes are FETCHed again, and the delay after that.
     holes_at: Option<(Instant, Duration)>,
 }
@@ -268,12 +278,16 @@ impl StoreWriter {
         &self.config
     }
 
-    /// The subscriptions of the writer's SUB: `'M'` and `'H'` (every topic) and `'D'` + its id.
-    pub fn subscriptions(&self) -> [Bytes; 3] {
+    /// The subscriptions of the writer's SUB: `'M'` and `'H'` (every topic) and `'D'` + its id
+    /// as the reference's, then `'T'` (every topic) and `'V'` + its id (our producers and store readers answer its FETCHes with
+    /// DIRECT-META-RECORDS, reference ones with DIRECT-RECORDs).
+    pub fn subscriptions(&self) -> [Bytes; 5] {
         [
             subscription::all(Kind::Record),
             subscription::all(Kind::Head),
             subscription::node(Kind::DirectRecord, &self.config.id),
+            subscription::all(Kind::MetaRecord),
+            subscription::node(Kind::DirectMetaRecords, &self.config.id),
         ]
     }
 
@@ -309,7 +323,7 @@ impl StoreWriter {
     }
 
     /// The next record to write into a hole (an engine `fill`).
-    pub fn poll_fill(&mut self) -> Option<Record> {
+    pub fn poll_fill(&mut self) -> Option<Append> {
         self.fills.pop_front()
     }
 
@@ -340,23 +354,42 @@ impl StoreWriter {
         });
     }
 
-    /// Handles a message from the writer's SUB: RECORD, DIRECT-RECORD to it, HEAD. Anything
-    /// else is not for a writer and is ignored.
+    /// Handles a message from the writer's SUB: RECORD, META-RECORD, DIRECT-RECORD and
+    /// DIRECT-META-RECORDS to it, HEAD. Anything else is not for a writer and is ignored.
     pub fn handle_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
         match message {
-            Message::Record(r) => self.on_record(r, now),
+            Message::Record(r) => self.on_record(r, None, now),
+            Message::MetaRecord(m) => self.on_record(&m.record, Some(&m.meta), now),
             Message::DirectRecord(d) => {
-                if d.to != self.config.id {
-                    return Err(PeerError::NotForUs {
-                        kind: Kind::DirectRecord.name(),
-                        to: d.to,
-                    });
+                self.check_to(Kind::DirectRecord, &d.to)?;
+                self.on_record(&d.record, None, now)
+            }
+            Message::DirectMetaRecords(DirectMetaRecords { run, metas }) => {
+                self.check_to(Kind::DirectMetaRecords, &run.to)?;
+                for ((offset, content), meta) in (run.first..).zip(&run.contents).zip(metas) {
+                    let record = Record {
+                        producer: run.producer,
+                        topic: run.topic.clone(),
+                        sequence: offset,
+                        content: content.clone(),
+                    };
+                    self.on_record(&record, Some(meta), now)?;
                 }
-                self.on_record(&d.record, now)
+                Ok(())
             }
             Message::Head(h) => self.on_head(h, now),
             _ => Ok(()),
         }
+    }
+
+    fn check_to(&self, kind: Kind, to: &NodeId) -> Result<(), PeerError> {
+        if *to != self.config.id {
+            return Err(PeerError::NotForUs {
+                kind: kind.name(),
+                to: *to,
+            });
+        }
+        Ok(())
     }
 
     fn partition(&mut self, key: &PartitionKey) -> Result<&mut WriterPartition, PeerError> {
@@ -375,7 +408,12 @@ impl StoreWriter {
             })
     }
 
-    fn on_record(&mut self, record: &Record, now: Instant) -> Result<(), PeerError> {
+    fn on_record(
+        &mut self,
+        record: &Record,
+        meta: Option<&RecordMeta>,
+        now: Instant,
+    ) -> Result<(), PeerError> {
         let key = (record.topic.clone(), record.producer);
         if self.failed.is_some() {
             self.dropped += 1;
@@ -386,12 +424,16 @@ impl StoreWriter {
         let p = retry::partition_entry(&mut self.partitions, key, max, || WriterPartition::new(0))
             .ok_or(PeerError::PartitionLimit { max })?;
         p.head = Some(p.head.map_or(record.sequence, |h| h.max(record.sequence)));
+        let append = || Append {
+            record: record.clone(),
+            meta: meta.cloned(),
+        };
         if record.sequence == p.accepted && !full {
             p.accepted += 1;
-            self.appends.push_back(record.clone());
+            self.appends.push_back(append());
         } else if record.sequence < p.accepted && !full && p.unhole(record.sequence) {
             // A record the engine lost to damage, from another store (or its producer).
-            self.fills.push_back(record.clone());
+            self.fills.push_back(append());
         } else {
             // Behind: a duplicate. Ahead (or no room): dropped, FETCHed again below.
             self.dropped += 1;
@@ -676,25 +718,34 @@ impl StoreReaderConfig {
     }
 }
 
-/// A DIRECT-RECORDS being filled from a chunk read for an [`Answer`].
+/// A DIRECT-RECORDS (or, with metadata, DIRECT-META-RECORDS) being filled from a chunk read
+/// for an [`Answer`].
 #[derive(Debug, Default)]
 struct Run {
     bytes: usize,
     contents: Vec<Bytes>,
+    /// Empty when the requester takes DIRECT-RECORDS (values only).
+    metas: Vec<RecordMeta>,
 }
 
 impl Run {
-    /// The DIRECT-RECORDS of the records gathered, the last of them just before offset
-    /// `next`; the run is left empty.
+    /// The DIRECT-RECORDS or DIRECT-META-RECORDS of the records gathered, the last of them
+    /// just before offset `next`; the run is left empty.
     fn take(&mut self, answer: &Answer, next: u64) -> Message {
         self.bytes = 0;
-        Message::DirectRecords(DirectRecords {
+        let run = DirectRecords {
             to: answer.to,
             producer: answer.producer,
             topic: answer.topic.clone(),
             first: next - self.contents.len() as u64,
             contents: std::mem::take(&mut self.contents),
-        })
+        };
+        if self.metas.is_empty() {
+            Message::DirectRecords(run)
+        } else {
+            let metas = std::mem::take(&mut self.metas);
+            Message::DirectMetaRecords(DirectMetaRecords { run, metas })
+        }
     }
 }
 
@@ -717,9 +768,9 @@ pub struct StoreReader {
     transmit: VecDeque<Message>,
     dropped: u64,
     read_errors: u64,
-    /// Per consumer, which of `'E'`, `'O'`, `'R'`, `'B'` + its id reached the XPUB (bits 0 to
-    /// 3): a HEADS-END goes only to a consumer that receives the answers it follows, and
-    /// DIRECT-RECORDS only to one that receives them.
+    /// Per consumer, which of `'E'`, `'O'`, `'R'`, `'B'`, `'V'` + its id reached the XPUB
+    /// (bits 0 to 4): a HEADS-END goes only to a consumer that receives the answers it
+    /// follows, DIRECT-RECORDS and DIRECT-META-RECORDS only to one that receives them.
     listening: HashMap<NodeId, u8>,
 }
 
@@ -730,6 +781,8 @@ pub const MAX_LISTENING: usize = 4096;
 const LISTENS_HEADS: u8 = 0b0111;
 /// `'B'`: DIRECT-RECORDS.
 const LISTENS_RUNS: u8 = 0b1000;
+/// `'V'`: DIRECT-META-RECORDS.
+const LISTENS_METAS: u8 = 0b1_0000;
 
 fn listen_bit(kind: Kind) -> Option<u8> {
     match kind {
@@ -737,6 +790,7 @@ fn listen_bit(kind: Kind) -> Option<u8> {
         Kind::DirectLowWater => Some(0b0010),
         Kind::HeadsEnd => Some(0b0100),
         Kind::DirectRecords => Some(LISTENS_RUNS),
+        Kind::DirectMetaRecords => Some(LISTENS_METAS),
         _ => None,
     }
 }
@@ -993,13 +1047,12 @@ impl StoreReader {
                     self.answers.pop_front();
                 }
                 Ok(LogRead::Records(records)) => {
-                    let runs = self
-                        .listening
-                        .get(&answer.to)
-                        .is_some_and(|bits| bits & LISTENS_RUNS != 0);
+                    let bits = self.listening.get(&answer.to).copied().unwrap_or(0);
+                    let metas = bits & LISTENS_METAS != 0;
+                    let runs = metas || bits & LISTENS_RUNS != 0;
                     let mut run = Run::default();
                     let mut expected = answer.next;
-                    for (offset, content) in records {
+                    for (offset, content, meta) in records {
                         // Only the contiguous run from the offset asked for: an answer never
                         // skips a record.
                         if offset != expected || offset >= answer.end {
@@ -1025,6 +1078,10 @@ impl StoreReader {
                         }
                         run.bytes += content.len();
                         run.contents.push(content);
+                        if metas {
+                            run.bytes += meta.payload_len();
+                            run.metas.push(meta);
+                        }
                     }
                     if !run.contents.is_empty() {
                         self.chunk.push_back(run.take(answer, expected));

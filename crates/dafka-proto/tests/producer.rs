@@ -5,12 +5,15 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dafka_proto::message::{DirectMetaRecords, MetaRecord};
+use dafka_proto::record::{Header, RecordMeta};
 use dafka_proto::{
     Ack, CallerError, Fetch, Limits, Message, NodeId, PeerError, Producer, ProducerConfig,
     SendError, Topic,
 };
 
-use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
+use common::{C1, C2, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
+use dafka_proto::{Kind, subscription};
 
 fn golden() -> Topic {
     common::topic("golden")
@@ -29,7 +32,7 @@ fn with_sent(cfg: ProducerConfig, n: u64) -> Producer {
     let t0 = Instant::now();
     let mut p = Producer::new(cfg).unwrap();
     for i in 0..n {
-        p.send(value(i), t0).unwrap();
+        p.send(value(i), RecordMeta::created(0), t0).unwrap();
     }
     assert_eq!(drain(&mut p).len(), n as usize);
     p
@@ -77,16 +80,21 @@ fn records_get_offsets_from_zero_and_go_out_in_order() {
     let t0 = Instant::now();
     let mut p = Producer::new(config()).unwrap();
     for i in 0..3 {
-        assert_eq!(p.send(value(i), t0), Ok(i));
+        assert_eq!(
+            p.send(value(i), RecordMeta::created(1000 + i as i64), t0),
+            Ok(i)
+        );
     }
     let out = drain(&mut p);
     assert_eq!(out.len(), 3);
     for (i, m) in out.iter().enumerate() {
-        let Message::Record(r) = m else {
+        // Each with its own metadata, as META-RECORD.
+        let Message::MetaRecord(MetaRecord { record: r, meta }) = m else {
             panic!("{m:?}")
         };
         assert_eq!((r.sequence, &r.content), (i as u64, &value(i as u64)));
         assert_eq!((r.producer, &r.topic), (id(P1), &golden()));
+        assert_eq!(meta, &RecordMeta::created(1000 + i as i64));
     }
     assert_eq!(p.next_offset(), 3);
     assert_eq!(p.unacked_records(), 3);
@@ -98,8 +106,8 @@ fn a_resumed_partition_continues_at_its_first_offset() {
     let mut cfg = config();
     cfg.first_offset = 42;
     let mut p = Producer::new(cfg).unwrap();
-    assert_eq!(p.send(value(0), t0), Ok(42));
-    let Some(Message::Record(r)) = p.poll_transmit() else {
+    assert_eq!(p.send(value(0), RecordMeta::created(0), t0), Ok(42));
+    let Some(Message::MetaRecord(MetaRecord { record: r, .. })) = p.poll_transmit() else {
         panic!()
     };
     assert_eq!(r.sequence, 42);
@@ -124,8 +132,8 @@ fn head_every_interval_after_the_first_record_even_when_idle() {
     p.handle_timeout(t0 + 10 * second);
     assert_eq!(p.poll_transmit(), None);
 
-    p.send(value(0), t0).unwrap();
-    p.send(value(1), t0).unwrap();
+    p.send(value(0), RecordMeta::created(0), t0).unwrap();
+    p.send(value(1), RecordMeta::created(0), t0).unwrap();
     drain(&mut p);
     assert_eq!(p.poll_timeout(), Some(t0 + second));
     // Not before its time.
@@ -154,7 +162,7 @@ fn announce_head_sends_one_head_at_once_only_after_a_record() {
     p.announce_head();
     assert_eq!(p.poll_transmit(), None, "nothing sent: nothing to announce");
     for i in 0..3 {
-        p.send(value(i), t0).unwrap();
+        p.send(value(i), RecordMeta::created(0), t0).unwrap();
     }
     drain(&mut p);
     p.announce_head();
@@ -175,7 +183,12 @@ fn fetch_is_answered_with_the_right_contents_past_256_unacked_records() {
     let t0 = Instant::now();
     let mut p = Producer::new(config()).unwrap();
     for i in 0..300 {
-        p.send(Bytes::from(format!("bug-r{i:04}")), t0).unwrap();
+        p.send(
+            Bytes::from(format!("bug-r{i:04}")),
+            RecordMeta::created(0),
+            t0,
+        )
+        .unwrap();
     }
     drain(&mut p);
     p.handle_fetch(&fetch(S1_WRITER, 0, 100_000)).unwrap();
@@ -201,12 +214,12 @@ fn fetch_answers_only_what_is_held() {
     let t0 = Instant::now();
     let mut p = Producer::new(config()).unwrap();
     for i in 0..10 {
-        p.send(value(i), t0).unwrap();
+        p.send(value(i), RecordMeta::created(0), t0).unwrap();
     }
     // Not yet sent as RECORDs: a FETCH for them waits for the RECORDs instead.
     p.handle_fetch(&fetch(C1, 0, 5)).unwrap();
     let out = drain(&mut p);
-    assert!(out.iter().all(|m| matches!(m, Message::Record(_))));
+    assert!(out.iter().all(|m| matches!(m, Message::MetaRecord(_))));
     p.handle_ack(&ack(3), None).unwrap();
     // 0..=3 released; 4..=5 answered; count 0 and ranges past the head answer nothing.
     p.handle_fetch(&fetch(C1, 0, 6)).unwrap();
@@ -291,11 +304,11 @@ fn the_unacked_buffer_is_bounded_in_records_and_bytes() {
     cfg.max_unacked_bytes = 25;
     cfg.max_record = 12;
     let mut p = Producer::new(cfg).unwrap();
-    p.send(value(0), t0).unwrap();
-    p.send(value(1), t0).unwrap();
+    p.send(value(0), RecordMeta::created(0), t0).unwrap();
+    p.send(value(1), RecordMeta::created(0), t0).unwrap();
     // 22 bytes held; 11 more would make 33 > 25.
     assert_eq!(
-        p.send(value(2), t0),
+        p.send(value(2), RecordMeta::created(0), t0),
         Err(SendError::Full {
             records: 2,
             bytes: 22,
@@ -303,13 +316,14 @@ fn the_unacked_buffer_is_bounded_in_records_and_bytes() {
             max_bytes: 25
         })
     );
-    p.send(Bytes::from_static(b"abc"), t0).unwrap();
+    p.send(Bytes::from_static(b"abc"), RecordMeta::created(0), t0)
+        .unwrap();
     assert!(matches!(
-        p.send(Bytes::new(), t0),
+        p.send(Bytes::new(), RecordMeta::created(0), t0),
         Err(SendError::Full { records: 3, .. })
     ));
     assert_eq!(
-        p.send(Bytes::from(vec![0; 13]), t0),
+        p.send(Bytes::from(vec![0; 13]), RecordMeta::created(0), t0),
         Err(SendError::Caller(CallerError::RecordTooLarge {
             len: 13,
             max: 12
@@ -317,14 +331,14 @@ fn the_unacked_buffer_is_bounded_in_records_and_bytes() {
     );
     drain(&mut p);
     p.handle_ack(&ack(1), None).unwrap();
-    assert_eq!(p.send(value(3), t0), Ok(3));
+    assert_eq!(p.send(value(3), RecordMeta::created(0), t0), Ok(3));
 }
 
 #[test]
 fn messages_for_others_are_refused_without_changing_state() {
     let t0 = Instant::now();
     let mut p = Producer::new(config()).unwrap();
-    p.send(value(0), t0).unwrap();
+    p.send(value(0), RecordMeta::created(0), t0).unwrap();
     drain(&mut p);
     let mut other = ack(0);
     other.producer = id(C1);
@@ -389,7 +403,7 @@ fn the_captured_head_fetch_ack_exchange() {
     let mut p = Producer::new(config()).unwrap();
     let mut captured_record = Vec::new();
     for i in 0..3 {
-        p.send(value(i), t0).unwrap();
+        p.send(value(i), RecordMeta::created(0), t0).unwrap();
     }
     for m in drain(&mut p) {
         captured_record.push(m.to_frames()); // Lost on the wire: nobody subscribed yet.
@@ -457,13 +471,13 @@ fn resuming_asks_the_stores_and_starts_past_the_highest_head() {
     p.handle_message(&direct_head(P1, 70), None).unwrap();
     assert_eq!(p.finish_resume(), Some(99));
     assert_eq!(p.poll_timeout(), None);
-    assert_eq!(p.send(value(0), t0).unwrap(), 100);
+    assert_eq!(p.send(value(0), RecordMeta::created(0), t0).unwrap(), 100);
     // After the first record a late DIRECT-HEAD changes nothing.
     p.handle_message(&direct_head(P1, 500), None).unwrap();
-    assert_eq!(p.send(value(1), t0).unwrap(), 101);
+    assert_eq!(p.send(value(1), RecordMeta::created(0), t0).unwrap(), 101);
     assert!(matches!(
         drain(&mut p).first(),
-        Some(Message::Record(r)) if r.sequence == 100
+        Some(Message::MetaRecord(MetaRecord { record: r, .. })) if r.sequence == 100
     ));
 }
 
@@ -480,7 +494,8 @@ fn store_refusals_are_kept_until_taken_or_acknowledged_past() {
         &id(P1)
     )));
     for i in 0..4 {
-        p.send(Bytes::from(format!("r{i}")), t0).unwrap();
+        p.send(Bytes::from(format!("r{i}")), RecordMeta::created(0), t0)
+            .unwrap();
     }
     let refusal = |sequence, reason| {
         Message::StoreRefusal(dafka_proto::StoreRefusal {
@@ -515,4 +530,64 @@ fn store_refusals_are_kept_until_taken_or_acknowledged_past() {
         r.producer = id(S2_READER);
     }
     assert!(p.handle_message(&other, None).is_err());
+}
+
+#[test]
+fn fetches_from_a_node_taking_metadata_are_answered_with_it() {
+    let t0 = Instant::now();
+    let mut p = Producer::new(config()).unwrap();
+    let keyed = RecordMeta {
+        key: Some(Bytes::from_static(b"user-1")),
+        headers: Some(vec![Header::new("trace", None)]),
+        ..RecordMeta::created(77)
+    };
+    p.send(value(0), keyed.clone(), t0).unwrap();
+    p.send(value(1), RecordMeta::created(78), t0).unwrap();
+    drain(&mut p);
+    // C1 subscribed to 'V' + its id; C2 did not (a reference consumer).
+    p.handle_subscription(&subscription::node(Kind::DirectMetaRecords, &id(C1)));
+    p.handle_fetch(&fetch(C1, 0, 2)).unwrap();
+    p.handle_fetch(&fetch(C2, 0, 1)).unwrap();
+    let out = drain(&mut p);
+    let metas: Vec<_> = out
+        .iter()
+        .filter_map(|m| match m {
+            Message::DirectMetaRecords(DirectMetaRecords { run, metas }) => {
+                assert_eq!(run.to, id(C1));
+                Some(metas[0].clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(metas, vec![keyed, RecordMeta::created(78)]);
+    assert!(out.iter().any(
+        |m| matches!(m, Message::DirectRecord(d) if d.to == id(C2) && d.record.sequence == 0)
+    ));
+    // Its subscription gone, C1 gets values only.
+    p.handle_unsubscription(&subscription::node(Kind::DirectMetaRecords, &id(C1)));
+    p.handle_fetch(&fetch(C1, 1, 1)).unwrap();
+    assert!(matches!(&drain(&mut p)[..], [Message::DirectRecord(_)]));
+}
+
+#[test]
+fn key_and_headers_count_against_the_record_limit() {
+    let t0 = Instant::now();
+    let mut cfg = config();
+    cfg.max_record = 10;
+    let mut p = Producer::new(cfg).unwrap();
+    let meta = RecordMeta {
+        key: Some(Bytes::from_static(b"12345")),
+        ..RecordMeta::created(0)
+    };
+    assert!(
+        p.send(Bytes::from_static(b"12345"), meta.clone(), t0)
+            .is_ok()
+    );
+    assert!(matches!(
+        p.send(Bytes::from_static(b"123456"), meta, t0),
+        Err(SendError::Caller(CallerError::RecordTooLarge {
+            len: 11,
+            max: 10
+        }))
+    ));
 }

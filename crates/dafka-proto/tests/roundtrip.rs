@@ -6,6 +6,8 @@ use dafka_proto::{
     Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord,
     DirectRecords, Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon,
     NodeId, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal, Topic, TowerBeacon,
+    message::{DirectMetaRecords, MetaRecord},
+    record::{Header, RecordMeta, TimestampType},
 };
 use proptest::prelude::*;
 
@@ -30,6 +32,32 @@ fn record() -> impl Strategy<Value = Record> {
             content,
         },
     )
+}
+
+/// Any metadata: value-only create-time records half the time (no extras), else any mix of
+/// key (empty or not), headers (null, empty or any values) and log-append time.
+fn meta() -> impl Strategy<Value = RecordMeta> {
+    let header = (".{0,12}", prop::option::of(content()))
+        .prop_map(|(name, value): (String, _)| Header::new(&name, value));
+    prop_oneof![
+        any::<i64>().prop_map(RecordMeta::created),
+        (
+            any::<i64>(),
+            any::<bool>(),
+            prop::option::of(content()),
+            prop::option::of(prop::collection::vec(header, 0..4)),
+        )
+            .prop_map(|(timestamp, log_append, key, headers)| RecordMeta {
+                timestamp,
+                timestamp_type: if log_append {
+                    TimestampType::LogAppendTime
+                } else {
+                    TimestampType::CreateTime
+                },
+                key,
+                headers,
+            }),
+    ]
 }
 
 fn head() -> impl Strategy<Value = Head> {
@@ -106,6 +134,26 @@ fn message() -> impl Strategy<Value = Message> {
             }
             .into()
         ),
+        (record(), meta()).prop_map(|(record, meta)| MetaRecord { record, meta }.into()),
+        (
+            node_id(),
+            head(),
+            prop::collection::vec((content(), meta()), 1..8)
+        )
+            .prop_map(|(to, h, records)| {
+                let (contents, metas): (Vec<_>, Vec<_>) = records.into_iter().unzip();
+                DirectMetaRecords {
+                    run: DirectRecords {
+                        to,
+                        producer: h.producer,
+                        topic: h.topic,
+                        first: h.sequence.min(u64::MAX - contents.len() as u64 + 1),
+                        contents,
+                    },
+                    metas,
+                }
+                .into()
+            }),
         (
             node_id(),
             head(),
@@ -148,7 +196,7 @@ fn beacon() -> impl Strategy<Value = BeaconMessage> {
 
 /// Arbitrary frames that often look like Dafka: a real id byte and a NUL-terminated prefix.
 fn frames() -> impl Strategy<Value = Vec<Bytes>> {
-    let id = prop::sample::select(b"MDFKHEGWLBNXx".to_vec());
+    let id = prop::sample::select(b"MDFKHEGWLBNXTVx".to_vec());
     let frame1 = (id, prop::collection::vec(any::<u8>(), 0..120)).prop_map(|(id, rest)| {
         let mut f = vec![id];
         f.extend(rest);
@@ -166,7 +214,10 @@ proptest! {
     fn messages_round_trip(m in message()) {
         let frames = m.to_frames();
         match &m {
-            Message::DirectRecords(d) => prop_assert_eq!(frames.len(), 1 + d.contents.len()),
+            Message::DirectRecords(d)
+            | Message::DirectMetaRecords(DirectMetaRecords { run: d, .. }) => {
+                prop_assert_eq!(frames.len(), 1 + d.contents.len())
+            }
             _ => prop_assert_eq!(frames.len(), m.kind().frames()),
         }
         prop_assert_eq!(frames[0].len(), m.header_len());
@@ -217,6 +268,9 @@ proptest! {
             }
             if let Message::ConsumerHello(c) = &m {
                 prop_assert!(c.topics.len() <= 4);
+            }
+            if let Message::DirectMetaRecords(d) = &m {
+                prop_assert_eq!(d.metas.len(), d.run.contents.len());
             }
         }
         if let Ok(b) = BeaconMessage::decode(&frames, &limits) {

@@ -9,6 +9,8 @@ use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dafka_proto::record::RecordMeta;
+use dafka_proto::store::Append;
 use dafka_proto::{
     ConsumerConfig, ConsumerHello, DirectMissing, DirectRecord, Fetch, GetHeads, Head, LogRead,
     Message, NodeId, OffsetReset, PeerError, Producer, ProducerConfig, Record, StoreLog,
@@ -19,30 +21,37 @@ use common::{C1, C2, P1, Rng, S1_WRITER, S2_READER, S2_WRITER, id, topic};
 
 const S1_READER: &str = "C0AE384776F04AE29D3D0738F9CCD7A6";
 
+/// A record held by [`MemLog`]: value and metadata.
+type Held = (Bytes, RecordMeta);
+
 /// A log in memory: what the engine would hold, with a low-water mark per partition, and
 /// offsets damaged on its disk (`from..to` per partition: never served).
 #[derive(Default)]
 struct MemLog {
-    parts: BTreeMap<(Topic, NodeId), (u64, Vec<Bytes>)>,
+    parts: BTreeMap<(Topic, NodeId), (u64, Vec<Held>)>,
     damaged: Vec<((Topic, NodeId), u64, u64)>,
 }
 
 impl MemLog {
     /// Appends at the partition's head (the engine refuses anything else).
-    fn append(&mut self, r: &Record) {
+    /// A record that came without metadata is stamped at time 0, as the engine's driver
+    /// stamps it with the append time.
+    fn append(&mut self, a: &Append) {
+        let r = &a.record;
         let (low, values) = self.parts.entry((r.topic.clone(), r.producer)).or_default();
         assert_eq!(
             *low + values.len() as u64,
             r.sequence,
             "append out of order"
         );
-        values.push(r.content.clone());
+        let meta = a.meta.clone().unwrap_or(RecordMeta::log_append(0));
+        values.push((r.content.clone(), meta));
     }
 
     fn values(&self, t: &str, p: &str) -> Vec<Bytes> {
         self.parts
             .get(&(topic(t), id(p)))
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v.iter().map(|(c, _)| c.clone()).collect())
             .unwrap_or_default()
     }
 }
@@ -89,9 +98,9 @@ impl StoreLog for MemLog {
             values
                 .iter()
                 .enumerate()
-                .map(|(i, v)| (low + i as u64, v.clone()))
-                .skip_while(|(o, _)| *o < from)
-                .take_while(|(o, _)| stop.is_none_or(|s| *o < s))
+                .map(|(i, (v, m))| (low + i as u64, v.clone(), m.clone()))
+                .skip_while(|(o, _, _)| *o < from)
+                .take_while(|(o, _, _)| stop.is_none_or(|s| *o < s))
                 .take(max)
                 .collect(),
         ))
@@ -134,9 +143,9 @@ fn sent_r(r: &mut StoreReader, log: &MemLog) -> Vec<Message> {
 /// Moves the writer's appends into `log` and returns their offsets.
 fn append_all(w: &mut StoreWriter, log: &mut MemLog) -> Vec<u64> {
     std::iter::from_fn(|| w.poll_append())
-        .map(|r| {
-            log.append(&r);
-            r.sequence
+        .map(|a| {
+            log.append(&a);
+            a.record.sequence
         })
         .collect()
 }
@@ -179,6 +188,9 @@ fn subscriptions_are_the_references() {
     assert_eq!(subs[0], &b"M"[..]);
     assert_eq!(subs[1], &b"H"[..]);
     assert_eq!(subs[2], format!("D{S1_WRITER}").as_bytes());
+    // The extensions after the reference's: META-RECORDs and DIRECT-META-RECORDS.
+    assert_eq!(subs[3], &b"T"[..]);
+    assert_eq!(subs[4], format!("V{S1_WRITER}").as_bytes());
     let r = reader();
     let subs: Vec<Bytes> = r.subscriptions().into();
     assert_eq!(subs[0], &b"F"[..]);
@@ -252,7 +264,8 @@ fn a_lost_refusal_comes_again_with_the_ack_a_head_brings_back_and_is_reported_on
     let mut w = writer();
     let mut log = MemLog::default();
     for i in 0..4 {
-        p.send(Bytes::from(format!("r{i}")), t0).unwrap();
+        p.send(Bytes::from(format!("r{i}")), RecordMeta::created(0), t0)
+            .unwrap();
     }
     let records: Vec<_> = std::iter::from_fn(|| p.poll_transmit()).collect();
     for m in &records {
@@ -297,7 +310,8 @@ fn a_lost_refusal_comes_again_with_the_ack_a_head_brings_back_and_is_reported_on
     // batch; the last REPEATED_REFUSALS of them come again with the next HEAD's ACK.
     let n = dafka_proto::REPEATED_REFUSALS as u64 + 2;
     for i in 0..n {
-        p.send(Bytes::from(format!("big{i}")), t0).unwrap();
+        p.send(Bytes::from(format!("big{i}")), RecordMeta::created(0), t0)
+            .unwrap();
     }
     let records: Vec<_> = std::iter::from_fn(|| p.poll_transmit()).collect();
     for m in &records {
@@ -420,7 +434,7 @@ fn restored_partitions_continue_at_the_engine_head() {
     w.handle_message(&Message::Record(record(9)), t0).unwrap();
     assert!(w.poll_append().is_none());
     w.handle_message(&Message::Record(record(10)), t0).unwrap();
-    assert_eq!(w.poll_append().map(|r| r.sequence), Some(10));
+    assert_eq!(w.poll_append().map(|a| a.record.sequence), Some(10));
     // HEAD(9) after a restart: already durable, acked without a FETCH.
     w.handle_message(&head(9), t0).unwrap();
     let out = sent_w(&mut w);
@@ -456,7 +470,10 @@ fn fetch(from: &str, seq: u64, count: u32) -> Message {
 fn log_with(n: u64) -> MemLog {
     let mut log = MemLog::default();
     for seq in 0..n {
-        log.append(&record(seq));
+        log.append(&Append {
+            record: record(seq),
+            meta: None,
+        });
     }
     log
 }
@@ -662,7 +679,12 @@ fn fetch_below_the_low_water_mark_gets_the_low_water_mark_not_records() {
     let mut log = log_with(0);
     log.parts.insert(
         key(),
-        (5, (5..8).map(|s| record(s).content).collect::<Vec<_>>()),
+        (
+            5,
+            (5..8)
+                .map(|s| (record(s).content, RecordMeta::created(0)))
+                .collect::<Vec<_>>(),
+        ),
     );
     let mut r = reader();
     r.handle_message(&fetch(C1, 0, 10), &log).unwrap();
@@ -697,7 +719,10 @@ fn get_heads_consumer_hello_and_store_hello() {
     let mut log = log_with(6);
     let mut other = record(0);
     other.topic = topic("golden2");
-    log.append(&other);
+    log.append(&Append {
+        record: other,
+        meta: None,
+    });
     let mut r = reader();
     r.handle_message(
         &Message::GetHeads(GetHeads {
@@ -785,8 +810,9 @@ impl Cluster {
                     if w.poll_timeout().is_some_and(|d| now >= d) {
                         w.handle_timeout(now);
                     }
-                    for r in std::iter::from_fn(|| w.poll_append()) {
-                        self.logs[*s].append(&r);
+                    for a in std::iter::from_fn(|| w.poll_append()) {
+                        self.logs[*s].append(&a);
+                        let r = a.record;
                         self.syncing
                             .push((*s, (r.topic.clone(), r.producer), r.sequence + 1));
                     }
@@ -914,7 +940,11 @@ fn cluster_replicates_and_serves_after_the_producers_are_gone() {
         for i in 0..2 {
             let now = c.now;
             c.producer(i)
-                .send(Bytes::from(format!("p{i}-r{n}")), now)
+                .send(
+                    Bytes::from(format!("p{i}-r{n}")),
+                    RecordMeta::created(0),
+                    now,
+                )
                 .unwrap();
         }
         if n % 7 == 0 {
@@ -1074,7 +1104,12 @@ fn earliest_consumer_starts_at_the_low_water_mark() {
     let mut log = MemLog::default();
     log.parts.insert(
         key(),
-        (5, (5..8).map(|s| record(s).content).collect::<Vec<_>>()),
+        (
+            5,
+            (5..8)
+                .map(|s| (record(s).content, RecordMeta::created(0)))
+                .collect::<Vec<_>>(),
+        ),
     );
     let mut r = reader();
     let mut cfg = ConsumerConfig::new(id(C1));
@@ -1158,7 +1193,8 @@ fn store_acks_name_the_writer_and_count_towards_min_acks() {
     cfg.min_acks = 2;
     let mut p = Producer::new(cfg).unwrap();
     assert_eq!(p.subscriptions()[0], format!("A{P1}").as_bytes());
-    p.send(record(0).content, t0).unwrap();
+    p.send(record(0).content, RecordMeta::created(0), t0)
+        .unwrap();
     while p.poll_transmit().is_some() {}
     // The reference form does not count, one store twice does not count.
     p.handle_message(&out[0], None).unwrap();
@@ -1245,14 +1281,14 @@ fn holes_are_fetched_until_filled() {
         w.handle_message(&direct(seq), t0).unwrap();
     }
     let fills: Vec<u64> = std::iter::from_fn(|| w.poll_fill())
-        .map(|r| r.sequence)
+        .map(|a| a.record.sequence)
         .collect();
     assert_eq!(fills, [3, 4], "offsets of holes only, each once");
     assert_eq!(w.poll_append(), None);
     w.handle_timeout(t0 + Duration::from_millis(200));
     assert_eq!(fetches(&sent_w(&mut w)), [(7, 1)]);
     w.handle_message(&direct(7), t0).unwrap();
-    assert_eq!(w.poll_fill().map(|r| r.sequence), Some(7));
+    assert_eq!(w.poll_fill().map(|a| a.record.sequence), Some(7));
     w.handle_timeout(t0 + Duration::from_secs(10));
     assert_eq!(sent_w(&mut w), [], "nothing left to fetch");
     assert_eq!(w.poll_timeout(), None);

@@ -1,20 +1,23 @@
 //! The consumer node: [`dafka_proto::Consumer`] on an XPUB publisher (as the reference's: a
 //! store reader's `'W'` + id subscription reaching it asks for a CONSUMER-HELLO) and a SUB
-//! subscribed to `'D'`, `'E'`, `'L'` + its id and `'M'`, `'H'` + each topic + `0x00` (exact).
+//! subscribed to `'D'`, `'V'`, `'E'`, `'L'` + its id and `'T'`, `'M'`, `'H'` + each topic +
+//! `0x00` (exact).
 //!
 //! The node's task hands every received message to the state machine and moves the records
-//! it delivers, stamped with the time they were received, to a queue of at most
+//! it delivers, with their metadata (stamped with the time they were received when they came
+//! without, from a reference producer), to a queue of at most
 //! [`ConsumerOptions::max_buffered`] records; while that queue is full it stops reading its
 //! subscriber. [`ConsumerNode::poll`] takes batches from the queue.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::consumer::PastEnd;
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Loss, Message, NodeId, OffsetReset, PeerError, Topic,
+    Bounds, Consumer, ConsumerConfig, Loss, Message, NodeId, OffsetReset, PeerError, RecordMeta,
+    Topic,
 };
 use dafka_zmtp::{Socket, SocketType};
 
@@ -23,6 +26,7 @@ use crate::node::{
     Control, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TowerWait, log_refused, new_node_id,
     publish, take_up_to,
 };
+use crate::producer::now_us;
 
 /// A record as the consumer delivers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +39,11 @@ pub struct ConsumerRecord {
     pub offset: u64,
     /// The value.
     pub value: Bytes,
-    /// When this consumer received the record (the wire carries no timestamp).
-    pub timestamp: SystemTime,
+    /// Its timestamp (the producer's, the same for every reader), key and headers. A record
+    /// from a reference producer has none on the wire: the time a store of ours appended it
+    /// when it came from one, else the time this consumer received it, as
+    /// [`TimestampType::LogAppendTime`](dafka_proto::TimestampType::LogAppendTime).
+    pub meta: RecordMeta,
 }
 
 /// The next offset a consumer delivers in one partition.
@@ -497,8 +504,9 @@ impl ConsumerNode {
 /// damaged on every store hung so, in `PartitionReader.position`).
 struct ConsumerRole {
     shared: Arc<Shared>,
-    /// The receive time of the current input batch (one clock read per batch).
-    received: Option<SystemTime>,
+    /// The receive time of the current input batch, in microseconds since the epoch (one
+    /// clock read per batch, for records that came without a timestamp).
+    received: Option<i64>,
     /// Records were queued during the current input batch: wake `poll` after it.
     delivered: bool,
     /// Where the consumer starts: a topic not held is a warning for "earliest".
@@ -509,15 +517,18 @@ impl Role for ConsumerRole {
     fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
         let mut state = self.shared.lock();
         let result = state.consumer.handle_message(message, now);
-        let received = *self.received.get_or_insert_with(SystemTime::now);
         let before = state.records.len();
         while let Some(d) = state.consumer.poll_record() {
+            let meta = match d.meta {
+                Some(meta) => meta,
+                None => RecordMeta::log_append(*self.received.get_or_insert_with(now_us)),
+            };
             state.records.push_back(ConsumerRecord {
                 topic: d.topic,
                 partition: d.partition,
                 offset: d.offset,
                 value: d.content,
-                timestamp: received,
+                meta,
             });
         }
         let losses: Vec<Loss> = std::iter::from_fn(|| state.consumer.poll_loss()).collect();

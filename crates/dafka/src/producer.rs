@@ -1,5 +1,11 @@
-//! The producer node: [`dafka_proto::Producer`] on a PUB publisher (as the reference's) and a
-//! SUB subscribed to `'K'` and `'F'` + its id.
+//! The producer node: [`dafka_proto::Producer`] on an XPUB publisher (the reference's is a
+//! PUB; ours hears `'V'` + id subscriptions, for DIRECT-META-RECORDS) and a SUB subscribed to
+//! `'K'` and `'F'` + its id.
+//!
+//! Every record carries a timestamp (the caller's, or the producer's clock when it is sent,
+//! in microseconds UTC) and may carry a key and headers ([`ProducerRecord`]). It goes out as
+//! META-RECORD, and also as RECORD (the value only) while a peer subscribed to RECORDs of the
+//! topic and not to META-RECORDs: a reference consumer or store ([`watch_subscribers`] tells).
 //!
 //! [`ProducerNode::send`] assigns the offset and publishes the RECORD from the caller's task,
 //! under the lock of the state machine (so records leave in offset order);
@@ -16,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::{
-    Kind, Message, NodeId, PeerError, Producer, ProducerConfig, RefusalReason, SendError,
-    StoreRefusal, Topic, subscription,
+    Header, Kind, Message, NodeId, PeerError, Producer, ProducerConfig, RecordMeta, RefusalReason,
+    SendError, StoreRefusal, Topic, record::payload_len, subscription,
 };
 use dafka_zmtp::{Monitor, Socket, SocketEvent, SocketType};
 
@@ -99,6 +105,59 @@ setters! {
     resume_timeout / with_resume_timeout: Option<Duration>,
 }
 
+/// A record to send: its value, and optionally a key, headers and a timestamp. A plain
+/// [`Bytes`] converts into one with the value only.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProducerRecord {
+    /// The value.
+    pub value: Bytes,
+    /// The key (`Some` of an empty one is an empty key, not none).
+    pub key: Option<Bytes>,
+    /// The headers (`Some` of an empty list is an empty list, not none).
+    pub headers: Option<Vec<Header>>,
+    /// Microseconds since the Unix epoch, UTC; `None`: the producer's clock when the record
+    /// is sent.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record with `value` only.
+    pub fn new(value: Bytes) -> Self {
+        ProducerRecord {
+            value,
+            ..ProducerRecord::default()
+        }
+    }
+
+    /// The value and the metadata, stamped `now_us` unless a timestamp was given.
+    fn into_parts(self, now_us: i64) -> (Bytes, RecordMeta) {
+        let meta = RecordMeta {
+            key: self.key,
+            headers: self.headers,
+            ..RecordMeta::created(self.timestamp.unwrap_or(now_us))
+        };
+        (self.value, meta)
+    }
+
+    /// Bytes it takes in the unacknowledged buffer: value, key and headers.
+    fn len(&self) -> usize {
+        self.value.len() + payload_len(self.key.as_ref(), self.headers.as_deref())
+    }
+}
+
+impl From<Bytes> for ProducerRecord {
+    fn from(value: Bytes) -> Self {
+        ProducerRecord::new(value)
+    }
+}
+
+/// Microseconds since the Unix epoch, UTC: a record's default timestamp.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
 /// The default [`ProducerOptions::max_unacked_records`]: the default send HWM.
 const DEFAULT_MAX_UNACKED_RECORDS: usize = 100_000;
 
@@ -120,6 +179,9 @@ struct Shared {
     stores: Arc<AtomicUsize>,
     /// Peers whose subscriptions pass this topic's RECORDs ([`watch_subscribers`]).
     readers: Arc<AtomicUsize>,
+    /// Some of them take RECORDs and not META-RECORDs ([`watch_subscribers`]): each record
+    /// goes out both ways.
+    plain_readers: Arc<AtomicBool>,
     /// The producer's patience with its towers.
     towers: TowerWait,
 }
@@ -144,14 +206,14 @@ impl Shared {
                 return None;
             }
             let m = producer.poll_transmit()?;
-            if !matches!(m, Message::Record(_)) {
+            if !matches!(m, Message::MetaRecord(_)) {
                 // A HEAD or FETCH answer: the task sends the rest.
                 other = true;
                 self.control.wake.notify_one();
             }
             Some(m)
         });
-        let refused = publish(&self.publisher, records);
+        let refused = publish(&self.publisher, self.with_plain(records));
         if !had_timer {
             self.control.wake.notify_one();
         }
@@ -160,6 +222,20 @@ impl Shared {
 
     fn closed(&self) -> bool {
         self.control.stopping()
+    }
+
+    /// `messages`, each META-RECORD followed by the same record as RECORD while a peer takes
+    /// RECORDs only (a reference consumer or store). Our nodes subscribed to both take the
+    /// first and drop the second as a duplicate.
+    fn with_plain(&self, messages: impl Iterator<Item = Message>) -> impl Iterator<Item = Message> {
+        let plain = self.plain_readers.load(Ordering::Relaxed);
+        messages.flat_map(move |m| {
+            let record = match &m {
+                Message::MetaRecord(r) if plain => Some(Message::Record(r.record.clone())),
+                _ => None,
+            };
+            std::iter::once(m).chain(record)
+        })
     }
 }
 
@@ -198,15 +274,19 @@ impl ProducerNode {
         let config_topic = topic.clone();
         (config.id, config.topic) = (id, topic);
         let mut producer = Producer::new(config)?;
-        let plumbing = Plumbing::open(id, node, SocketType::Pub).await?;
+        let plumbing = Plumbing::open(id, node, SocketType::Xpub).await?;
         // Before any beacon goes out: no peer can have subscribed yet.
         let stores = Arc::new(AtomicUsize::new(0));
         let readers = Arc::new(AtomicUsize::new(0));
+        let plain_readers = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_subscribers(
             plumbing.publisher.monitor(SUBSCRIBER_EVENTS),
             config_topic,
             stores.clone(),
-            readers.clone(),
+            Readers {
+                count: readers.clone(),
+                plain: plain_readers.clone(),
+            },
         ));
         for s in producer.subscriptions() {
             plumbing.subscriber.subscribe(&s)?;
@@ -230,6 +310,7 @@ impl ProducerNode {
             failure_heard: Mutex::new(None),
             stores,
             readers,
+            plain_readers,
             towers: plumbing.tower_wait(),
         });
         let port = plumbing.port();
@@ -269,55 +350,63 @@ impl ProducerNode {
         self.port
     }
 
-    /// Sends one record and returns its offset. Waits up to
-    /// [`ProducerOptions::send_timeout`] while the unacknowledged buffer is full, then fails
-    /// with [`Error::SendTimeout`].
-    pub async fn send(&self, value: Bytes) -> Result<u64, Error> {
+    /// Sends one record (a [`ProducerRecord`], or a value as [`Bytes`]) and returns its
+    /// offset. Waits up to [`ProducerOptions::send_timeout`] while the unacknowledged buffer
+    /// is full, then fails with [`Error::SendTimeout`].
+    pub async fn send(&self, record: impl Into<ProducerRecord>) -> Result<u64, Error> {
         let mut first = None;
-        self.send_each(std::iter::once(value), &mut first).await?;
+        self.send_each(std::iter::once(record.into()), &mut first)
+            .await?;
         first.ok_or(Error::Closed)
     }
 
     /// Sends one record without waiting: `Ok(Ok(offset))` once its offset is assigned, the
     /// RECORD left for the node's task to publish with every other one queued until it runs
     /// (the first queued wakes it, the rest ride along: a cheap call for a caller sending one
-    /// record at a time); `Ok(Err(value))` hands the value back when the unacknowledged buffer
-    /// is full (then [`send`](Self::send) waits for room). Records leave in offset order,
-    /// whichever of `send` and `try_send` queued them.
-    pub fn try_send(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+    /// record at a time); `Ok(Err(record))` hands the record back when the unacknowledged
+    /// buffer is full (then [`send`](Self::send) waits for room). Records leave in offset
+    /// order, whichever of `send` and `try_send` queued them.
+    pub fn try_send(
+        &self,
+        record: impl Into<ProducerRecord>,
+    ) -> Result<Result<u64, ProducerRecord>, Error> {
         self.shared.towers.check()?;
-        self.try_send_locked(self.shared.lock(), value)
+        self.try_send_locked(self.shared.lock(), record.into())
     }
 
     /// [`try_send`](Self::try_send) without waiting for the state machine's lock either:
-    /// `Ok(Err(value))` also when another thread holds it (then call `try_send`, or `send`,
+    /// `Ok(Err(record))` also when another thread holds it (then call `try_send`, or `send`,
     /// where blocking is safe). The node's task holds that lock while it publishes up to
     /// 4096 messages: a caller that must not block there (a Python thread holding the GIL)
     /// tries this first.
-    pub fn try_send_uncontended(&self, value: Bytes) -> Result<Result<u64, Bytes>, Error> {
+    pub fn try_send_uncontended(
+        &self,
+        record: ProducerRecord,
+    ) -> Result<Result<u64, ProducerRecord>, Error> {
         self.shared.towers.check()?;
         match self.shared.producer.try_lock() {
-            Ok(producer) => self.try_send_locked(producer, value),
+            Ok(producer) => self.try_send_locked(producer, record),
             Err(std::sync::TryLockError::Poisoned(e)) => {
-                self.try_send_locked(e.into_inner(), value)
+                self.try_send_locked(e.into_inner(), record)
             }
-            Err(std::sync::TryLockError::WouldBlock) => Ok(Err(value)),
+            Err(std::sync::TryLockError::WouldBlock) => Ok(Err(record)),
         }
     }
 
     fn try_send_locked(
         &self,
         mut producer: MutexGuard<'_, Producer>,
-        value: Bytes,
-    ) -> Result<Result<u64, Bytes>, Error> {
+        record: ProducerRecord,
+    ) -> Result<Result<u64, ProducerRecord>, Error> {
         let shared = &self.shared;
         if shared.closed() {
             return Err(Error::Closed);
         }
-        if !fits(&producer, &value) {
-            return Ok(Err(value));
+        if !fits(&producer, &record) {
+            return Ok(Err(record));
         }
-        let offset = match producer.send(value, now()) {
+        let (value, meta) = record.into_parts(now_us());
+        let offset = match producer.send(value, meta, now()) {
             Ok(offset) => offset,
             Err(SendError::Caller(e)) => return Err(e.into()),
             Err(e) => return Err(Error::Refused(e)),
@@ -329,12 +418,17 @@ impl ProducerNode {
         Ok(Ok(offset))
     }
 
-    /// Sends every value in order and returns the offset of the first (the next offset when
-    /// `values` is empty). Waits for room as [`send`](Self::send) does; on an error, the values
-    /// before the failing one were sent.
-    pub async fn send_many(&self, values: impl IntoIterator<Item = Bytes>) -> Result<u64, Error> {
+    /// Sends every record (or value) in order and returns the offset of the first (the next
+    /// offset when there is none). Waits for room as [`send`](Self::send) does; on an error,
+    /// the records before the failing one were sent. Records without a timestamp are stamped
+    /// with the clock once per batch taken under the lock.
+    pub async fn send_many<R: Into<ProducerRecord>>(
+        &self,
+        records: impl IntoIterator<Item = R>,
+    ) -> Result<u64, Error> {
         let mut first = None;
-        self.send_each(values.into_iter(), &mut first).await?;
+        self.send_each(records.into_iter().map(Into::into), &mut first)
+            .await?;
         Ok(match first {
             Some(f) => f,
             None => self.shared.lock().next_offset(),
@@ -343,7 +437,7 @@ impl ProducerNode {
 
     async fn send_each(
         &self,
-        mut values: impl Iterator<Item = Bytes>,
+        mut values: impl Iterator<Item = ProducerRecord>,
         first: &mut Option<u64>,
     ) -> Result<(), Error> {
         let shared = &self.shared;
@@ -354,15 +448,18 @@ impl ProducerNode {
             let (refused, outcome) = {
                 let mut producer = shared.lock();
                 let had_timer = producer.poll_timeout().is_some();
-                // One clock read per batch (it only starts the HEAD timer).
+                // One read of each clock per batch (the monotonic one only starts the HEAD
+                // timer; the wall clock stamps the records that have no timestamp).
                 let t = now();
+                let stamp = now_us();
                 let mut queued = 0;
                 let mut outcome = Ok(());
                 while let Some(value) = pending.take() {
                     if shared.closed() {
                         return Err(Error::Closed);
                     }
-                    match producer.send(value.clone(), t) {
+                    let (v, meta) = value.clone().into_parts(stamp);
+                    match producer.send(v, meta, t) {
                         Ok(offset) => {
                             first.get_or_insert(offset);
                             pending = values.next();
@@ -598,21 +695,38 @@ impl<K: Eq + Hash> Subscribers<K> {
     fn count(&self) -> usize {
         self.peers.len()
     }
+
+    fn peers(&self) -> impl Iterator<Item = &K> {
+        self.peers.keys()
+    }
+
+    fn has(&self, peer: &K) -> bool {
+        self.peers.contains_key(peer)
+    }
+}
+
+/// What [`watch_subscribers`] says of the peers that read the topic.
+struct Readers {
+    /// Peers whose subscriptions pass this topic's RECORDs or META-RECORDs.
+    count: Arc<AtomicUsize>,
+    /// Whether one of them passes RECORDs and not META-RECORDs (a reference consumer or store).
+    plain: Arc<AtomicBool>,
 }
 
 /// Counts the peers subscribed to the producer's publisher until it closes: the store writers
 /// (`'M'`: every RECORD; what [`Error::FlushTimeout`] says) into `stores`, and every peer whose
-/// subscriptions pass this topic's RECORDs (store writers and consumers) into `readers`.
+/// subscriptions pass this topic's records (store writers and consumers) into `readers`.
 async fn watch_subscribers(
     mut events: Monitor,
     topic: Topic,
     stores: Arc<AtomicUsize>,
-    readers: Arc<AtomicUsize>,
+    readers: Readers,
 ) {
     let mut writers = Subscribers::to(subscription::all(Kind::Record));
-    let mut live = Subscribers::passing(subscription::topic_exact(Kind::Record, &topic));
+    let mut plain = Subscribers::passing(subscription::topic_exact(Kind::Record, &topic));
+    let mut metas = Subscribers::passing(subscription::topic_exact(Kind::MetaRecord, &topic));
     while let Some(event) = events.recv().await {
-        for set in [&mut writers, &mut live] {
+        for set in [&mut writers, &mut plain, &mut metas] {
             match &event {
                 SocketEvent::Subscribed { peer, prefix } => set.subscribed(*peer, prefix),
                 SocketEvent::Unsubscribed { peer, prefix } => set.unsubscribed(peer, prefix),
@@ -624,7 +738,11 @@ async fn watch_subscribers(
             break;
         }
         stores.store(writers.count(), Ordering::Relaxed);
-        readers.store(live.count(), Ordering::Relaxed);
+        let only_plain = plain.peers().filter(|p| !metas.has(p)).count();
+        readers
+            .count
+            .store(metas.count() + only_plain, Ordering::Relaxed);
+        readers.plain.store(only_plain > 0, Ordering::Relaxed);
     }
 }
 
@@ -642,11 +760,11 @@ fn store_refused(r: &StoreRefusal, unacked: usize) -> Error {
     }
 }
 
-/// Whether `value` fits in the unacknowledged buffer now.
-fn fits(producer: &Producer, value: &Bytes) -> bool {
+/// Whether `record` fits in the unacknowledged buffer now.
+fn fits(producer: &Producer, record: &ProducerRecord) -> bool {
     let c = producer.config();
     producer.unacked_records() < c.max_unacked_records
-        && producer.unacked_bytes() + value.len() <= c.max_unacked_bytes
+        && producer.unacked_bytes() + record.len() <= c.max_unacked_bytes
 }
 
 struct ProducerRole {
@@ -656,6 +774,14 @@ struct ProducerRole {
 }
 
 impl Role for ProducerRole {
+    fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {
+        self.shared.lock().handle_subscription(prefix);
+    }
+
+    fn on_unsubscription(&mut self, prefix: &[u8]) {
+        self.shared.lock().handle_unsubscription(prefix);
+    }
+
     fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
         let (result, refusals, failing) = {
             let mut producer = self.shared.lock();
@@ -732,7 +858,10 @@ impl Role for ProducerRole {
             let refused = if out.is_empty() {
                 None
             } else {
-                publish(&self.shared.publisher, out.drain(..))
+                publish(
+                    &self.shared.publisher,
+                    self.shared.with_plain(out.drain(..)),
+                )
             };
             (more, refused)
         };

@@ -25,9 +25,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dafka_proto::store::Append;
 use dafka_proto::{
-    LogRead, Message, NodeId, PeerError, RefusalReason, StoreLog, StoreReader, StoreReaderConfig,
-    StoreWriter, StoreWriterConfig, Topic,
+    LogRead, Message, NodeId, PeerError, RecordMeta, RefusalReason, StoreLog, StoreReader,
+    StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic,
 };
 use dafka_store::{AppendError, AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket};
 use dafka_zmtp::SocketType;
@@ -316,7 +317,8 @@ impl WriterRole {
     fn fill(&mut self, writer: &mut StoreWriter) {
         // Called on every turn of the task; fills are rare: the clock only when there is one.
         let mut timestamp_ms = None;
-        while let Some(r) = writer.poll_fill() {
+        while let Some(a) = writer.poll_fill() {
+            let r = &a.record;
             let timestamp_ms = *timestamp_ms.get_or_insert_with(dafka_store::now_ms);
             let Some(&id) = self.ids.get(&(r.topic.clone(), r.producer)) else {
                 continue;
@@ -349,8 +351,11 @@ impl WriterRole {
         let timestamp_ms = dafka_store::now_ms();
         let mut last = None;
         let mut heads = Vec::new();
-        for run in records.chunk_by(|a, b| a.producer == b.producer && a.topic == b.topic) {
-            let key = (run[0].topic.clone(), run[0].producer);
+        let same = |a: &Append, b: &Append| {
+            a.record.producer == b.record.producer && a.record.topic == b.record.topic
+        };
+        for run in records.chunk_by(same) {
+            let key = (run[0].record.topic.clone(), run[0].record.producer);
             let Some(id) = self.id(&key) else {
                 // A topic the engine cannot name (not UTF-8): not stored, never acknowledged.
                 continue;
@@ -358,9 +363,10 @@ impl WriterRole {
             // Records the engine would refuse as too large take their offset as a skip: the
             // partition goes on, and the producer is told (STORE-REFUSAL).
             let max = self.engine.max_record_bytes();
-            for piece in run.chunk_by(|a, b| (a.content.len() > max) == (b.content.len() > max)) {
-                let result = if piece[0].content.len() > max {
-                    piece.iter().try_fold(None, |_, r| {
+            let big = |a: &Append| a.record.content.len() > max;
+            for piece in run.chunk_by(|a, b| big(a) == big(b)) {
+                let result = if big(&piece[0]) {
+                    piece.iter().map(|a| &a.record).try_fold(None, |_, r| {
                         let detail = format!(
                             "record of {} bytes is over this store's limit of {max} bytes: \
                              not stored",
@@ -376,6 +382,7 @@ impl WriterRole {
                 } else {
                     let batch: Vec<AppendRecord<'_>> = piece
                         .iter()
+                        .map(|a| &a.record)
                         .map(|r| AppendRecord {
                             partition: id,
                             offset: r.sequence,
@@ -387,7 +394,7 @@ impl WriterRole {
                 };
                 match result {
                     Ok(ticket) => {
-                        let next = piece[piece.len() - 1].sequence + 1;
+                        let next = piece[piece.len() - 1].record.sequence + 1;
                         heads.push((key.clone(), next));
                         last = ticket.or(last);
                     }
@@ -485,7 +492,13 @@ impl StoreLog for EngineLog {
         };
         match self.engine.read(id, from, max, READ_BYTES) {
             Ok(records) => Ok(LogRead::Records(
-                records.into_iter().map(|r| (r.offset, r.value)).collect(),
+                records
+                    .into_iter()
+                    .map(|r| {
+                        let meta = RecordMeta::log_append(r.timestamp_ms as i64 * 1000);
+                        (r.offset, r.value, meta)
+                    })
+                    .collect(),
             )),
             // Damaged on disk (logged once by the engine): the requester is told.
             Err(dafka_store::ReadError::Lost { to, .. }) => Ok(LogRead::Missing { to }),

@@ -564,7 +564,7 @@ async fn try_send_queues_for_the_task_in_offset_order_and_hands_back_on_full() {
     }
     // No store: the 40 stay unacknowledged and the next is handed back.
     let extra = Bytes::from_static(b"extra");
-    assert_eq!(producer.try_send(extra.clone()).unwrap(), Err(extra));
+    assert_eq!(producer.try_send(extra.clone()).unwrap(), Err(extra.into()));
     assert_eq!(producer.next_offset(), 40);
     let rest: Vec<Bytes> = collect(&consumer, 24)
         .await

@@ -43,7 +43,7 @@ async fn offsets_lists_every_partition_of_a_topic_with_its_bounds() {
     let other = ProducerNode::start("planned2", fast(&towers), producer_options())
         .await
         .unwrap();
-    other.send("x".into()).await.unwrap();
+    other.send(bytes::Bytes::from("x")).await.unwrap();
     other.flush(Some(PATIENCE)).await.unwrap();
 
     // Subscribed to nothing: the query needs no subscription.
@@ -58,7 +58,7 @@ async fn offsets_lists_every_partition_of_a_topic_with_its_bounds() {
         .collect();
     assert_eq!(got, want);
     // Asked again on the same node (a cached consumer), with more records written.
-    producers[0].send("more".into()).await.unwrap();
+    producers[0].send(bytes::Bytes::from("more")).await.unwrap();
     producers[0].flush(Some(PATIENCE)).await.unwrap();
     let again: BTreeMap<_, _> = admin
         .offsets("planned", PATIENCE)
@@ -139,7 +139,9 @@ async fn offsets_fails_once_every_store_died() {
     let p = ProducerNode::start("dying", fast(&towers), producer_options())
         .await
         .unwrap();
-    p.send_many(vec!["a".into(), "b".into()]).await.unwrap();
+    p.send_many([bytes::Bytes::from("a"), bytes::Bytes::from("b")])
+        .await
+        .unwrap();
     p.flush(Some(PATIENCE)).await.unwrap();
     let partition = p.partition();
     p.close().await;

@@ -547,7 +547,12 @@ async fn records_leave_in_offset_order_when_try_send_and_send_mix() {
                 break;
             }
             for m in &batch {
-                if let Ok(Message::Record(r)) = Message::decode(m.frames(), &limits) {
+                let r = match Message::decode(m.frames(), &limits) {
+                    Ok(Message::MetaRecord(m)) => m.record,
+                    Ok(Message::Record(r)) => r,
+                    _ => continue,
+                };
+                {
                     assert!(
                         last.is_none_or(|l| r.sequence > l),
                         "RECORD {} went out after {last:?}",

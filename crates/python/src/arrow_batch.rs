@@ -9,24 +9,28 @@
 //! |----------|---------------------------------|--------------------------|
 //! | `frames` | `list<element: binary>`         | the message's frames     |
 //!
-//! Records, the schema of the `dafka` Spark source too (every field nullable):
+//! Records (every field nullable; the first five in the order they always had, the others
+//! after them):
 //!
-//! | column      | Arrow type                 | content                                   |
-//! |-------------|----------------------------|-------------------------------------------|
-//! | `topic`     | `utf8`                     | the topic                                 |
-//! | `partition` | `utf8`                     | the producer's UUID, 32 upper-case hex    |
-//! | `offset`    | `int64`                    | offset within the partition               |
-//! | `value`     | `binary`                   | the record                                |
-//! | `timestamp` | `timestamp[us, tz=UTC]`    | when the store received it                |
+//! | column          | Arrow type                                  | content                                   |
+//! |-----------------|---------------------------------------------|-------------------------------------------|
+//! | `topic`         | `utf8`                                      | the topic                                 |
+//! | `partition`     | `utf8`                                      | the producer's UUID, 32 upper-case hex    |
+//! | `offset`        | `int64`                                     | offset within the partition               |
+//! | `value`         | `binary`                                    | the record                                |
+//! | `timestamp`     | `timestamp[us, tz=UTC]`                     | the record's own time: the producer's (the same for every reader), or when a store appended one that came without |
+//! | `timestampType` | `int32`                                     | `0` create time, `1` log-append time (Kafka's numbers) |
+//! | `key`           | `binary`                                    | the key; null when the record has none    |
+//! | `headers`       | `list<element: struct<key: utf8, value: binary>>` | the headers; null when the record has none |
 
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
 use arrow_array::builder::{
-    BinaryBuilder, Int64Builder, ListBuilder, StringBuilder, TimestampMicrosecondBuilder,
+    BinaryBuilder, Int32Builder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
+    TimestampMicrosecondBuilder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use dafka_node::ConsumerRecord;
 use dafka_zmtp::Message;
 use pyo3::PyErr;
@@ -122,7 +126,27 @@ pub(crate) fn records_schema() -> SchemaRef {
             DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             true,
         ),
+        Field::new("timestampType", DataType::Int32, true),
+        Field::new("key", DataType::Binary, true),
+        Field::new("headers", DataType::List(header_item()), true),
     ]))
+}
+
+/// The fields of one header: `key` (its name) and `value`, as Spark's Kafka source names them.
+fn header_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("key", DataType::Utf8, true),
+        Field::new("value", DataType::Binary, true),
+    ])
+}
+
+/// The item of the `headers` list.
+fn header_item() -> Arc<Field> {
+    Arc::new(Field::new(
+        "element",
+        DataType::Struct(header_fields()),
+        true,
+    ))
 }
 
 /// One row per record, in the order given.
@@ -134,6 +158,19 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
     let mut offset = Int64Builder::with_capacity(n);
     let mut value = BinaryBuilder::with_capacity(n, bytes);
     let mut ts = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+    let mut ts_type = Int32Builder::with_capacity(n);
+    let key_bytes: usize = records
+        .iter()
+        .filter_map(|r| r.meta.key.as_ref())
+        .map(|k| k.len())
+        .sum();
+    let mut key = BinaryBuilder::with_capacity(n, key_bytes);
+    let header_builders: Vec<Box<dyn arrow_array::builder::ArrayBuilder>> = vec![
+        Box::new(StringBuilder::new()),
+        Box::new(BinaryBuilder::new()),
+    ];
+    let mut headers = ListBuilder::new(StructBuilder::new(header_fields(), header_builders))
+        .with_field(header_item());
     // Records come in runs of one partition: its topic and partition are converted to text
     // once per run, not per row (the hex encoding and UTF-8 check were a third of this).
     let mut names: Option<(&ConsumerRecord, String, String)> = None;
@@ -151,12 +188,28 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
         }
         offset.append_value(i64::try_from(r.offset).unwrap_or(i64::MAX));
         value.append_value(&r.value);
-        let micros = r
-            .timestamp
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        ts.append_value(micros);
+        ts.append_value(r.meta.timestamp);
+        ts_type.append_value(r.meta.timestamp_type.code());
+        key.append_option(r.meta.key.as_ref());
+        match &r.meta.headers {
+            None => headers.append(false),
+            Some(hs) => {
+                let entries = headers.values();
+                for h in hs {
+                    // Our decoders let only UTF-8 names through.
+                    entries
+                        .field_builder::<StringBuilder>(0)
+                        .unwrap_or_else(|| unreachable!("the first header field is utf8"))
+                        .append_value(h.name_str());
+                    entries
+                        .field_builder::<BinaryBuilder>(1)
+                        .unwrap_or_else(|| unreachable!("the second header field is binary"))
+                        .append_option(h.value.as_ref());
+                    entries.append(true);
+                }
+                headers.append(true);
+            }
+        }
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(topic.finish()),
@@ -164,6 +217,9 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
         Arc::new(offset.finish()),
         Arc::new(value.finish()),
         Arc::new(ts.finish()),
+        Arc::new(ts_type.finish()),
+        Arc::new(key.finish()),
+        Arc::new(headers.finish()),
     ];
     RecordBatch::try_new(records_schema(), columns)
 }

@@ -14,22 +14,18 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use arrow_array::{Array, BinaryArray, LargeBinaryArray, LargeStringArray, RecordBatch};
-use arrow_array::{StringArray, make_array};
-use arrow_data::ArrayData;
-use arrow_pyarrow::{FromPyArrow, ToPyArrow};
-use arrow_schema::DataType;
-use bytes::Bytes;
+use arrow_array::RecordBatch;
+use arrow_pyarrow::ToPyArrow;
 use dafka_node::{
     ConsumerNode, ConsumerOptions, NodeConfig, NodeId, OffsetReset, ProducerNode, ProducerOptions,
     StoreNode, StoreOptions, SyncPolicy, Tower, TowerConfig,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyString};
 
 use crate::arrow_batch::{self, records_batch};
 use crate::cluster_keys::{PyClusterKeys, security};
-use crate::{dafka_async, errors, runtime};
+use crate::{dafka_async, errors, records_in, runtime};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -297,83 +293,6 @@ pub(crate) struct PyProducer {
 /// `values` as `Bytes`: a list (or any iterable) of bytes, or an Arrow
 /// binary/string array read through the C data interface, its value buffer
 /// copied once and sliced (no per-value Python work).
-fn values_of(values: &Bound<'_, PyAny>) -> PyResult<Vec<Bytes>> {
-    if values.hasattr("__arrow_c_array__")? || values.hasattr("_export_to_c")? {
-        let data = ArrayData::from_pyarrow_bound(values)?;
-        return arrow_values(make_array(data).as_ref());
-    }
-    if let Ok(list) = values.cast::<PyList>() {
-        return list.iter().map(|v| one_value(&v)).collect();
-    }
-    values.try_iter()?.map(|v| one_value(&v?)).collect()
-}
-
-fn one_value(v: &Bound<'_, PyAny>) -> PyResult<Bytes> {
-    if let Ok(b) = v.cast::<PyBytes>() {
-        return Ok(Bytes::copy_from_slice(b.as_bytes()));
-    }
-    if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Bytes::copy_from_slice(s.to_str()?.as_bytes()));
-    }
-    let b: Vec<u8> = v.extract().map_err(|_| {
-        errors::invalid(format!(
-            "a record value must be bytes, bytearray or str, not {}",
-            v.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })?;
-    Ok(Bytes::from(b))
-}
-
-fn arrow_values(array: &dyn Array) -> PyResult<Vec<Bytes>> {
-    if array.null_count() > 0 {
-        return Err(errors::invalid(format!(
-            "send_many: the array holds {} nulls; a record value cannot be null",
-            array.null_count()
-        )));
-    }
-    fn sliced<'a>(
-        data: &[u8],
-        ranges: impl Iterator<Item = (usize, usize)> + 'a,
-        base: usize,
-    ) -> Vec<Bytes> {
-        let all = Bytes::copy_from_slice(data);
-        ranges.map(|(s, e)| all.slice(s - base..e - base)).collect()
-    }
-    macro_rules! offsets {
-        ($a:expr) => {{
-            let o = $a.value_offsets();
-            let (base, end) = (o[0] as usize, o[o.len() - 1] as usize);
-            let ranges = o.windows(2).map(|w| (w[0] as usize, w[1] as usize));
-            Ok(sliced(&$a.value_data()[base..end], ranges, base))
-        }};
-    }
-    let any = array.as_any();
-    match array.data_type() {
-        DataType::Binary => offsets!(
-            any.downcast_ref::<BinaryArray>()
-                .unwrap_or_else(|| unreachable!())
-        ),
-        DataType::LargeBinary => offsets!(
-            any.downcast_ref::<LargeBinaryArray>()
-                .unwrap_or_else(|| unreachable!())
-        ),
-        DataType::Utf8 => offsets!(
-            any.downcast_ref::<StringArray>()
-                .unwrap_or_else(|| unreachable!())
-        ),
-        DataType::LargeUtf8 => offsets!(
-            any.downcast_ref::<LargeStringArray>()
-                .unwrap_or_else(|| unreachable!())
-        ),
-        other => Err(errors::invalid(format!(
-            "send_many takes a binary or string Arrow array (or a list of bytes), not {other}"
-        ))),
-    }
-}
-
 #[pymethods]
 impl PyProducer {
     #[new]
@@ -433,13 +352,22 @@ impl PyProducer {
         Ok(py.detach(|| node.acknowledged_records()))
     }
 
-    /// Sends one record; returns its offset.
+    /// Sends one record; returns its offset. `key`, `headers` and `timestamp` as in
+    /// `records_in`; the timestamp defaults to the producer's clock (microseconds UTC).
     ///
     /// With room in the unacknowledged buffer it returns at once, the GIL held: the record is
     /// queued for the node's task to publish (no runtime entry, no wake-up per record). Only a
     /// full buffer releases the GIL and waits (`send_timeout`, Ctrl-C checked).
-    fn send(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let value = one_value(value)?;
+    #[pyo3(signature = (value, key = None, headers = None, timestamp = None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let value = records_in::one_record(value, key, headers, timestamp)?;
         let node = self.node.get("producer")?;
         // Never wait for the producer's lock holding the GIL: the node's task holds it while
         // publishing, and a log record there may need the GIL (pyo3-log).
@@ -455,32 +383,49 @@ impl PyProducer {
         }
     }
 
-    /// Sends every value in order; returns the offset of the first.
-    fn send_many(&self, py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let values = values_of(values)?;
+    /// Sends every record in order; returns the offset of the first. Every record is
+    /// converted before the first is sent: a bad one sends none.
+    #[pyo3(signature = (values, keys = None, headers = None, timestamps = None))]
+    fn send_many(
+        &self,
+        py: Python<'_>,
+        values: &Bound<'_, PyAny>,
+        keys: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        timestamps: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let values = records_in::records_of(values, keys, headers, timestamps)?;
         let node = self.node.get("producer")?;
         runtime::wait_for(py, async move { node.send_many(values).await })?.map_err(errors::node)
     }
 
     /// Awaitable `send`: resolves to the offset.
+    #[pyo3(signature = (value, key = None, headers = None, timestamp = None))]
     fn send_async<'py>(
         &self,
         py: Python<'py>,
         value: &Bound<'py, PyAny>,
+        key: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        timestamp: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let value = one_value(value)?;
+        let value = records_in::one_record(value, key, headers, timestamp)?;
         let node = self.node.get("producer")?;
         let send = async move { node.send(value).await };
         dafka_async::awaitable(py, send, dafka_async::offset)
     }
 
     /// Awaitable `send_many`: resolves to the offset of the first.
+    #[pyo3(signature = (values, keys = None, headers = None, timestamps = None))]
     fn send_many_async<'py>(
         &self,
         py: Python<'py>,
         values: &Bound<'py, PyAny>,
+        keys: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        timestamps: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let values = values_of(values)?;
+        let values = records_in::records_of(values, keys, headers, timestamps)?;
         let node = self.node.get("producer")?;
         let send = async move { node.send_many(values).await };
         dafka_async::awaitable(py, send, dafka_async::offset)

@@ -17,6 +17,7 @@ mod errors;
 mod frame;
 mod monitor;
 mod poller;
+mod records_in;
 mod runtime;
 mod security;
 mod zmtp;
