@@ -315,7 +315,8 @@ def _trigger_limits(opts: dict[str, str]) -> tuple[int | None, int | None]:
         # Kafka's source ignores it then; a delay that does nothing is a mistake to show.
         raise InvalidArgumentError(
             "option maxTriggerDelay applies only with minOffsetsPerTrigger (the delay a "
-            "micro-batch waiting for minOffsetsPerTrigger records may take): set both or neither"
+            "micro-batch waiting for minOffsetsPerTrigger records may take): add "
+            "minOffsetsPerTrigger or drop maxTriggerDelay"
         )
     if most is not None and fewest is not None and fewest > most:
         raise InvalidArgumentError(
