@@ -38,6 +38,18 @@ def _read(spark: Any, cluster: dafka.LocalCluster, topic: str, **options: str) -
     return r.load()
 
 
+def _stream(spark: Any, cluster: dafka.LocalCluster, topic: str, **options: str) -> Any:
+    """A stream of `topic` from its earliest records (`options` may say otherwise)."""
+    r = spark.readStream.format("dafka").option("towers", cluster.towers)
+    r = r.option("subscribe", topic).option("startingOffsets", "earliest")
+    return r.options(**options).load()
+
+
+def _sizes(query: Any) -> list[int]:
+    """Rows of each micro-batch that read any, in order."""
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
 def test_batch_read_every_record_of_several_partitions(
     spark: Any, cluster: dafka.LocalCluster
 ) -> None:
@@ -238,12 +250,7 @@ def test_max_offsets_per_trigger_bounds_each_micro_batch(
     for _ in range(2):
         _produce(cluster.towers, t, [b"x%d" % i for i in range(1500)])
     query = (
-        spark.readStream.format("dafka")
-        .option("towers", cluster.towers)
-        .option("subscribe", t)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "700")
-        .load()
+        _stream(spark, cluster, t, maxOffsetsPerTrigger="700")
         .writeStream.format("memory")
         .queryName("capped")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -261,7 +268,7 @@ def test_max_offsets_per_trigger_bounds_each_micro_batch(
         for _ in range(2):
             _produce(cluster.towers, t, [b"y%d" % i for i in range(1500)])
         wait(6000)
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        sizes = _sizes(query)
     finally:
         query.stop()
     assert sum(sizes) == 6000
@@ -270,11 +277,6 @@ def test_max_offsets_per_trigger_bounds_each_micro_batch(
     if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2):
         # The start and the ReadLimit reach latestOffset: the first micro-batch is capped too.
         assert sizes[0] <= 700, sizes
-
-
-def _sizes(query: Any) -> list[int]:
-    """Rows of each micro-batch that read any, in order."""
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
 def test_available_now_reads_everything_in_capped_micro_batches_then_stops(
@@ -294,12 +296,7 @@ def test_available_now_reads_everything_in_capped_micro_batches_then_stops(
             time.sleep(0.05)
         started = time.monotonic()
         query = (
-            spark.readStream.format("dafka")
-            .option("towers", cluster.towers)
-            .option("subscribe", t)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "700")
-            .load()
+            _stream(spark, cluster, t, maxOffsetsPerTrigger="700")
             .select("partition", "offset", "value")
             .writeStream.format("memory")
             .queryName("availablenow")
@@ -344,13 +341,7 @@ def test_min_offsets_per_trigger_holds_a_batch_and_max_trigger_delay_releases_it
     delay = 10.0
     partition = _produce(cluster.towers, t, [b"a%d" % i for i in range(300)])
     query = (
-        spark.readStream.format("dafka")
-        .option("towers", cluster.towers)
-        .option("subscribe", t)
-        .option("startingOffsets", "earliest")
-        .option("minOffsetsPerTrigger", "1000")
-        .option("maxTriggerDelay", f"{delay:.0f}s")
-        .load()
+        _stream(spark, cluster, t, minOffsetsPerTrigger="1000", maxTriggerDelay=f"{delay:.0f}s")
         .writeStream.format("memory")
         .queryName("minoffsets")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
