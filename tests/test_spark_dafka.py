@@ -38,6 +38,18 @@ def _read(spark: Any, cluster: dafka.LocalCluster, topic: str, **options: str) -
     return r.load()
 
 
+def _stream(spark: Any, cluster: dafka.LocalCluster, topic: str, **options: str) -> Any:
+    """A stream of `topic` from its earliest records (`options` may say otherwise)."""
+    r = spark.readStream.format("dafka").option("towers", cluster.towers)
+    r = r.option("subscribe", topic).option("startingOffsets", "earliest")
+    return r.options(**options).load()
+
+
+def _sizes(query: Any) -> list[int]:
+    """Rows of each micro-batch that read any, in order."""
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
 def test_batch_read_every_record_of_several_partitions(
     spark: Any, cluster: dafka.LocalCluster
 ) -> None:
@@ -142,16 +154,24 @@ def test_unreachable_towers_fail_within_the_offsets_timeout(spark: Any) -> None:
 
 
 def _keep_producing(
-    towers: str, topic: str, stop: threading.Event, sent: list[int]
+    towers: str,
+    topic: str,
+    stop: threading.Event,
+    sent: list[int],
+    chunk: int = 500,
+    pause: float = 0.05,
 ) -> threading.Thread:
+    """A producer of its own partition writing `chunk` records every `pause` s until `stop`;
+    `sent[0]` counts them."""
+
     def run() -> None:
         with dafka.Producer(topic, towers=towers) as p:
             i = 0
             while not stop.is_set():
-                p.send_many([b"%d" % n for n in range(i, i + 500)])
-                i += 500
+                p.send_many([b"%d" % n for n in range(i, i + chunk)])
+                i += chunk
                 sent[0] = i
-                time.sleep(0.05)
+                time.sleep(pause)
             p.flush(timeout=30)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -230,12 +250,7 @@ def test_max_offsets_per_trigger_bounds_each_micro_batch(
     for _ in range(2):
         _produce(cluster.towers, t, [b"x%d" % i for i in range(1500)])
     query = (
-        spark.readStream.format("dafka")
-        .option("towers", cluster.towers)
-        .option("subscribe", t)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "700")
-        .load()
+        _stream(spark, cluster, t, maxOffsetsPerTrigger="700")
         .writeStream.format("memory")
         .queryName("capped")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -253,7 +268,7 @@ def test_max_offsets_per_trigger_bounds_each_micro_batch(
         for _ in range(2):
             _produce(cluster.towers, t, [b"y%d" % i for i in range(1500)])
         wait(6000)
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        sizes = _sizes(query)
     finally:
         query.stop()
     assert sum(sizes) == 6000
@@ -262,6 +277,121 @@ def test_max_offsets_per_trigger_bounds_each_micro_batch(
     if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2):
         # The start and the ReadLimit reach latestOffset: the first micro-batch is capped too.
         assert sizes[0] <= 700, sizes
+
+
+def test_available_now_reads_everything_in_capped_micro_batches_then_stops(
+    spark: Any, cluster: dafka.LocalCluster, tmp_path: Path
+) -> None:
+    """trigger(availableNow=True) with maxOffsetsPerTrigger: several micro-batches of exactly
+    the cap (the last one less), every record there when the query started read once, and the
+    query stops by itself although a producer keeps writing (it reads up to the heads of its
+    start, not what comes after)."""
+    t = _topic()
+    written = {_produce(cluster.towers, t, [b"%d" % i for i in range(1500)]) for _ in range(2)}
+    stop, sent = threading.Event(), [0]
+    # 200 records/s: a few thousand by the time the query has started.
+    producer = _keep_producing(cluster.towers, t, stop, sent, chunk=20, pause=0.1)
+    try:
+        while sent[0] < 200:
+            time.sleep(0.05)
+        started = time.monotonic()
+        query = (
+            _stream(spark, cluster, t, maxOffsetsPerTrigger="700")
+            .select("partition", "offset", "value")
+            .writeStream.format("memory")
+            .queryName("availablenow")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(180), "the availableNow query did not stop by itself"
+            took = time.monotonic() - started
+            sizes = _sizes(query)
+        finally:
+            query.stop()
+        assert sent[0] > 0 and not stop.is_set()
+    finally:
+        stop.set()
+        producer.join(timeout=30)
+    assert query.exception() is None
+    rows = spark.table("availablenow").collect()
+    by_partition: dict[str, list[int]] = {}
+    for r in rows:
+        by_partition.setdefault(r["partition"], []).append(r["offset"])
+        assert bytes(r["value"]) == b"%d" % r["offset"]
+    for p, offsets in by_partition.items():
+        assert sorted(offsets) == list(range(len(offsets))), f"{p}: a gap or a repeat"
+    for p in written:
+        assert len(by_partition[p]) == 1500, p
+    live = next(p for p in by_partition if p not in written)
+    assert len(by_partition[live]) >= 200
+    assert len(by_partition[live]) < sent[0], "read records written after the query started"
+    # Every micro-batch but the last takes exactly the cap.
+    assert sum(sizes) == len(rows)
+    assert len(sizes) == -(-len(rows) // 700) >= 5, sizes
+    assert all(n == 700 for n in sizes[:-1]) and 0 < sizes[-1] <= 700, sizes
+    print(f"availableNow: {len(rows)} rows in {len(sizes)} micro-batches, {took:.1f} s")
+
+
+def test_min_offsets_per_trigger_holds_a_batch_and_max_trigger_delay_releases_it(
+    spark: Any, cluster: dafka.LocalCluster, tmp_path: Path
+) -> None:
+    t = _topic()
+    delay = 10.0
+    partition = _produce(cluster.towers, t, [b"a%d" % i for i in range(300)])
+    query = (
+        _stream(spark, cluster, t, minOffsetsPerTrigger="1000", maxTriggerDelay=f"{delay:.0f}s")
+        .writeStream.format("memory")
+        .queryName("minoffsets")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="250 milliseconds")
+        .start()
+    )
+
+    def count() -> int:
+        return int(spark.table("minoffsets").count())
+
+    def wait_for(n: int, within: float) -> float:
+        started = time.monotonic()
+        while count() < n:
+            assert time.monotonic() - started < within, f"{count()} rows, not {n}"
+            time.sleep(0.2)
+        return time.monotonic()
+
+    try:
+        # 300 records wait, fewer than minOffsetsPerTrigger: no micro-batch reads them.
+        waited = time.monotonic()
+        while time.monotonic() - waited < 3.0:
+            assert count() == 0, "a micro-batch ran with 300 records of the 1000 asked"
+            time.sleep(0.2)
+        # 1100 wait: the next trigger reads them all, in one micro-batch.
+        _produce(cluster.towers, t, [b"b%d" % i for i in range(800)])
+        first = wait_for(1100, 60)
+        assert _sizes(query) == [1100]
+        # 100 more, and no others: held while maxTriggerDelay has not passed since the last
+        # micro-batch, then read without more records arriving.
+        with dafka.Producer(t, towers=cluster.towers) as p:
+            p.send_many([b"c%d" % i for i in range(100)])
+            p.flush(timeout=30)
+        held = time.monotonic()
+        while time.monotonic() - held < 3.0:
+            assert count() == 1100, "a micro-batch ran with 100 records of the 1000 asked"
+            time.sleep(0.2)
+        second = wait_for(1200, delay + 60)
+        assert second - first >= delay - 4.0, (second - first, delay)
+        assert _sizes(query) == [1100, 100]
+    finally:
+        query.stop()
+    assert query.exception() is None
+    rows = spark.table("minoffsets").collect()
+    assert sorted(bytes(r["value"]) for r in rows) == sorted(
+        [b"a%d" % i for i in range(300)]
+        + [b"b%d" % i for i in range(800)]
+        + [b"c%d" % i for i in range(100)]
+    )
+    assert sorted(r["offset"] for r in rows if r["partition"] == partition) == list(range(300))
+    print(f"minOffsetsPerTrigger: held batch released after {second - first:.1f} s")
 
 
 def test_sink_round_trip_batch_and_streaming(

@@ -68,6 +68,10 @@ def test_stream_options_are_checked_when_the_query_is_built(
         _stream(spark, cluster.towers, t, maxOffsetsPerTrigger="0")
     with pytest.raises(Exception, match="startingOffsets must be"):
         _stream(spark, cluster.towers, t, startingOffsets="earlier")
+    with pytest.raises(Exception, match=r"maxTriggerDelay must be a number and a unit .*30s\?"):
+        _stream(spark, cluster.towers, t, minOffsetsPerTrigger="10", maxTriggerDelay="30")
+    with pytest.raises(Exception, match=r"minOffsetsPerTrigger \(9\) must not exceed"):
+        _stream(spark, cluster.towers, t, minOffsetsPerTrigger="9", maxOffsetsPerTrigger="5")
     # A batch-only option on a stream: known to the source, so load() cannot tell (Spark
     # does not say whether a read is a stream there); the query fails at its start, saying so.
     query = (

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import textwrap
 import threading
 import time
@@ -92,7 +93,21 @@ OPTIONS: tuple[_Option, ...] = (
         "maxOffsetsPerTrigger",
         frozenset({STREAM}),
         "none",
-        "most records per micro-batch over all partitions",
+        "most records per micro-batch over all partitions (trigger(availableNow=True) too)",
+    ),
+    _Option(
+        "minOffsetsPerTrigger",
+        frozenset({STREAM}),
+        "none",
+        "a micro-batch waits until this many new records wait over all partitions, or until "
+        "maxTriggerDelay passed since the last one; at most maxOffsetsPerTrigger",
+    ),
+    _Option(
+        "maxTriggerDelay",
+        frozenset({STREAM}),
+        "15m",
+        "with minOffsetsPerTrigger: the longest a micro-batch waits for it while records wait; "
+        "a number and a unit: us, ms, s, m (or min), h, d",
     ),
     _Option(
         "minPartitions",
@@ -199,6 +214,8 @@ class _Options:
     min_partitions: int
     fail_on_data_loss: bool
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay: float  # seconds
     offsets_timeout: float
     poll_timeout: float
     max_records_per_batch: int
@@ -231,6 +248,7 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
     ):
         if value not in allowed_words:
             _offsets_json(name, value, topics)
+    most, fewest = _trigger_limits(opts)
     return _Options(
         towers=_spark_keys.parse(opts, towers),
         topics=topics,
@@ -238,9 +256,9 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         ending=ending,
         min_partitions=_number(opts, "minPartitions", int, most=MAX_MIN_PARTITIONS),
         fail_on_data_loss=_bool(opts, "failOnDataLoss"),
-        max_offsets_per_trigger=(
-            _number(opts, "maxOffsetsPerTrigger", int) if "maxoffsetspertrigger" in opts else None
-        ),
+        max_offsets_per_trigger=most,
+        min_offsets_per_trigger=fewest,
+        max_trigger_delay=_duration(opts, "maxTriggerDelay"),
         offsets_timeout=_number(opts, "offsetsTimeout", float),
         poll_timeout=_number(opts, "pollTimeout", float),
         max_records_per_batch=_number(opts, "maxRecordsPerBatch", int),
@@ -286,6 +304,50 @@ def _number(opts: dict[str, str], name: str, kind: type, most: Any = None) -> An
     if most is not None and value > most:
         raise InvalidArgumentError(f"option {name} must be at most {most}, not {raw!r}")
     return value
+
+
+def _trigger_limits(opts: dict[str, str]) -> tuple[int | None, int | None]:
+    """maxOffsetsPerTrigger and minOffsetsPerTrigger (None when not given), checked against
+    each other and maxTriggerDelay."""
+    most = _number(opts, "maxOffsetsPerTrigger", int) if "maxoffsetspertrigger" in opts else None
+    fewest = _number(opts, "minOffsetsPerTrigger", int) if "minoffsetspertrigger" in opts else None
+    if "maxtriggerdelay" in opts and fewest is None:
+        # Kafka's source ignores it then; a delay that does nothing is a mistake to show.
+        raise InvalidArgumentError(
+            "option maxTriggerDelay applies only with minOffsetsPerTrigger (the delay a "
+            "micro-batch waiting for minOffsetsPerTrigger records may take): add "
+            "minOffsetsPerTrigger or drop maxTriggerDelay"
+        )
+    if most is not None and fewest is not None and fewest > most:
+        raise InvalidArgumentError(
+            f"option minOffsetsPerTrigger ({fewest}) must not exceed maxOffsetsPerTrigger "
+            f"({most}): a micro-batch would wait for more records than it may read"
+        )
+    return most, fewest
+
+
+# Spark's time units (its `timeStringAsMs`, which Kafka's maxTriggerDelay goes through), in s.
+_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)\s*([a-z]*)")
+
+
+def _duration(opts: dict[str, str], name: str) -> float:
+    """Option `name`, a duration such as "15m", "30s" or "500ms", in seconds (> 0); its default
+    is the option table's. A bare number is refused: it is milliseconds in Spark's Kafka
+    source but seconds in this source's other options (offsetsTimeout, pollTimeout)."""
+    raw = opts.get(name.lower(), _BY_KEY[name.lower()].default)
+    match = _DURATION.fullmatch(raw.strip().lower())
+    units = ", ".join(_TIME_UNITS)
+    if match is None or match[2] not in _TIME_UNITS:
+        hint = f"; {raw.strip()}ms or {raw.strip()}s?" if match and not match[2] else ""
+        raise InvalidArgumentError(
+            f'option {name} must be a number and a unit ({units}), like "15m", "30s" or '
+            f'"500ms", not {raw!r}{hint}'
+        )
+    seconds = float(match[1]) * _TIME_UNITS[match[2]]
+    if not seconds > 0:
+        raise InvalidArgumentError(f"option {name} must be longer than 0, not {raw!r}")
+    return seconds
 
 
 def _bool(opts: dict[str, str], name: str) -> bool:
@@ -803,11 +865,26 @@ class DafkaBatchReader(DataSourceReader):
         yield from _read(partition, self.options)
 
 
+try:  # Spark >= 4.2: trigger(availableNow=True) in rate-limited micro-batches.
+    from pyspark.sql.streaming.datasource import (
+        SupportsTriggerAvailableNow as _AvailableNowBase,
+    )
+except ImportError:  # pragma: no cover
+    _AvailableNowBase = object  # type: ignore[misc, assignment]
+
+# The clock of minOffsetsPerTrigger's wait (the tests' fake clock replaces it).
+_now = time.monotonic
+
+
 @_with_options(frozenset({STREAM}))
-class DafkaStreamReader(DataSourceStreamReader):
+class DafkaStreamReader(DataSourceStreamReader, _AvailableNowBase):
     """Offsets ``{topic: {partition: next_offset}}``. ``latestOffset`` caps each micro-batch
     at ``maxOffsetsPerTrigger`` records over all partitions, shared in proportion to what each
-    partition has waiting (as Kafka's source does), fairly (see `_cap`)."""
+    partition has waiting (as Kafka's source does), fairly (see `_cap`); with
+    ``minOffsetsPerTrigger`` it holds a micro-batch back (returns its start) until that many
+    records wait or ``maxTriggerDelay`` passed since the last micro-batch (or the start of the
+    query's run). ``trigger(availableNow=True)``: ``prepareForTriggerAvailableNow`` fixes the
+    end at the stores' heads of that moment, and no offset returned goes past it."""
 
     def __init__(self, options: _Options) -> None:
         self.options = options
@@ -819,6 +896,10 @@ class DafkaStreamReader(DataSourceStreamReader):
         self._heads = _Heads(options)
         # Where _cap's turn starts when maxOffsetsPerTrigger is below the partitions waiting.
         self._turn = 0
+        # trigger(availableNow=True): the ends fixed by prepareForTriggerAvailableNow.
+        self._target: Offsets | None = None
+        # When the last micro-batch was let through (minOffsetsPerTrigger's maxTriggerDelay).
+        self._since = _now()
 
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
@@ -828,41 +909,86 @@ class DafkaStreamReader(DataSourceStreamReader):
         self._last = start
         return start
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        # A query of its own rather than the heads thread's last answer, which may have
+        # started up to _Heads.FRESH before this call: records acknowledged before the query
+        # started are all in.
+        bounds = _bounds(self.options)
+        self._target = {t: {p: end for p, (_low, end) in ps.items()} for t, ps in bounds.items()}
+
     def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
         # Spark 4.2 passes the start and a ReadLimit (admission control); 4.0/4.1 call
         # latestOffset() alone: then the start is the last offset returned or committed.
         o = self.options
         base: Offsets = start if start is not None else (self._last or {})
         bounds = self._bounds = self._heads.get()
+        ends = self._target
+        if ends is None:
+            ends = {t: {p: end for p, (_low, end) in bounds[t].items()} for t in o.topics}
         latest: Offsets = {}
         for t in o.topics:
             latest[t] = dict(base.get(t, {}))
-            for p, (_low, end) in bounds[t].items():
+            for p, end in ends.get(t, {}).items():
                 latest[t][p] = max(end, latest[t].get(p, 0))
-        cap = o.max_offsets_per_trigger
-        if limit is not None:
-            from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
-            if isinstance(limit, ReadAllAvailable):
-                cap = None
-            elif isinstance(limit, ReadMaxRows):
-                cap = limit.max_rows
         # Without a start (Spark 4.0/4.1 right after a restart, before this reader planned a
         # batch) the checkpointed position is unknown here: capping from the low-water marks
         # could end a partition below where the checkpoint resumes it, so that first
-        # micro-batch is not capped (docs/spark.md). It still ends at the stores' heads,
-        # which are never below a checkpointed offset.
-        if cap is not None and (start is not None or self._last is not None):
-            latest = _cap(base, latest, bounds, cap, self._turn)
-            self._turn += cap
+        # micro-batch is neither held nor capped (docs/spark.md). It still ends at the
+        # stores' heads, which are never below a checkpointed offset.
+        if start is None and self._last is None:
+            self._last = latest
+            return latest
+        fewest, most = self._limits(limit)
+        waiting = sum(e - s for s, e in _backlog(base, latest, bounds).values())
+        if waiting == 0:
+            self._last = latest
+            return latest
+        # Under availableNow nothing more comes: a batch held back would end the query with
+        # records unread (Spark stops it at the first trigger with no new offsets).
+        if (
+            fewest is not None
+            and self._target is None
+            and waiting < fewest
+            and _now() - self._since < o.max_trigger_delay
+        ):
+            return base
+        if most is not None:
+            latest = _cap(base, latest, bounds, most, self._turn)
+            self._turn += most
+        self._since = _now()
         self._last = latest
         return latest
 
-    def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    def _limits(self, limit: Any) -> tuple[int | None, int | None]:
+        """(fewest, most) records for this micro-batch. Spark hands latestOffset either
+        getDefaultReadLimit's limit or ReadAllAvailable (Trigger.Once; everything, whatever
+        the options say); a Python ReadLimit is one of a few single kinds (pyspark's
+        ReadLimitRegistry: no composite to carry Kafka's CompositeReadLimit), so the half of
+        minOffsetsPerTrigger with maxOffsetsPerTrigger that the default cannot carry comes
+        from the options. Spark 4.0/4.1 pass no limit: the options alone."""
+        o = self.options
+        fewest, most = o.min_offsets_per_trigger, o.max_offsets_per_trigger
+        if limit is None:
+            return fewest, most
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-        cap = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+        if isinstance(limit, ReadAllAvailable):
+            return None, None
+        if isinstance(limit, ReadMinRows):
+            fewest = limit.min_rows
+        if isinstance(limit, ReadMaxRows):
+            most = limit.max_rows
+        return fewest, most
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+        o = self.options
+        if o.max_offsets_per_trigger is not None:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.min_offsets_per_trigger is not None:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[DafkaPartition]:
         o = self.options
@@ -889,6 +1015,21 @@ class DafkaStreamReader(DataSourceStreamReader):
         self._heads.stop()
 
 
+def _backlog(
+    base: Offsets, latest: Offsets, bounds: dict[str, dict[str, tuple[int, int]]]
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """``{(topic, partition): (start, end)}`` of every partition with records between `base`
+    and `latest` (a partition missing from `base` starts at its low-water mark, 0 if
+    unknown)."""
+    backlog = {}
+    for t, parts in latest.items():
+        for p, e in parts.items():
+            s = base.get(t, {}).get(p, bounds.get(t, {}).get(p, (0, 0))[0])
+            if e > s:
+                backlog[(t, p)] = (s, e)
+    return backlog
+
+
 def _cap(
     base: Offsets,
     latest: Offsets,
@@ -903,12 +1044,7 @@ def _cap(
     partitions get one each, taken in turn from the sorted list starting at `turn` (the
     caller advances it by `cap` each trigger): every partition moves within a few triggers,
     none is starved by others that keep a backlog."""
-    backlog = {}
-    for t, parts in latest.items():
-        for p, e in parts.items():
-            s = base.get(t, {}).get(p, bounds.get(t, {}).get(p, (0, 0))[0])
-            if e > s:
-                backlog[(t, p)] = (s, e)
+    backlog = _backlog(base, latest, bounds)
     total = sum(e - s for s, e in backlog.values())
     if total <= cap:
         return latest
