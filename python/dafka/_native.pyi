@@ -3,8 +3,9 @@
 
 import asyncio
 import builtins
+import datetime
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, final, overload
 
@@ -197,7 +198,15 @@ class ClusterKeys:
     @property
     def allowed_keys(self) -> list[str]: ...
 
-_Values: TypeAlias = Sequence[builtins.bytes | bytearray | str] | pyarrow.Array[Any]
+_Values: TypeAlias = (
+    Sequence[builtins.bytes | bytearray | str]
+    | pyarrow.Array[Any]
+    | pyarrow.RecordBatch
+    | pyarrow.Table
+)
+_Value: TypeAlias = builtins.bytes | bytearray | str
+_Headers: TypeAlias = Mapping[str, _Value | None] | Sequence[tuple[str, _Value | None]]
+_Time: TypeAlias = int | datetime.datetime
 
 @final
 class Tower:
@@ -268,11 +277,35 @@ class Producer:
     def closed(self) -> bool: ...
     @property
     def acknowledged(self) -> int: ...
-    def send(self, value: builtins.bytes | bytearray | str) -> int: ...
-    def send_many(self, values: _Values) -> int: ...
+    def send(
+        self,
+        value: _Value,
+        key: _Value | None = None,
+        headers: _Headers | None = None,
+        timestamp: _Time | None = None,
+    ) -> int: ...
+    def send_many(
+        self,
+        values: _Values,
+        keys: Sequence[_Value | None] | pyarrow.Array[Any] | None = None,
+        headers: Sequence[_Headers | None] | pyarrow.Array[Any] | None = None,
+        timestamps: Sequence[_Time | None] | pyarrow.Array[Any] | None = None,
+    ) -> int: ...
     def flush(self, timeout: float | None = None) -> None: ...
-    def send_async(self, value: builtins.bytes | bytearray | str) -> asyncio.Future[int]: ...
-    def send_many_async(self, values: _Values) -> asyncio.Future[int]: ...
+    def send_async(
+        self,
+        value: _Value,
+        key: _Value | None = None,
+        headers: _Headers | None = None,
+        timestamp: _Time | None = None,
+    ) -> asyncio.Future[int]: ...
+    def send_many_async(
+        self,
+        values: _Values,
+        keys: Sequence[_Value | None] | pyarrow.Array[Any] | None = None,
+        headers: Sequence[_Headers | None] | pyarrow.Array[Any] | None = None,
+        timestamps: Sequence[_Time | None] | pyarrow.Array[Any] | None = None,
+    ) -> asyncio.Future[int]: ...
     def flush_async(self, timeout: float | None = None) -> asyncio.Future[None]: ...
     def close(self) -> None: ...
     def __enter__(self) -> Producer: ...
@@ -325,6 +358,10 @@ class Consumer:
 class PartitionReader:
     def __new__(cls, towers: _Towers, *, curve: ClusterKeys | None = None) -> PartitionReader: ...
     def offsets(self, topic: str, timeout: float = 10.0) -> dict[str, tuple[int, int]]: ...
+    def offsets_for_times(
+        self, topic: str, times: _Time | Mapping[str, _Time], timeout: float = 10.0
+    ) -> dict[str, int | None]: ...
+    def topics(self, timeout: float = 10.0) -> list[str]: ...
     def assign(self, topic: str, partition: str, offset: int, end: int | None = None) -> None: ...
     def position(self, topic: str, partition: str) -> int | None: ...
     def unassign(self, topic: str, partition: str) -> None: ...
