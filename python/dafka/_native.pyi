@@ -237,6 +237,7 @@ class Store:
         curve: ClusterKeys | None = None,
         segment_bytes: int | None = None,
         retention_bytes: int | None = None,
+        retention_ms: int | None = None,
         max_record_bytes: int | None = None,
         host: str | None = None,
         bind: str | None = None,
