@@ -29,7 +29,9 @@ use dafka_proto::{
     LogRead, Message, NodeId, PeerError, RefusalReason, StoreLog, StoreReader, StoreReaderConfig,
     StoreWriter, StoreWriterConfig, Topic,
 };
-use dafka_store::{AppendError, AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket};
+use dafka_store::{
+    AppendError, AppendRecord, PartitionId, PartitionKey, RecordMeta, SyncPolicy, Ticket,
+};
 use dafka_zmtp::SocketType;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -315,16 +317,17 @@ impl WriterRole {
     /// Writes the records that fill holes (from another store) into the engine.
     fn fill(&mut self, writer: &mut StoreWriter) {
         // Called on every turn of the task; fills are rare: the clock only when there is one.
-        let mut timestamp_ms = None;
+        let mut meta = None;
         while let Some(r) = writer.poll_fill() {
-            let timestamp_ms = *timestamp_ms.get_or_insert_with(dafka_store::now_ms);
+            // Until the wire carries a record's metadata: stamped when appended here.
+            let meta = &*meta.get_or_insert_with(|| RecordMeta::log_append(dafka_store::now_us()));
             let Some(&id) = self.ids.get(&(r.topic.clone(), r.producer)) else {
                 continue;
             };
             let record = AppendRecord {
                 partition: id,
                 offset: r.sequence,
-                timestamp_ms,
+                meta,
                 value: &r.content,
             };
             match self.engine.fill(&[record]) {
@@ -346,7 +349,8 @@ impl WriterRole {
         if records.is_empty() {
             return;
         }
-        let timestamp_ms = dafka_store::now_ms();
+        // Until the wire carries a record's metadata: stamped when appended here.
+        let meta = RecordMeta::log_append(dafka_store::now_us());
         let mut last = None;
         let mut heads = Vec::new();
         for run in records.chunk_by(|a, b| a.producer == b.producer && a.topic == b.topic) {
@@ -379,7 +383,7 @@ impl WriterRole {
                         .map(|r| AppendRecord {
                             partition: id,
                             offset: r.sequence,
-                            timestamp_ms,
+                            meta: &meta,
                             value: &r.content,
                         })
                         .collect();

@@ -1,16 +1,16 @@
 //! Recovery: torn tails at every byte of the last batch, flipped bits in the last batch
 //! (torn, or synced and then damaged) and in the middle of the log, damaged lengths and
-//! headers, missing and misnamed segments, and a golden store directory from format
-//! version 1.
+//! headers, missing and misnamed segments, holes filled. The golden store directories of
+//! each format version are read by `tests/golden.rs`.
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use dafka_store::format::{self, COMMIT_SIZE, DURABLE_POINT_FILE, HEADER_LEN};
 use dafka_store::{
-    AppendRecord, Config, DamageKind, Dir, FsDir, MemDir, OpenError, PartitionId, ReadError, Store,
+    AppendRecord, Config, DamageKind, Dir, MemDir, OpenError, PartitionId, ReadError, RecordMeta,
+    Store,
 };
 
 use common::{append_one, key, read_all, value};
@@ -63,13 +63,14 @@ fn write_store() -> Written {
         .iter()
         .map(|&(id, o, n)| value(id.0 + 1, o, n))
         .collect();
+    let meta = RecordMeta::created(9);
     let records: Vec<AppendRecord<'_>> = last
         .iter()
         .zip(&values)
         .map(|(&(partition, offset, _), v)| AppendRecord {
             partition,
             offset,
-            timestamp_ms: 9,
+            meta: &meta,
             value: v,
         })
         .collect();
@@ -365,13 +366,14 @@ fn one_flipped_bit_among_100_000_records_loses_one_record() {
     let values: Vec<Vec<u8>> = (0..100_000).map(|o| value(1, o, 100)).collect();
     for chunk in values.chunks(10_000).enumerate() {
         let (i, chunk) = chunk;
+        let meta = RecordMeta::created(1);
         let records: Vec<AppendRecord<'_>> = chunk
             .iter()
             .enumerate()
             .map(|(j, v)| AppendRecord {
                 partition: p,
                 offset: (i * 10_000 + j) as u64,
-                timestamp_ms: 1,
+                meta: &meta,
                 value: v,
             })
             .collect();
@@ -502,8 +504,8 @@ fn damaged_header_is_reported_and_the_segment_read() {
     store.close();
     // A header of a format version this crate does not read: not opened, nothing touched.
     let mut bytes = w.dir.file(SEGMENT).unwrap().contents();
-    let mut header = format::SegmentHeader { base: 0 }.encode();
-    header[5] = 0x02;
+    let mut header = format::SegmentHeader::new(0).encode();
+    header[5] = 0x03;
     let crc = crc32c_of(&header[..16]);
     header[16..].copy_from_slice(&crc.to_be_bytes());
     bytes[..HEADER_LEN].copy_from_slice(&header);
@@ -531,86 +533,6 @@ fn crc32c_of(bytes: &[u8]) -> u32 {
     !crc
 }
 
-// --- golden store directory --------------------------------------------------------
-
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden-v1");
-
-/// The content of the golden store: 3 partitions over several small segments.
-fn golden_records() -> Vec<(u32, u64, Vec<u8>)> {
-    let mut out = Vec::new();
-    for o in 0..30u64 {
-        for part in 0..3u32 {
-            if (o + u64::from(part)) % 4 != 0 {
-                out.push((
-                    part,
-                    o,
-                    value(part, o, (o as usize * 7 + part as usize) % 90),
-                ));
-            }
-        }
-    }
-    out
-}
-
-fn golden_config() -> Config {
-    let mut config = Config::default();
-    config.segment_bytes = 1500;
-    config.max_record_bytes = 256;
-    config
-}
-
-/// Writes the golden directory (run once with DAFKA_STORE_WRITE_GOLDEN=1 when a new
-/// format version is introduced: the old directories stay and keep being read).
-fn write_golden(path: &Path) {
-    let store = Store::open_path(path, golden_config()).unwrap();
-    let mut heads = [0u64; 3];
-    for (part, _, v) in golden_records() {
-        let id = store.declare(&key(part)).unwrap();
-        let offset = heads[part as usize];
-        heads[part as usize] += 1;
-        append_one(&store, id, offset, &v);
-    }
-    store.close();
-}
-
-#[test]
-fn golden_v1_directory_is_read() {
-    if std::env::var_os("DAFKA_STORE_WRITE_GOLDEN").is_some() {
-        write_golden(Path::new(GOLDEN));
-    }
-    // Open a copy: opening may rewrite a torn tail, and the checked-in files must not move.
-    let tmp = tempfile::tempdir().unwrap();
-    let mut names = FsDir::new(GOLDEN).unwrap().list().unwrap();
-    names.sort();
-    assert!(names.len() >= 3, "the golden store spans several segments");
-    for name in &names {
-        std::fs::copy(Path::new(GOLDEN).join(name), tmp.path().join(name)).unwrap();
-        let bytes = std::fs::read(Path::new(GOLDEN).join(name)).unwrap();
-        assert_eq!(&bytes[..6], &[0x44, 0x4B, 0x4C, 0x47, 0x00, 0x01]);
-    }
-    let store = Store::open_path(tmp.path(), golden_config()).unwrap();
-    assert!(store.recovery_report().damage.is_empty());
-    assert_eq!(store.recovery_report().truncated_bytes, 0);
-    let expected = golden_records();
-    assert_eq!(store.recovery_report().records, expected.len() as u64);
-    let infos = store.partitions();
-    assert_eq!(infos.len(), 3);
-    for part in 0..3u32 {
-        let id = store.lookup(&key(part)).unwrap();
-        let want: Vec<&Vec<u8>> = expected
-            .iter()
-            .filter(|(p, _, _)| *p == part)
-            .map(|(_, _, v)| v)
-            .collect();
-        let got = read_all(&store, id);
-        assert_eq!(got.len(), want.len());
-        for (r, v) in got.iter().zip(want) {
-            assert_eq!(&r.value[..], &v[..]);
-            assert_eq!(r.timestamp_ms, 1_000 + r.offset);
-        }
-    }
-}
-
 /// Issue 21: a store with a hole (damaged records) fills it with the records another store
 /// holds: `holes` lists it, `fill` writes them, reads serve them in order, and so after a
 /// reopen; a second fill, or one outside a hole, is refused.
@@ -627,11 +549,12 @@ fn a_hole_is_filled_and_stays_filled() {
     let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
     assert_eq!(store.holes(w.p), [(1, 2)]);
     assert_eq!(store.holes(w.q), []);
+    let meta = RecordMeta::created(5);
     let fill = |store: &Store, offset: u64| {
         store.fill(&[AppendRecord {
             partition: w.p,
             offset,
-            timestamp_ms: 5,
+            meta: &meta,
             value: &needle,
         }])
     };
