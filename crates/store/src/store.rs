@@ -848,12 +848,14 @@ impl Store {
         end: u64,
         t_us: i64,
     ) -> Result<Option<u64>, ReadError> {
-        // An interval is `index_interval_bytes` (4 KiB) of records: one read, most often.
+        // An interval is `index_interval_bytes` (4 KiB) of records: one read, most often, and
+        // none past `end` (offsets are contiguous).
         const RECORDS: usize = 1024;
         const BYTES: usize = 64 << 10;
         let mut at = start;
         while at < end {
-            match self.read(partition, at, RECORDS, BYTES) {
+            let records = usize::try_from(end - at).map_or(RECORDS, |n| n.min(RECORDS));
+            match self.read(partition, at, records, BYTES) {
                 Ok(records) => {
                     let Some(last) = records.last() else {
                         return Ok(None);

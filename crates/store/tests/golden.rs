@@ -12,7 +12,7 @@ use dafka_store::{
     AppendRecord, Config, Header, PartitionId, ReadError, RecordMeta, Store, TimestampType,
 };
 
-use common::{key, read_all, stamp, value};
+use common::{key, read_all, records, stamp, value};
 
 const V1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden-v1");
 const V1_SKIP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden-v1-skip");
@@ -214,16 +214,7 @@ fn write_plan(path: &Path, config: Config, plan: &[Vec<Step>]) {
 }
 
 fn append(store: &Store, run: &[(PartitionId, u64, &RecordMeta, Vec<u8>)]) -> dafka_store::Ticket {
-    let records: Vec<AppendRecord<'_>> = run
-        .iter()
-        .map(|(id, offset, meta, v)| AppendRecord {
-            partition: *id,
-            offset: *offset,
-            meta,
-            value: v,
-        })
-        .collect();
-    store.append(&records).unwrap()
+    store.append(&records(run)).unwrap()
 }
 
 /// A partition's offsets in order: `Some((meta, value))` for a record, `None` for a skip.

@@ -7,13 +7,15 @@ mod common;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use dafka_store::format::{self, COMMIT_SIZE, DURABLE_POINT_FILE, HEADER_LEN};
 use dafka_store::{
-    AppendRecord, Config, DamageKind, Dir, MemDir, OpenError, PartitionId, ReadError, RecordMeta,
-    Store,
+    AppendRecord, Config, DamageKind, Dir, Header, MemDir, OpenError, PartitionId, ReadError,
+    RecordMeta, Store,
 };
 
-use common::{append_one, key, read_all, value};
+use common::{append_one, key, read_all, stamp, value};
 
 const SEGMENT: &str = "00000000000000000000.log";
 
@@ -39,7 +41,27 @@ struct Written {
     last: Vec<(PartitionId, u64, usize)>,
 }
 
-/// Three earlier batches, then a last batch of 6 records of two partitions.
+/// The metadata of record `i` of the last batch of [`write_store`]: a key, headers (one
+/// null) with a log-append time, or none.
+fn last_meta(i: usize) -> RecordMeta {
+    match i % 3 {
+        0 => RecordMeta {
+            key: Some(Bytes::from(vec![i as u8; 3])),
+            ..RecordMeta::created(9 + i as i64)
+        },
+        1 => RecordMeta {
+            headers: Some(vec![
+                Header::new("h", None),
+                Header::new("v", Some(Bytes::from_static(b"x"))),
+            ]),
+            ..RecordMeta::log_append(9)
+        },
+        _ => RecordMeta::created(9),
+    }
+}
+
+/// Three earlier batches, then a last batch of 6 records of two partitions, with keys and
+/// headers ([`last_meta`]).
 fn write_store() -> Written {
     let dir = MemDir::new();
     let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
@@ -63,14 +85,15 @@ fn write_store() -> Written {
         .iter()
         .map(|&(id, o, n)| value(id.0 + 1, o, n))
         .collect();
-    let meta = RecordMeta::created(9);
+    let metas: Vec<RecordMeta> = (0..last.len()).map(last_meta).collect();
     let records: Vec<AppendRecord<'_>> = last
         .iter()
         .zip(&values)
-        .map(|(&(partition, offset, _), v)| AppendRecord {
+        .zip(&metas)
+        .map(|((&(partition, offset, _), v), meta)| AppendRecord {
             partition,
             offset,
-            meta: &meta,
+            meta,
             value: v,
         })
         .collect();
@@ -112,10 +135,8 @@ fn check_partition(store: &Store, id: PartitionId, expect: u64) {
 fn truncated_at_every_byte_of_the_last_batch() {
     let w = write_store();
     let full = w.dir.file(SEGMENT).unwrap().contents();
-    let sizes: Vec<usize> = w
-        .last
-        .iter()
-        .map(|&(_, _, n)| format::record_size(n))
+    let sizes: Vec<usize> = (w.last.iter().enumerate())
+        .map(|(i, &(_, _, n))| format::record_size_with(&last_meta(i), n))
         .collect();
     assert_eq!(
         full.len(),
@@ -143,6 +164,13 @@ fn truncated_at_every_byte_of_the_last_batch() {
         }
         check_partition(&store, w.p, p_head);
         check_partition(&store, w.q, q_head);
+        // With their metadata.
+        for (i, &(id, offset, _)) in w.last.iter().enumerate() {
+            if offset < store.head(id).unwrap() {
+                let got = store.read(id, offset, 1, 1).unwrap();
+                assert_eq!(got[0].meta, last_meta(i), "cut at {cut}");
+            }
+        }
         let report = store.recovery_report();
         assert_eq!(report.truncated_bytes, (cut - end) as u64, "cut at {cut}");
         assert!(report.damage.is_empty());
@@ -157,8 +185,11 @@ fn truncated_at_every_byte_of_the_last_batch() {
 fn flipped_bit_in_the_last_batch_truncates_there() {
     let w = write_store();
     let full = w.dir.file(SEGMENT).unwrap().contents();
-    // The third record of the last batch (p offset 4).
-    let start = w.before_last + format::record_size(w.last[0].2) + format::record_size(w.last[1].2);
+    // The third record of the last batch (p offset 4; after a record with a key and one with
+    // headers; itself without extras).
+    let start = w.before_last
+        + format::record_size_with(&last_meta(0), w.last[0].2)
+        + format::record_size_with(&last_meta(1), w.last[1].2);
     for at in [
         start,
         start + 3,
@@ -185,8 +216,11 @@ fn flipped_bit_in_the_last_batch_truncates_there() {
 fn flipped_bit_in_the_last_synced_batch_is_skipped_not_truncated() {
     let w = write_store();
     let full = w.dir.file(SEGMENT).unwrap().contents();
-    // The third record of the last batch (p offset 4).
-    let start = w.before_last + format::record_size(w.last[0].2) + format::record_size(w.last[1].2);
+    // The third record of the last batch (p offset 4; after a record with a key and one with
+    // headers; itself without extras).
+    let start = w.before_last
+        + format::record_size_with(&last_meta(0), w.last[0].2)
+        + format::record_size_with(&last_meta(1), w.last[1].2);
     for at in [start + 3, start + 12, start + format::record_size(1) - 1] {
         let dir = copy(&w.dir);
         let mut bytes = full.clone();
@@ -549,7 +583,11 @@ fn a_hole_is_filled_and_stays_filled() {
     let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
     assert_eq!(store.holes(w.p), [(1, 2)]);
     assert_eq!(store.holes(w.q), []);
-    let meta = RecordMeta::created(5);
+    // A hole is passed over by a time search: offset 1's time finds offset 2.
+    assert_eq!(store.offset_for_time(w.p, stamp(1)).unwrap(), Some(2));
+    // Stamped later than every record: the time index learns it from the fill.
+    let meta = RecordMeta::created(i64::MAX - 1);
+    assert_eq!(store.offset_for_time(w.p, i64::MAX - 1).unwrap(), None);
     let fill = |store: &Store, offset: u64| {
         store.fill(&[AppendRecord {
             partition: w.p,
@@ -572,6 +610,8 @@ fn a_hole_is_filled_and_stays_filled() {
     ));
     assert_eq!(store.holes(w.p), []);
     check_partition(&store, w.p, 7);
+    assert_eq!(store.offset_for_time(w.p, stamp(1)).unwrap(), Some(1));
+    assert_eq!(store.offset_for_time(w.p, i64::MAX - 1).unwrap(), Some(1));
     // The partition goes on after the fill.
     append_one(&store, w.p, 7, &value(1, 7, 5));
     check_partition(&store, w.p, 8);
@@ -579,4 +619,6 @@ fn a_hole_is_filled_and_stays_filled() {
     let store = Store::open(Arc::new(dir), Config::default()).unwrap();
     assert_eq!(store.holes(w.p), []);
     check_partition(&store, w.p, 8);
+    assert_eq!(store.read(w.p, 1, 1, 1).unwrap()[0].meta, meta);
+    assert_eq!(store.offset_for_time(w.p, i64::MAX - 1).unwrap(), Some(1));
 }

@@ -45,6 +45,21 @@ pub fn append_one(store: &Store, id: PartitionId, offset: u64, value: &[u8]) {
         .expect("durable");
 }
 
+/// Records to append, from (partition, offset, metadata, value) tuples.
+pub fn records<'a>(
+    planned: &'a [(PartitionId, u64, &'a RecordMeta, Vec<u8>)],
+) -> Vec<AppendRecord<'a>> {
+    planned
+        .iter()
+        .map(|(id, offset, meta, v)| AppendRecord {
+            partition: *id,
+            offset: *offset,
+            meta,
+            value: v,
+        })
+        .collect()
+}
+
 /// Every record of a partition from its low-water mark.
 pub fn read_all(store: &Store, id: PartitionId) -> Vec<Record> {
     let mut out = Vec::new();
