@@ -433,10 +433,13 @@ pub fn encode_record(
     let start = buf.len();
     let extras = meta.extras_len();
     buf.reserve(record_size(value.len()) + extras.saturating_sub(1));
-    buf.put_bytes(0, ENTRY_PREFIX_LEN);
-    buf.put_u8(KIND_RECORD);
-    buf.put_u32(partition);
-    buf.put_u64(offset);
+    // The prefix (filled in by `seal_entry`), kind, partition and offset in one copy: every
+    // record appended comes here, and each `put_*` call costs a capacity check and a copy.
+    let mut fixed = [0u8; ENTRY_PREFIX_LEN + 1 + 4 + 8];
+    fixed[ENTRY_PREFIX_LEN] = KIND_RECORD;
+    fixed[ENTRY_PREFIX_LEN + 1..ENTRY_PREFIX_LEN + 5].copy_from_slice(&partition.to_be_bytes());
+    fixed[ENTRY_PREFIX_LEN + 5..].copy_from_slice(&offset.to_be_bytes());
+    buf.put_slice(&fixed);
     meta.put_timestamp(buf);
     if extras == 0 {
         buf.put_u8(0);
@@ -612,6 +615,19 @@ pub struct RecordHeader {
     pub layout: RecordLayout,
 }
 
+impl RecordHeader {
+    /// The metadata of a record without extras (they are all in the fixed fields): `None`
+    /// for one with extras ([`record_parts`] decodes them).
+    #[inline]
+    pub fn plain_meta(&self) -> Option<RecordMeta> {
+        match self.layout {
+            RecordLayout::V1 => Some(RecordMeta::log_append(self.timestamp)),
+            RecordLayout::Plain => Some(RecordMeta::created(self.timestamp)),
+            RecordLayout::Extras => None,
+        }
+    }
+}
+
 /// `N` bytes at `at` of `bytes`, if they are all there.
 #[inline]
 fn field<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
@@ -698,22 +714,20 @@ pub fn record_parts(
             range.len().saturating_sub(ENTRY_PREFIX_LEN),
         ));
     }
-    match header.layout {
-        RecordLayout::V1 => Ok((
-            RecordMeta::log_append(header.timestamp),
-            buf.slice(at..range.end),
-        )),
-        RecordLayout::Plain => Ok((
-            RecordMeta::created(header.timestamp),
-            buf.slice(at..range.end),
-        )),
-        RecordLayout::Extras => {
-            let mut r = Reader::new(buf.slice(at..range.end));
-            let meta = RecordMeta::read_extras(&mut r, header.timestamp, &META_LIMITS)
-                .map_err(FormatError::BadMeta)?;
-            Ok((meta, r.rest()))
-        }
+    match header.plain_meta() {
+        Some(meta) => Ok((meta, buf.slice(at..range.end))),
+        None => record_extras(buf.slice(at..range.end), header.timestamp),
     }
+}
+
+/// The metadata and value of a record with extras: `bytes` from its extras to its end. Out
+/// of line, so that the read path of records without extras stays small enough to inline.
+#[inline(never)]
+fn record_extras(bytes: Bytes, timestamp: i64) -> Result<(RecordMeta, Bytes), FormatError> {
+    let mut r = Reader::new(bytes);
+    let meta =
+        RecordMeta::read_extras(&mut r, timestamp, &META_LIMITS).map_err(FormatError::BadMeta)?;
+    Ok((meta, r.rest()))
 }
 
 /// Decodes one whole entry: `entry` is exactly the prefix and the body (its length

@@ -774,21 +774,30 @@ impl Store {
                     }
                     return Ok(out);
                 }
-                // The one reference count taken per record served without extras.
-                let (meta, value) = match format::record_parts(chunk, start..end, &record) {
-                    Ok(parts) => parts,
-                    Err(e) => {
-                        self.damaged_on_read(&name, at, &e);
-                        continue;
-                    }
+                // Without extras (the common case), the record is built here, in place: the
+                // one reference count taken per record served is the value's slice.
+                let payload = start + record.layout.payload_at();
+                let served = match record.plain_meta() {
+                    Some(meta) => Record {
+                        offset: record.offset,
+                        meta,
+                        value: chunk.slice(payload..end),
+                    },
+                    None => match format::record_parts(chunk, start..end, &record) {
+                        Ok((meta, value)) => Record {
+                            offset: record.offset,
+                            meta,
+                            value,
+                        },
+                        Err(e) => {
+                            self.damaged_on_read(&name, at, &e);
+                            continue;
+                        }
+                    },
                 };
-                bytes += end - start - record.layout.payload_at();
+                bytes += end - payload;
                 next += 1;
-                out.push(Record {
-                    offset: record.offset,
-                    meta,
-                    value,
-                });
+                out.push(served);
                 if next >= head || out.len() >= max_records || bytes >= max_bytes {
                     return Ok(out);
                 }
