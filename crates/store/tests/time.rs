@@ -37,12 +37,12 @@ fn stamp(o: u64) -> i64 {
     }
 }
 
-/// Appends `n` records of 60 B to `p`, interleaved with records of `q`, in batches of 50.
+/// Appends `n` records of 60 B to `p`, interleaved with records of `q`, 50 of each a batch
+/// (each waited for, so that batches, and segments, do not depend on the writer's timing).
 fn fill(store: &Store, p: PartitionId, q: PartitionId, n: u64) {
     let metas: Vec<RecordMeta> = (0..n).map(|o| RecordMeta::created(stamp(o))).collect();
     let other = RecordMeta::created(0);
     let values: Vec<Vec<u8>> = (0..n).map(|o| value(1, o, 60)).collect();
-    let mut last = None;
     for start in (0..n).step_by(50) {
         let mut batch = Vec::new();
         for o in start..(start + 50).min(n) {
@@ -59,9 +59,8 @@ fn fill(store: &Store, p: PartitionId, q: PartitionId, n: u64) {
                 value: &values[o as usize],
             });
         }
-        last = Some(store.append(&batch).unwrap());
+        store.append(&batch).unwrap().wait(WAIT).unwrap();
     }
-    last.unwrap().wait(WAIT).unwrap();
 }
 
 /// The answer by a scan of what the partition serves.
