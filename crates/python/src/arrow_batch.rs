@@ -29,7 +29,7 @@ use arrow_array::builder::{
     BinaryBuilder, Int32Builder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
     TimestampMicrosecondBuilder,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use dafka_node::ConsumerRecord;
 use dafka_zmtp::Message;
@@ -159,18 +159,6 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
     let mut value = BinaryBuilder::with_capacity(n, bytes);
     let mut ts = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
     let mut ts_type = Int32Builder::with_capacity(n);
-    let key_bytes: usize = records
-        .iter()
-        .filter_map(|r| r.meta.key.as_ref())
-        .map(|k| k.len())
-        .sum();
-    let mut key = BinaryBuilder::with_capacity(n, key_bytes);
-    let header_builders: Vec<Box<dyn arrow_array::builder::ArrayBuilder>> = vec![
-        Box::new(StringBuilder::new()),
-        Box::new(BinaryBuilder::new()),
-    ];
-    let mut headers = ListBuilder::new(StructBuilder::new(header_fields(), header_builders))
-        .with_field(header_item());
     // Records come in runs of one partition: its topic and partition are converted to text
     // once per run, not per row (the hex encoding and UTF-8 check were a third of this).
     let mut names: Option<(&ConsumerRecord, String, String)> = None;
@@ -190,26 +178,6 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
         value.append_value(&r.value);
         ts.append_value(r.meta.timestamp);
         ts_type.append_value(r.meta.timestamp_type.code());
-        key.append_option(r.meta.key.as_ref());
-        match &r.meta.headers {
-            None => headers.append(false),
-            Some(hs) => {
-                let entries = headers.values();
-                for h in hs {
-                    // Our decoders let only UTF-8 names through.
-                    entries
-                        .field_builder::<StringBuilder>(0)
-                        .unwrap_or_else(|| unreachable!("the first header field is utf8"))
-                        .append_value(h.name_str());
-                    entries
-                        .field_builder::<BinaryBuilder>(1)
-                        .unwrap_or_else(|| unreachable!("the second header field is binary"))
-                        .append_option(h.value.as_ref());
-                    entries.append(true);
-                }
-                headers.append(true);
-            }
-        }
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(topic.finish()),
@@ -218,10 +186,62 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
         Arc::new(value.finish()),
         Arc::new(ts.finish()),
         Arc::new(ts_type.finish()),
-        Arc::new(key.finish()),
-        Arc::new(headers.finish()),
+        key_column(records),
+        headers_column(records),
     ];
     RecordBatch::try_new(records_schema(), columns)
+}
+
+/// The `key` column: all nulls at once when no record has a key (value-only records, the
+/// common case, cost nothing per row here).
+fn key_column(records: &[ConsumerRecord]) -> ArrayRef {
+    if records.iter().all(|r| r.meta.key.is_none()) {
+        return new_null_array(&DataType::Binary, records.len());
+    }
+    let bytes = records
+        .iter()
+        .filter_map(|r| r.meta.key.as_ref())
+        .map(|k| k.len())
+        .sum();
+    let mut key = BinaryBuilder::with_capacity(records.len(), bytes);
+    for r in records {
+        key.append_option(r.meta.key.as_ref());
+    }
+    Arc::new(key.finish())
+}
+
+/// The `headers` column: all nulls at once when no record has headers.
+fn headers_column(records: &[ConsumerRecord]) -> ArrayRef {
+    if records.iter().all(|r| r.meta.headers.is_none()) {
+        return new_null_array(&DataType::List(header_item()), records.len());
+    }
+    let builders: Vec<Box<dyn arrow_array::builder::ArrayBuilder>> = vec![
+        Box::new(StringBuilder::new()),
+        Box::new(BinaryBuilder::new()),
+    ];
+    let mut headers =
+        ListBuilder::new(StructBuilder::new(header_fields(), builders)).with_field(header_item());
+    for r in records {
+        let Some(hs) = &r.meta.headers else {
+            headers.append(false);
+            continue;
+        };
+        let entries = headers.values();
+        for h in hs {
+            // Our decoders let only UTF-8 names through.
+            entries
+                .field_builder::<StringBuilder>(0)
+                .unwrap_or_else(|| unreachable!("the first header field is utf8"))
+                .append_value(h.name_str());
+            entries
+                .field_builder::<BinaryBuilder>(1)
+                .unwrap_or_else(|| unreachable!("the second header field is binary"))
+                .append_option(h.value.as_ref());
+            entries.append(true);
+        }
+        headers.append(true);
+    }
+    Arc::new(headers.finish())
 }
 
 #[cfg(test)]
