@@ -3,6 +3,7 @@
 
 import asyncio
 import builtins
+import datetime
 import os
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -198,6 +199,21 @@ class ClusterKeys:
     def allowed_keys(self) -> list[str]: ...
 
 _Values: TypeAlias = Sequence[builtins.bytes | bytearray | str] | pyarrow.Array[Any]
+#: A record key: bytes, bytearray or str (its UTF-8); None: no key.
+_Key: TypeAlias = builtins.bytes | bytearray | str | None
+#: A record's headers: a dict of name to value, or (name, value) pairs; a value None is a null
+#: value. None: no headers.
+_Headers: TypeAlias = (
+    dict[str, builtins.bytes | bytearray | str | None]
+    | Sequence[tuple[str, builtins.bytes | bytearray | str | None]]
+    | None
+)
+#: A record's create time: microseconds since the epoch (UTC) or a timezone-aware datetime;
+#: None: the producer's clock at send.
+_Timestamp: TypeAlias = int | datetime.datetime | None
+#: send_many's values: a list or Arrow array, or a RecordBatch / Table with a value column and
+#: optional key, headers and timestamp columns (then no keys/headers/timestamps arguments).
+_Records: TypeAlias = _Values | pyarrow.RecordBatch | pyarrow.Table
 
 @final
 class Tower:
@@ -268,11 +284,35 @@ class Producer:
     def closed(self) -> bool: ...
     @property
     def acknowledged(self) -> int: ...
-    def send(self, value: builtins.bytes | bytearray | str) -> int: ...
-    def send_many(self, values: _Values) -> int: ...
+    def send(
+        self,
+        value: builtins.bytes | bytearray | str,
+        key: _Key = None,
+        headers: _Headers = None,
+        timestamp: _Timestamp = None,
+    ) -> int: ...
+    def send_many(
+        self,
+        values: _Records,
+        keys: Sequence[_Key] | pyarrow.Array[Any] | None = None,
+        headers: Sequence[_Headers] | pyarrow.Array[Any] | None = None,
+        timestamps: Sequence[_Timestamp] | pyarrow.Array[Any] | None = None,
+    ) -> int: ...
     def flush(self, timeout: float | None = None) -> None: ...
-    def send_async(self, value: builtins.bytes | bytearray | str) -> asyncio.Future[int]: ...
-    def send_many_async(self, values: _Values) -> asyncio.Future[int]: ...
+    def send_async(
+        self,
+        value: builtins.bytes | bytearray | str,
+        key: _Key = None,
+        headers: _Headers = None,
+        timestamp: _Timestamp = None,
+    ) -> asyncio.Future[int]: ...
+    def send_many_async(
+        self,
+        values: _Records,
+        keys: Sequence[_Key] | pyarrow.Array[Any] | None = None,
+        headers: Sequence[_Headers] | pyarrow.Array[Any] | None = None,
+        timestamps: Sequence[_Timestamp] | pyarrow.Array[Any] | None = None,
+    ) -> asyncio.Future[int]: ...
     def flush_async(self, timeout: float | None = None) -> asyncio.Future[None]: ...
     def close(self) -> None: ...
     def __enter__(self) -> Producer: ...
