@@ -36,12 +36,19 @@ _spec.loader.exec_module(run)
 
 REPO = run.REPO
 SIZES = [100, 1024]
-PRODUCERS = ["rust", "py-send", "py-send_many"]
+PRODUCERS = ["rust", "py-send", "py-send_many", "rust-keyed", "py-send_many-keyed"]
+# The keyed shapes: each record with a 16-byte key and two headers (a trace id, a schema id),
+# measured at the smallest size only, where the metadata weighs most.
+KEYED = {"rust-keyed": "rust", "py-send_many-keyed": "py-send_many"}
 LABELS = {
     "rust": "Rust `send_many` (10 000 a call)",
     "py-send": "Python `send` in a loop",
     "py-send_many": "Python `send_many` (pyarrow array of 10 000)",
+    "rust-keyed": "Rust `send_many`, 16-byte key + 2 headers",
+    "py-send_many-keyed": "Python `send_many` (RecordBatch: value, 16-byte key, 2 headers)",
 }
+KEY = b"0123456789abcdef"
+HEADERS = [("trace-id", b"4bf92f3577b34da6"), ("schema", b"v1.2")]
 
 
 # --------------------------------------------------------------------------- Python roles
@@ -62,6 +69,14 @@ def send_all(p: Any, args: argparse.Namespace) -> dict[str, Any]:
             send(value)
     else:
         chunk = pa.array([value] * 10_000, pa.binary())
+        if args.mode == "send_many-keyed":
+            headers = pa.array(
+                [[{"key": k, "value": v} for k, v in HEADERS]] * 10_000,
+                pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+            )
+            chunk = pa.RecordBatch.from_pydict(
+                {"value": chunk, "key": pa.array([KEY] * 10_000), "headers": headers}
+            )
         left = args.records
         while left > 0:
             n = min(10_000, left)
@@ -200,10 +215,12 @@ class Store:
 
 
 def role_cmd(binary: str, producer: str, role: str, towers: str, records: int, size: int):
-    if producer == "rust" or role == "catchup-rust":
+    if producer in ("rust", "rust-keyed") or role == "catchup-rust":
         r = "producer" if role == "producer" else "consumer"
         cmd = [binary, "dafka", r, "--towers", towers, "--records", str(records)]
-        return cmd + (["--size", str(size)] if r == "producer" else []) + ["--timeout", "300"]
+        if r == "producer":
+            cmd += ["--size", str(size), "--keyed", "1" if producer == "rust-keyed" else "0"]
+        return [*cmd, "--timeout", "300"]
     mode = producer.removeprefix("py-")
     r = "py-producer" if role == "producer" else "py-consumer"
     return [
@@ -245,7 +262,7 @@ def one_case(binary: str, workdir: Path, producer: str, size: int, records: int)
         prod = result(start(cmd), 300)
         cons = result(consumer, 300)
         # The producer is gone: a new consumer catches up from the store alone.
-        catchup_kind = "catchup-rust" if producer == "rust" else "consumer"
+        catchup_kind = "catchup-rust" if producer in ("rust", "rust-keyed") else "consumer"
         cmd = role_cmd(binary, producer, catchup_kind, store.towers, records + 1, size)
         catch = result(start(cmd), 300)
     finally:
@@ -462,6 +479,7 @@ def targets(cases: list[dict]) -> list[str]:
         return None
 
     rust, many, loop = rate("rust", 100), rate("py-send_many", 100), rate("py-send", 100)
+    keyed = {k: (rate(k, 100), rate(v, 100)) for k, v in KEYED.items()}
     rows = ["| target | verdict | measured |", "|---|---|---|"]
 
     def row(name: str, ok: bool | None, got: str) -> None:
@@ -482,6 +500,12 @@ def targets(cases: list[dict]) -> list[str]:
         None if loop is None else loop >= 5e5,
         fmt_rate(loop),
     )
+    for k, (with_meta, plain) in keyed.items():
+        row(
+            f"{LABELS[k]}, 100 B: >= 80% of the value-only records/s",
+            None if with_meta is None or not plain else with_meta >= 0.8 * plain,
+            ratio(with_meta, plain),
+        )
     for c in cases:
         if "one_process" not in c:
             continue
@@ -569,13 +593,15 @@ def main() -> int:
             cases = []
             for size in args.size or SIZES:
                 for producer in args.producer or PRODUCERS:
+                    if producer in KEYED and size != min(args.size or SIZES):
+                        continue
                     records = args.records or (
                         (2_000_000 if size <= 100 else 500_000)
                         if producer != "py-send"
                         else (1_000_000 if size <= 100 else 250_000)
                     )
                     c = one_case(args.bin, workdir, producer, size, records)
-                    if producer != "rust":
+                    if producer in ("py-send", "py-send_many"):
                         # The same records in one process, right after (alternating shapes).
                         c["one_process"] = one_process_case(workdir, producer, size, records)
                     p = c["producer"]

@@ -113,3 +113,18 @@ def test_one_process_rows_and_verdicts_set_it_beside_the_three_processes():
         in rows
     )
     assert e2e.one_process_table([case("rust", 100, 1.0)]) == []
+
+
+def test_keyed_rows_are_judged_against_their_value_only_rows():
+    cases = [
+        case("rust", 100, 1_000_000),
+        case("rust-keyed", 100, 850_000),
+        case("py-send_many", 100, 600_000),
+        case("py-send_many-keyed", 100, 420_000),
+    ]
+    rows = e2e.targets(cases)
+    rust = f"| {e2e.LABELS['rust-keyed']}, 100 B: >= 80% of the value-only records/s | met | 85% |"
+    many = f"| {e2e.LABELS['py-send_many-keyed']}, 100 B: >= 80% of the value-only records/s"
+    assert rust in rows
+    assert f"{many} | not met | 70% |" in rows
+    assert any(r.startswith(f"{many} | — |") for r in e2e.targets(cases[:3]))

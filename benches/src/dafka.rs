@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_node::{
-    ConsumerNode, ConsumerOptions, NodeConfig, OffsetReset, ProducerNode, ProducerOptions,
-    StoreNode, StoreOptions, SyncPolicy, Tower, TowerAddress, TowerConfig,
+    ConsumerNode, ConsumerOptions, Header, NodeConfig, OffsetReset, ProducerNode, ProducerOptions,
+    ProducerRecord, StoreNode, StoreOptions, SyncPolicy, Tower, TowerAddress, TowerConfig,
 };
 
 use crate::error::BenchError;
@@ -49,11 +49,13 @@ pub(crate) struct DafkaArgs {
     retention_mib: Option<u64>,
     /// Producer: most records unacknowledged (default: the node's).
     max_unacked: Option<usize>,
+    /// Producer: each record with a 16-byte key and two headers (`--keyed 1`).
+    keyed: bool,
 }
 
 pub(crate) const USAGE: &str = "\
        dafka-bench dafka store --dir DIR [--sync always|never] [--retention-mib M] [--timeout SECS]
-       dafka-bench dafka producer --towers T (--records N | --seconds S) --size BYTES [--batch N]
+       dafka-bench dafka producer --towers T (--records N | --seconds S) --size BYTES [--batch N] [--keyed 0|1]
        dafka-bench dafka consumer --towers T (--records N | --idle SECS) [--timeout SECS]";
 
 fn bad(msg: impl Into<String>) -> BenchError {
@@ -84,6 +86,7 @@ pub(crate) fn parse(args: &[String]) -> Result<DafkaArgs, BenchError> {
         idle: None,
         retention_mib: None,
         max_unacked: None,
+        keyed: false,
     };
     let mut it = args[1..].iter();
     while let Some(flag) = it.next() {
@@ -108,6 +111,7 @@ pub(crate) fn parse(args: &[String]) -> Result<DafkaArgs, BenchError> {
             "--idle" => out.idle = Some(num(flag, v)?),
             "--retention-mib" => out.retention_mib = Some(num(flag, v)?),
             "--max-unacked" => out.max_unacked = Some(num(flag, v)?),
+            "--keyed" => out.keyed = num::<u8>(flag, v)? != 0,
             _ => return Err(bad(format!("unknown flag `{flag}`"))),
         }
     }
@@ -223,6 +227,19 @@ async fn producer(args: &DafkaArgs) -> Result<Report, BenchError> {
         .await
         .map_err(node_error)?;
     let value = Bytes::from(vec![7u8; args.size]);
+    // The keyed shape: a 16-byte key (a UUID's bytes) and two headers (a trace id, a schema
+    // id), the same for every record as the value is.
+    let record = ProducerRecord {
+        value: value.clone(),
+        key: args.keyed.then(|| Bytes::from_static(b"0123456789abcdef")),
+        headers: args.keyed.then(|| {
+            vec![
+                Header::new("trace-id", Some(Bytes::from_static(b"4bf92f3577b34da6"))),
+                Header::new("schema", Some(Bytes::from_static(b"v1.2"))),
+            ]
+        }),
+        timestamp: None,
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
     let start = Instant::now();
     let send = async {
@@ -236,10 +253,10 @@ async fn producer(args: &DafkaArgs) -> Result<Report, BenchError> {
         while left > 0 && until.is_none_or(|u| Instant::now() < u) {
             let n = (args.batch as u64).min(left);
             let first = if args.batch == 1 {
-                producer.send(value.clone()).await
+                producer.send(record.clone()).await
             } else {
                 producer
-                    .send_many(std::iter::repeat_n(value.clone(), n as usize))
+                    .send_many(std::iter::repeat_n(record.clone(), n as usize))
                     .await
             }
             .map_err(node_error)?;
@@ -270,6 +287,7 @@ async fn producer(args: &DafkaArgs) -> Result<Report, BenchError> {
         .int("records", sent)
         .int("size", args.size as u64)
         .int("batch", args.batch as u64)
+        .int("keyed", u64::from(args.keyed))
         .float("secs", secs)
         .float("records_per_s", rate)
         .float("mb_per_s", rate * args.size as f64 / 1e6)

@@ -198,22 +198,15 @@ class ClusterKeys:
     @property
     def allowed_keys(self) -> list[str]: ...
 
-_Values: TypeAlias = Sequence[builtins.bytes | bytearray | str] | pyarrow.Array[Any]
-#: A record key: bytes, bytearray or str (its UTF-8); None: no key.
-_Key: TypeAlias = builtins.bytes | bytearray | str | None
-#: A record's headers: a dict of name to value, or (name, value) pairs; a value None is a null
-#: value. None: no headers.
-_Headers: TypeAlias = (
-    dict[str, builtins.bytes | bytearray | str | None]
-    | Sequence[tuple[str, builtins.bytes | bytearray | str | None]]
-    | None
+_Values: TypeAlias = (
+    Sequence[builtins.bytes | bytearray | str]
+    | pyarrow.Array[Any]
+    | pyarrow.RecordBatch
+    | pyarrow.Table
 )
-#: A record's create time: microseconds since the epoch (UTC) or a timezone-aware datetime;
-#: None: the producer's clock at send.
-_Timestamp: TypeAlias = int | datetime.datetime | None
-#: send_many's values: a list or Arrow array, or a RecordBatch / Table with a value column and
-#: optional key, headers and timestamp columns (then no keys/headers/timestamps arguments).
-_Records: TypeAlias = _Values | pyarrow.RecordBatch | pyarrow.Table
+_Value: TypeAlias = builtins.bytes | bytearray | str
+_Headers: TypeAlias = Mapping[str, _Value | None] | Sequence[tuple[str, _Value | None]]
+_Time: TypeAlias = int | datetime.datetime
 
 @final
 class Tower:
@@ -244,6 +237,7 @@ class Store:
         curve: ClusterKeys | None = None,
         segment_bytes: int | None = None,
         retention_bytes: int | None = None,
+        retention_ms: int | None = None,
         max_record_bytes: int | None = None,
         host: str | None = None,
         bind: str | None = None,
@@ -286,32 +280,32 @@ class Producer:
     def acknowledged(self) -> int: ...
     def send(
         self,
-        value: builtins.bytes | bytearray | str,
-        key: _Key = None,
-        headers: _Headers = None,
-        timestamp: _Timestamp = None,
+        value: _Value,
+        key: _Value | None = None,
+        headers: _Headers | None = None,
+        timestamp: _Time | None = None,
     ) -> int: ...
     def send_many(
         self,
-        values: _Records,
-        keys: Sequence[_Key] | pyarrow.Array[Any] | None = None,
-        headers: Sequence[_Headers] | pyarrow.Array[Any] | None = None,
-        timestamps: Sequence[_Timestamp] | pyarrow.Array[Any] | None = None,
+        values: _Values,
+        keys: Sequence[_Value | None] | pyarrow.Array[Any] | None = None,
+        headers: Sequence[_Headers | None] | pyarrow.Array[Any] | None = None,
+        timestamps: Sequence[_Time | None] | pyarrow.Array[Any] | None = None,
     ) -> int: ...
     def flush(self, timeout: float | None = None) -> None: ...
     def send_async(
         self,
-        value: builtins.bytes | bytearray | str,
-        key: _Key = None,
-        headers: _Headers = None,
-        timestamp: _Timestamp = None,
+        value: _Value,
+        key: _Value | None = None,
+        headers: _Headers | None = None,
+        timestamp: _Time | None = None,
     ) -> asyncio.Future[int]: ...
     def send_many_async(
         self,
-        values: _Records,
-        keys: Sequence[_Key] | pyarrow.Array[Any] | None = None,
-        headers: Sequence[_Headers] | pyarrow.Array[Any] | None = None,
-        timestamps: Sequence[_Timestamp] | pyarrow.Array[Any] | None = None,
+        values: _Values,
+        keys: Sequence[_Value | None] | pyarrow.Array[Any] | None = None,
+        headers: Sequence[_Headers | None] | pyarrow.Array[Any] | None = None,
+        timestamps: Sequence[_Time | None] | pyarrow.Array[Any] | None = None,
     ) -> asyncio.Future[int]: ...
     def flush_async(self, timeout: float | None = None) -> asyncio.Future[None]: ...
     def close(self) -> None: ...
@@ -366,10 +360,7 @@ class PartitionReader:
     def __new__(cls, towers: _Towers, *, curve: ClusterKeys | None = None) -> PartitionReader: ...
     def offsets(self, topic: str, timeout: float = 10.0) -> dict[str, tuple[int, int]]: ...
     def offsets_for_times(
-        self,
-        topic: str,
-        times: int | datetime.datetime | Mapping[str, int | datetime.datetime],
-        timeout: float = 10.0,
+        self, topic: str, times: _Time | Mapping[str, _Time], timeout: float = 10.0
     ) -> dict[str, int | None]: ...
     def topics(self, timeout: float = 10.0) -> list[str]: ...
     def assign(self, topic: str, partition: str, offset: int, end: int | None = None) -> None: ...

@@ -43,7 +43,7 @@
 //! [`Consumer::poll_timeout`], publishes every [`Consumer::poll_transmit`] message on its XPUB
 //! and hands every [`Consumer::poll_record`] to the application.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -52,6 +52,7 @@ use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
     ConsumerHello, DirectMetaRecords, DirectMissing, GetHeads, HeadsQuery, Kind, Message, Record,
+    TimeQuery, TopicsQuery,
 };
 use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
@@ -307,6 +308,40 @@ pub struct Consumer {
     census: HashMap<Topic, Census>,
     /// Topics found not held, not yet polled.
     not_held: VecDeque<Topic>,
+    /// Topics with a time query running (TIME-QUERY), and what it heard so far.
+    time_queries: HashMap<Topic, TimeAsk>,
+    /// The topics query running (TOPICS-QUERY), if any.
+    topics_query: Option<TopicsAsk>,
+}
+
+/// A running time query: the first offset of each partition at or after `time`.
+#[derive(Debug)]
+struct TimeAsk {
+    time: i64,
+    /// Its number, echoed by the HEADS-ENDs that end its answers.
+    number: u64,
+    offsets: BTreeMap<NodeId, TimeOffset>,
+    /// Store readers whose HEADS-END of it arrived (bounded by [`MAX_STORES`]).
+    ended: HashSet<NodeId>,
+}
+
+/// A running topics query.
+#[derive(Debug)]
+struct TopicsAsk {
+    number: u64,
+    topics: BTreeSet<Topic>,
+    /// Store readers whose DIRECT-TOPICS arrived (bounded by [`MAX_STORES`]).
+    answered: HashSet<NodeId>,
+}
+
+/// What the stores said of one partition in answer to a time query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeOffset {
+    /// The first offset whose record's timestamp is at or after the time (the lowest any
+    /// store holds); `None` when no store holds a record that recent.
+    pub offset: Option<u64>,
+    /// One past the highest offset a store holds.
+    pub end: u64,
 }
 
 /// Whether the stores hold a subscribed topic: the HEADS-QUERY asked when it was subscribed.
@@ -371,13 +406,15 @@ impl Consumer {
             past_end: VecDeque::new(),
             census: HashMap::new(),
             not_held: VecDeque::new(),
+            time_queries: HashMap::new(),
+            topics_query: None,
         })
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
     /// `'D'`, `'E'`, `'L'` and (the extensions) `'B'`, `'O'`, `'R'` and `'N'` + its id. `'B'`,
     /// reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
-    pub fn subscriptions(&self) -> [Bytes; 8] {
+    pub fn subscriptions(&self) -> [Bytes; 10] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
@@ -387,6 +424,9 @@ impl Consumer {
             // Records with their metadata: a producer or store reader that saw it answers
             // FETCHes with DIRECT-META-RECORDS.
             subscription::node(Kind::DirectMetaRecords, id),
+            // Answers to time and topics queries.
+            subscription::node(Kind::DirectTimeOffset, id),
+            subscription::node(Kind::DirectTopics, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
             subscription::node(Kind::DirectLowWater, id),
@@ -575,6 +615,41 @@ impl Consumer {
                     c.ended.insert(e.store);
                     self.check_census(&e.topic);
                 }
+                if let Some(q) = self.time_queries.get_mut(&e.topic)
+                    && q.number == e.query
+                    && q.ended.len() < MAX_STORES
+                {
+                    q.ended.insert(e.store);
+                }
+                Ok(())
+            }
+            Message::DirectTimeOffset(d) => {
+                self.check_to(Kind::DirectTimeOffset, &d.to)?;
+                let max = self.config.max_partitions;
+                if let Some(q) = self.time_queries.get_mut(&d.topic)
+                    && (q.offsets.len() < max || q.offsets.contains_key(&d.producer))
+                {
+                    let heard = q.offsets.entry(d.producer).or_insert(TimeOffset {
+                        offset: None,
+                        end: 0,
+                    });
+                    // A store without a record that recent says its end: not an offset.
+                    if d.offset < d.end {
+                        heard.offset = Some(heard.offset.map_or(d.offset, |o| o.min(d.offset)));
+                    }
+                    heard.end = heard.end.max(d.end);
+                }
+                Ok(())
+            }
+            Message::DirectTopics(d) => {
+                self.check_to(Kind::DirectTopics, &d.to)?;
+                if let Some(q) = &mut self.topics_query
+                    && q.number == d.query
+                    && q.answered.len() < MAX_STORES
+                {
+                    q.answered.insert(d.store);
+                    q.topics.extend(d.topics.iter().cloned());
+                }
                 Ok(())
             }
             Message::StoreHello(s) => {
@@ -625,6 +700,88 @@ impl Consumer {
             },
         );
         self.ask_heads(topic, number);
+    }
+
+    /// Starts (or restarts) a query of the first offset of each partition of `topic` whose
+    /// record's timestamp is at or after `time` (microseconds since the epoch, UTC): sends a
+    /// TIME-QUERY now, and again to every store reader that becomes reachable while it runs.
+    /// Our store readers answer with DIRECT-TIME-OFFSETs and a HEADS-END; reference stores do
+    /// not answer it at all.
+    pub fn query_time(&mut self, topic: Topic, time: i64) {
+        let number = self.new_query_number();
+        self.time_queries.insert(
+            topic.clone(),
+            TimeAsk {
+                time,
+                number,
+                offsets: BTreeMap::new(),
+                ended: HashSet::new(),
+            },
+        );
+        self.ask_time(topic, number, time);
+    }
+
+    fn ask_time(&mut self, topic: Topic, query: u64, time: i64) {
+        self.transmit.push_back(Message::TimeQuery(TimeQuery {
+            consumer: self.config.id,
+            topic,
+            query,
+            time,
+        }));
+    }
+
+    /// Whether every store reader reachable now (at least one) ended its answers to the time
+    /// query of `topic`.
+    pub fn time_answered(&self, topic: &Topic) -> bool {
+        self.time_queries
+            .get(topic)
+            .is_some_and(|q| self.all_reachable_in(&q.ended))
+    }
+
+    /// What the time query of `topic` heard so far, per partition.
+    pub fn time_offsets(&self, topic: &Topic) -> Option<&BTreeMap<NodeId, TimeOffset>> {
+        self.time_queries.get(topic).map(|q| &q.offsets)
+    }
+
+    /// Ends the time query of `topic` and returns what it heard.
+    pub fn finish_time_query(&mut self, topic: &Topic) -> Option<BTreeMap<NodeId, TimeOffset>> {
+        self.time_queries.remove(topic).map(|q| q.offsets)
+    }
+
+    /// Starts (or restarts) a query of the topics the store readers hold: sends a
+    /// TOPICS-QUERY now, and again to every store reader that becomes reachable while it runs.
+    pub fn query_topics(&mut self) {
+        let number = self.new_query_number();
+        self.topics_query = Some(TopicsAsk {
+            number,
+            topics: BTreeSet::new(),
+            answered: HashSet::new(),
+        });
+        self.ask_topics(number);
+    }
+
+    fn ask_topics(&mut self, query: u64) {
+        self.transmit.push_back(Message::TopicsQuery(TopicsQuery {
+            consumer: self.config.id,
+            query,
+        }));
+    }
+
+    /// Whether every store reader reachable now (at least one) answered the topics query.
+    pub fn topics_answered(&self) -> bool {
+        self.topics_query
+            .as_ref()
+            .is_some_and(|q| self.all_reachable_in(&q.answered))
+    }
+
+    /// The topics heard so far by the running topics query.
+    pub fn topics_heard(&self) -> Option<&BTreeSet<Topic>> {
+        self.topics_query.as_ref().map(|q| &q.topics)
+    }
+
+    /// Ends the topics query and returns what it heard.
+    pub fn finish_topics_query(&mut self) -> Option<BTreeSet<Topic>> {
+        self.topics_query.take().map(|q| q.topics)
     }
 
     /// The number of a new HEADS-QUERY.
@@ -769,6 +926,17 @@ impl Consumer {
             );
             for (topic, number) in again {
                 self.ask_heads(topic, number);
+            }
+            let times: Vec<(Topic, u64, i64)> = self
+                .time_queries
+                .iter()
+                .map(|(t, q)| (t.clone(), q.number, q.time))
+                .collect();
+            for (topic, number, time) in times {
+                self.ask_time(topic, number, time);
+            }
+            if let Some(number) = self.topics_query.as_ref().map(|q| q.number) {
+                self.ask_topics(number);
             }
             // The first store to become reachable gets the FETCHes sent to nobody; a later one
             // is asked as their retries come (all of them at once would ask the stores

@@ -148,10 +148,12 @@ pub enum LimitError {
         /// The limit.
         max: usize,
     },
-    /// A CONSUMER-HELLO announces more topics than `Limits::max_topics`; refused before any
-    /// list is allocated.
-    #[error("CONSUMER-HELLO announces {count} topics, over the limit of {max}")]
+    /// A CONSUMER-HELLO or DIRECT-TOPICS announces more topics than `Limits::max_topics`;
+    /// refused before any list is allocated.
+    #[error("{kind} announces {count} topics, over the limit of {max}")]
     TooManyTopics {
+        /// The message kind.
+        kind: &'static str,
         /// The announced count.
         count: u32,
         /// The limit.

@@ -73,7 +73,7 @@ pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
 pub use consumer::{
-    Bounds, Consumer, ConsumerConfig, Delivery, Loss, MISSING_REPORTS, OffsetReset,
+    Bounds, Consumer, ConsumerConfig, Delivery, Loss, MISSING_REPORTS, OffsetReset, TimeOffset,
 };
 pub use discovery::{ANSWER_BEACON_GAP, Action, Cause, Discovery, DiscoveryConfig, split_tcp};
 pub use error::{
@@ -82,9 +82,10 @@ pub use error::{
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
-    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord, DirectRecords,
-    Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Kind, Limits, Message, PREFIX_END, Record,
-    RefusalReason, StoreAck, StoreHello, StoreRefusal, VERSION,
+    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing, DirectRecord,
+    DirectRecords, DirectTimeOffset, DirectTopics, Fetch, GetHeads, Head, HeadsEnd, HeadsQuery,
+    Kind, Limits, Message, MetaRecord, PREFIX_END, Record, RefusalReason, StoreAck, StoreHello,
+    StoreRefusal, TimeQuery, TopicsQuery, VERSION,
 };
 pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
 pub use record::{Header, RecordMeta, TimestampType};

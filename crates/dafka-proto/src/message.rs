@@ -210,6 +210,10 @@ kinds! {
     StoreRefusal = 0x58, "STORE-REFUSAL", 1;
     MetaRecord = 0x54, "META-RECORD", 2;
     DirectMetaRecords = 0x56, "DIRECT-META-RECORDS", 2;
+    TimeQuery = 0x59, "TIME-QUERY", 1;
+    DirectTimeOffset = 0x5A, "DIRECT-TIME-OFFSET", 1;
+    TopicsQuery = 0x53, "TOPICS-QUERY", 1;
+    DirectTopics = 0x43, "DIRECT-TOPICS", 1;
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -282,6 +286,64 @@ pub struct DirectMetaRecords {
     pub run: DirectRecords,
     /// The metadata of each record, in the order of `run.contents` (as many).
     pub metas: Vec<RecordMeta>,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): which offset of each partition
+/// of a topic is the first at or after a time: TIME-QUERY (`'Y'`). Our store readers
+/// answer it with a DIRECT-TIME-OFFSET per partition they hold, then a HEADS-END with the
+/// same query number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeQuery {
+    /// The consumer that asks: its answers go to `'Z'` and `'R'` + this id.
+    pub consumer: NodeId,
+    /// The topic: the topic prefix.
+    pub topic: Topic,
+    /// The consumer's number for the query, echoed in HEADS-END.
+    pub query: u64,
+    /// The time, microseconds since the Unix epoch, UTC.
+    pub time: i64,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a store reader's answer to a
+/// TIME-QUERY for one partition: DIRECT-TIME-OFFSET (`'Z'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectTimeOffset {
+    /// The consumer that asked: the topic prefix.
+    pub to: NodeId,
+    /// The partition (producer).
+    pub producer: NodeId,
+    /// The topic.
+    pub topic: Topic,
+    /// The first offset the store holds whose record's timestamp is at or after the time
+    /// asked; `end` when it holds none that recent.
+    pub offset: u64,
+    /// One past the last offset the store holds of the partition.
+    pub end: u64,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a consumer asks the store
+/// readers which topics they hold: TOPICS-QUERY (`'S'`). Our store readers subscribe to
+/// every one and answer with a DIRECT-TOPICS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicsQuery {
+    /// The consumer that asks: the topic prefix (the answer goes to `'C'` + this id).
+    pub consumer: NodeId,
+    /// The consumer's number for the query, echoed in the answer.
+    pub query: u64,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): the topics one store reader
+/// holds, in answer to a TOPICS-QUERY: DIRECT-TOPICS (`'C'`). At most `Limits::max_topics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectTopics {
+    /// The consumer that asked: the topic prefix.
+    pub to: NodeId,
+    /// The store reader that answers.
+    pub store: NodeId,
+    /// The query number of the TOPICS-QUERY answered.
+    pub query: u64,
+    /// Every topic of which it holds a partition.
+    pub topics: Vec<Topic>,
 }
 
 /// A request for missing records: FETCH (`'F'`).
@@ -548,6 +610,10 @@ impl Message {
             Message::Head(h) => Prefix::Topic(&h.topic),
             Message::GetHeads(g) => Prefix::Topic(&g.topic),
             Message::HeadsQuery(q) => Prefix::Topic(&q.topic),
+            Message::TimeQuery(q) => Prefix::Topic(&q.topic),
+            Message::DirectTimeOffset(d) => Prefix::Node(&d.to),
+            Message::TopicsQuery(q) => Prefix::Node(&q.consumer),
+            Message::DirectTopics(d) => Prefix::Node(&d.to),
             Message::HeadsEnd(e) => Prefix::Node(&e.to),
             Message::DirectRecord(d) => Prefix::Node(&d.to),
             Message::DirectRecords(d)
@@ -596,6 +662,10 @@ impl Message {
                 ADDRESS + 1 + m.run.topic.len() + 8 + metas_len(&m.metas)
             }
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
+            Message::TimeQuery(q) => ADDRESS + 1 + q.topic.len() + 8 + 8,
+            Message::DirectTimeOffset(d) => ADDRESS + 1 + d.topic.len() + 8 + 8,
+            Message::TopicsQuery(_) => 8,
+            Message::DirectTopics(d) => ADDRESS + 8 + strings_len(&d.topics),
             Message::DirectMissing(d) => ADDRESS + 1 + d.topic.len() + 8 + 8 + ADDRESS,
             Message::StoreRefusal(r) => {
                 ADDRESS + 1 + r.topic.len() + 8 + 1 + 1 + detail_bytes(&r.detail).len()
@@ -603,9 +673,7 @@ impl Message {
             Message::Ack(a) => 1 + a.topic.len() + 8,
             Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
             Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
-            Message::ConsumerHello(c) => {
-                ADDRESS + 4 + c.topics.iter().map(|t| 4 + t.len()).sum::<usize>()
-            }
+            Message::ConsumerHello(c) => ADDRESS + strings_len(&c.topics),
         };
         1 + prefix + 2 + fields
     }
@@ -643,6 +711,20 @@ impl Message {
                 put_position(out, &f.sender, &f.topic, f.sequence);
                 out.put_u32(f.count);
             }
+            Message::TimeQuery(q) => {
+                put_position(out, &q.consumer, &q.topic, q.query);
+                out.put_i64(q.time);
+            }
+            Message::DirectTimeOffset(d) => {
+                put_position(out, &d.producer, &d.topic, d.offset);
+                out.put_u64(d.end);
+            }
+            Message::TopicsQuery(q) => out.put_u64(q.query),
+            Message::DirectTopics(d) => {
+                d.store.put_string(out);
+                out.put_u64(d.query);
+                put_strings(out, &d.topics);
+            }
             Message::DirectMissing(d) => {
                 put_position(out, &d.producer, &d.topic, d.from);
                 out.put_u64(d.to_offset);
@@ -666,12 +748,7 @@ impl Message {
             Message::GetHeads(g) => g.consumer.put_string(out),
             Message::ConsumerHello(c) => {
                 c.consumer.put_string(out);
-                // A list longer than u32::MAX topics cannot be built in memory.
-                out.put_u32(c.topics.len() as u32);
-                for t in &c.topics {
-                    out.put_u32(t.len() as u32);
-                    out.put_slice(t.as_bytes());
-                }
+                put_strings(out, &c.topics);
             }
             Message::StoreHello(s) => s.store.put_string(out),
         }
@@ -724,9 +801,12 @@ impl Message {
         // A node id's hex is parsed from the borrowed bytes (no shared handle made and dropped
         // per message); its error waits for the kind's turn, after the version check.
         let prefix = match kind {
-            Kind::Record | Kind::MetaRecord | Kind::Head | Kind::HeadsQuery | Kind::GetHeads => {
-                ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?)
-            }
+            Kind::Record
+            | Kind::MetaRecord
+            | Kind::Head
+            | Kind::HeadsQuery
+            | Kind::TimeQuery
+            | Kind::GetHeads => ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?),
             _ => ReadPrefix::Node(r.until_with(PREFIX_END, "topic prefix", |hex| {
                 NodeId::decode(hex, "topic prefix")
             })?),
@@ -736,12 +816,19 @@ impl Message {
             return Err(MalformedError::Version { version }.into());
         }
         let message = match kind {
-            Kind::Record | Kind::MetaRecord | Kind::Head | Kind::HeadsQuery => {
+            Kind::Record | Kind::MetaRecord | Kind::Head | Kind::HeadsQuery | Kind::TimeQuery => {
                 let (producer, topic, sequence) = position(&mut r)?;
                 if prefix.topic()? != topic.as_bytes() {
                     return Err(MalformedError::TopicMismatch { kind: kind.name() }.into());
                 }
-                if kind == Kind::MetaRecord {
+                if kind == Kind::TimeQuery {
+                    Message::TimeQuery(TimeQuery {
+                        consumer: producer,
+                        topic,
+                        query: sequence,
+                        time: r.u64("time")? as i64,
+                    })
+                } else if kind == Kind::MetaRecord {
                     let meta = read_metas(&mut r, 1, limits)?.pop().unwrap_or_default();
                     Message::MetaRecord(MetaRecord {
                         record: Record {
@@ -824,6 +911,34 @@ impl Message {
                 } else {
                     Message::DirectLowWater(DirectLowWater { to, low: head })
                 }
+            }
+            Kind::DirectTimeOffset => {
+                let to = prefix.node()?;
+                let (producer, topic, offset) = position(&mut r)?;
+                let end = r.u64("end")?;
+                Message::DirectTimeOffset(DirectTimeOffset {
+                    to,
+                    producer,
+                    topic,
+                    offset,
+                    end,
+                })
+            }
+            Kind::TopicsQuery => Message::TopicsQuery(TopicsQuery {
+                consumer: prefix.node()?,
+                query: r.u64("query")?,
+            }),
+            Kind::DirectTopics => {
+                let to = prefix.node()?;
+                let store = address(&mut r)?;
+                let query = r.u64("query")?;
+                let topics = read_strings(&mut r, "DIRECT-TOPICS", limits)?;
+                Message::DirectTopics(DirectTopics {
+                    to,
+                    store,
+                    query,
+                    topics,
+                })
             }
             Kind::HeadsEnd => {
                 let to = prefix.node()?;
@@ -911,19 +1026,7 @@ impl Message {
             Kind::ConsumerHello => {
                 let store = prefix.node()?;
                 let consumer = address(&mut r)?;
-                let count = r.u32("subjects count")?;
-                if usize::try_from(count).map_or(true, |n| n > limits.max_topics) {
-                    return Err(LimitError::TooManyTopics {
-                        count,
-                        max: limits.max_topics,
-                    }
-                    .into());
-                }
-                // Never reserve from the announced count: each entry takes at least 4 bytes.
-                let mut topics = Vec::with_capacity((count as usize).min(r.remaining() / 4));
-                for _ in 0..count {
-                    topics.push(Topic::decode(r.long_bytes("subject")?, "subject")?);
-                }
+                let topics = read_strings(&mut r, "CONSUMER-HELLO", limits)?;
                 Message::ConsumerHello(ConsumerHello {
                     store,
                     consumer,
@@ -938,6 +1041,45 @@ impl Message {
         r.finish("frame 1")?;
         Ok(message)
     }
+}
+
+/// Length of a `strings` field of topics: count, then each as length + bytes.
+fn strings_len(topics: &[Topic]) -> usize {
+    4 + topics.iter().map(|t| 4 + t.len()).sum::<usize>()
+}
+
+/// Appends a `strings` field of topics.
+fn put_strings(out: &mut BytesMut, topics: &[Topic]) {
+    // A list longer than u32::MAX topics cannot be built in memory.
+    out.put_u32(topics.len() as u32);
+    for t in topics {
+        out.put_u32(t.len() as u32);
+        out.put_slice(t.as_bytes());
+    }
+}
+
+/// Reads a `strings` field of topics of a `kind` message, its count checked against
+/// `limits.max_topics` before anything is reserved.
+fn read_strings(
+    r: &mut Reader,
+    kind: &'static str,
+    limits: &Limits,
+) -> Result<Vec<Topic>, DecodeError> {
+    let count = r.u32("subjects count")?;
+    if usize::try_from(count).map_or(true, |n| n > limits.max_topics) {
+        return Err(LimitError::TooManyTopics {
+            kind,
+            count,
+            max: limits.max_topics,
+        }
+        .into());
+    }
+    // Never reserve from the announced count: each entry takes at least 4 bytes.
+    let mut topics = Vec::with_capacity((count as usize).min(r.remaining() / 4));
+    for _ in 0..count {
+        topics.push(Topic::decode(r.long_bytes("subject")?, "subject")?);
+    }
+    Ok(topics)
 }
 
 /// Length of the metadata of `metas` in frame 1: every timestamp, then every record's extras

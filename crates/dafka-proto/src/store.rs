@@ -49,8 +49,8 @@ use crate::error::{CallerError, PeerError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
     Ack, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing, DirectRecord, DirectRecords,
-    Fetch, Head, HeadsEnd, Kind, Message, Record, RefusalReason, StoreAck, StoreHello,
-    StoreRefusal,
+    DirectTimeOffset, DirectTopics, Fetch, Head, HeadsEnd, Kind, Limits, Message, Record,
+    RefusalReason, StoreAck, StoreHello, StoreRefusal,
 };
 use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
@@ -71,6 +71,13 @@ pub trait StoreLog {
 
     /// Every partition of `topic` (exactly that topic) with its `(low_water, head)`.
     fn partitions_of(&self, topic: &Topic) -> Vec<(NodeId, u64, u64)>;
+
+    /// Every topic of which the store holds a partition.
+    fn topics(&self) -> Vec<Topic>;
+
+    /// The first offset of the partition held whose record's timestamp is at or after
+    /// `time` (microseconds since the epoch, UTC); `None` when no record held is that recent.
+    fn offset_for_time(&self, topic: &Topic, producer: &NodeId, time: i64) -> Option<u64>;
 
     /// Durable records of the partition from offset `from`, ascending, at most `max`; or, when
     /// the records at `from` are not held though below the head (damaged), where they end.
@@ -768,8 +775,8 @@ pub struct StoreReader {
     transmit: VecDeque<Message>,
     dropped: u64,
     read_errors: u64,
-    /// Per consumer, which of `'E'`, `'O'`, `'R'`, `'B'`, `'V'` + its id reached the XPUB
-    /// (bits 0 to 4): a HEADS-END goes only to a consumer that receives the answers it
+    /// Per consumer, which of `'E'`, `'O'`, `'R'`, `'B'`, `'V'`, `'Z'` + its id reached the
+    /// XPUB (bits 0 to 5): a HEADS-END goes only to a consumer that receives the answers it
     /// follows, DIRECT-RECORDS and DIRECT-META-RECORDS only to one that receives them.
     listening: HashMap<NodeId, u8>,
 }
@@ -783,6 +790,8 @@ const LISTENS_HEADS: u8 = 0b0111;
 const LISTENS_RUNS: u8 = 0b1000;
 /// `'V'`: DIRECT-META-RECORDS.
 const LISTENS_METAS: u8 = 0b1_0000;
+/// `'Z'` and `'R'`: every answer to a TIME-QUERY.
+const LISTENS_TIMES: u8 = 0b10_0100;
 
 fn listen_bit(kind: Kind) -> Option<u8> {
     match kind {
@@ -791,6 +800,7 @@ fn listen_bit(kind: Kind) -> Option<u8> {
         Kind::HeadsEnd => Some(0b0100),
         Kind::DirectRecords => Some(LISTENS_RUNS),
         Kind::DirectMetaRecords => Some(LISTENS_METAS),
+        Kind::DirectTimeOffset => Some(0b10_0000),
         _ => None,
     }
 }
@@ -820,13 +830,16 @@ impl StoreReader {
     }
 
     /// The subscriptions of the reader's SUB: `'F'`, `'G'` (every one), `'W'` + its id (as
-    /// the reference's) and `'Q'` (every HEADS-QUERY, the extension).
-    pub fn subscriptions(&self) -> [Bytes; 4] {
+    /// the reference's), then the extensions' `'Q'`, `'Y'` and `'S'` (every HEADS-QUERY,
+    /// TIME-QUERY and TOPICS-QUERY).
+    pub fn subscriptions(&self) -> [Bytes; 6] {
         [
             subscription::all(Kind::Fetch),
             subscription::all(Kind::GetHeads),
             subscription::node(Kind::ConsumerHello, &self.config.id),
             subscription::all(Kind::HeadsQuery),
+            subscription::all(Kind::TimeQuery),
+            subscription::all(Kind::TopicsQuery),
         ]
     }
 
@@ -853,18 +866,37 @@ impl StoreReader {
                 // then waits as for a reference store.
                 let dropped = self.dropped;
                 self.heads(&q.topic, q.consumer, log);
-                let listens = self
-                    .listening
-                    .get(&q.consumer)
-                    .is_some_and(|bits| bits & LISTENS_HEADS == LISTENS_HEADS);
-                if listens && self.dropped == dropped {
-                    self.queue(Message::HeadsEnd(HeadsEnd {
+                self.end_query(q.consumer, &q.topic, q.query, LISTENS_HEADS, dropped);
+                Ok(())
+            }
+            Message::TimeQuery(q) => {
+                // Answered as HEADS-QUERY is: per partition, then HEADS-END when every answer
+                // was queued and the consumer receives them.
+                let dropped = self.dropped;
+                for (producer, _, end) in log.partitions_of(&q.topic) {
+                    let offset = log
+                        .offset_for_time(&q.topic, &producer, q.time)
+                        .map_or(end, |o| o.min(end));
+                    self.queue(Message::DirectTimeOffset(DirectTimeOffset {
                         to: q.consumer,
-                        store: self.config.id,
+                        producer,
                         topic: q.topic.clone(),
-                        query: q.query,
+                        offset,
+                        end,
                     }));
                 }
+                self.end_query(q.consumer, &q.topic, q.query, LISTENS_TIMES, dropped);
+                Ok(())
+            }
+            Message::TopicsQuery(q) => {
+                let mut topics = log.topics();
+                topics.truncate(Limits::DEFAULT.max_topics);
+                self.queue(Message::DirectTopics(DirectTopics {
+                    to: q.consumer,
+                    store: self.config.id,
+                    query: q.query,
+                    topics,
+                }));
                 Ok(())
             }
             Message::ConsumerHello(h) => {
@@ -916,6 +948,23 @@ impl StoreReader {
             if *bits == 0 {
                 self.listening.remove(&consumer);
             }
+        }
+    }
+
+    /// The HEADS-END of query `query` to `consumer`, when it listens to every answer (`bits`)
+    /// and none was dropped since the count was `dropped`.
+    fn end_query(&mut self, consumer: NodeId, topic: &Topic, query: u64, bits: u8, dropped: u64) {
+        let listens = self
+            .listening
+            .get(&consumer)
+            .is_some_and(|b| b & bits == bits);
+        if listens && self.dropped == dropped {
+            self.queue(Message::HeadsEnd(HeadsEnd {
+                to: consumer,
+                store: self.config.id,
+                topic: topic.clone(),
+                query,
+            }));
         }
     }
 

@@ -229,6 +229,7 @@ fn consumer_hello_topic_list() {
     assert_eq!(
         decode(&hello(u32::MAX, b"")),
         Err(DecodeError::Limit(LimitError::TooManyTopics {
+            kind: "CONSUMER-HELLO",
             count: u32::MAX,
             max: 4096
         }))
@@ -237,6 +238,7 @@ fn consumer_hello_topic_list() {
     assert_eq!(
         Message::decode(&hello(2, b"\0\0\0\x01a\0\0\0\x01b"), &limits),
         Err(DecodeError::Limit(LimitError::TooManyTopics {
+            kind: "CONSUMER-HELLO",
             count: 2,
             max: 1
         }))

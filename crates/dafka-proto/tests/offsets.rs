@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use dafka_proto::{
     Bounds, Consumer, ConsumerConfig, Kind, LogRead, Message, NodeId, OffsetReset, StoreHello,
-    StoreLog, StoreReader, StoreReaderConfig, Topic, subscription,
+    StoreLog, StoreReader, StoreReaderConfig, TimeOffset, Topic, subscription,
 };
 
 use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
@@ -34,6 +34,20 @@ impl StoreLog for MapLog {
             return Vec::new();
         }
         self.0.iter().map(|(p, &(l, h))| (*p, l, h)).collect()
+    }
+
+    fn topics(&self) -> Vec<Topic> {
+        if self.0.is_empty() {
+            return Vec::new();
+        }
+        vec![self.1.clone()]
+    }
+
+    /// The record at offset `o` was created at `o` microseconds after the epoch.
+    fn offset_for_time(&self, t: &Topic, producer: &NodeId, time: i64) -> Option<u64> {
+        let (low, head) = self.bounds(t, producer)?;
+        let first = u64::try_from(time).unwrap_or(0).max(low);
+        (first < head).then_some(first)
     }
 
     fn read(&self, _: &Topic, _: &NodeId, _: u64, _: usize) -> Result<LogRead, Infallible> {
@@ -393,4 +407,102 @@ fn an_assigned_consumer_asks_nothing_when_it_subscribes() {
     let mut c = Consumer::new(cfg).unwrap();
     c.subscribe(topic("golden"));
     assert!(c.poll_transmit().is_none());
+}
+
+/// Hands every message the consumer sends to both readers.
+fn to_readers(c: &mut Consumer, readers: &mut [(&mut StoreReader, &MapLog)]) {
+    let asked: Vec<Message> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    for m in &asked {
+        for (r, log) in readers.iter_mut() {
+            r.handle_message(m, *log).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_time_query_takes_the_lowest_offset_any_store_holds_at_or_after_the_time() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    // S1 holds offsets 0..10 of P1; S2 holds 5..20 of P1 (its first ones gone) and P2's 0..4.
+    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = MapLog(
+        BTreeMap::from([(id(P1), (5, 20)), (id(P2), (0, 4))]),
+        golden.clone(),
+    );
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
+    for r in [&mut r1, &mut r2] {
+        listen(r, &[Kind::DirectTimeOffset, Kind::HeadsEnd]);
+    }
+    connect(&mut c, &mut r1, S1_READER, &log1, now);
+    connect(&mut c, &mut r2, S2_READER, &log2, now);
+    while c.poll_transmit().is_some() {}
+    let mut ask = |time: i64| {
+        c.query_time(golden.clone(), time);
+        to_readers(&mut c, &mut [(&mut r1, &log1), (&mut r2, &log2)]);
+        to_consumer(&mut r1, &log1, &mut c, now);
+        assert!(!c.time_answered(&golden), "S2 has not ended yet");
+        to_consumer(&mut r2, &log2, &mut c, now);
+        assert!(c.time_answered(&golden));
+        c.finish_time_query(&golden).unwrap()
+    };
+    let at = |offset, end| TimeOffset { offset, end };
+    // Time 3: S1 has offset 3, S2 only from 5: the lowest. P2's 3 is at 3.
+    assert_eq!(
+        ask(3),
+        BTreeMap::from([(id(P1), at(Some(3), 20)), (id(P2), at(Some(3), 4))])
+    );
+    // Time 15: S1 has nothing that recent (it says its end, 10, which is no offset).
+    assert_eq!(
+        ask(15),
+        BTreeMap::from([(id(P1), at(Some(15), 20)), (id(P2), at(None, 4))])
+    );
+    // Past every record: none.
+    assert_eq!(
+        ask(99),
+        BTreeMap::from([(id(P1), at(None, 20)), (id(P2), at(None, 4))])
+    );
+}
+
+#[test]
+fn a_time_query_without_the_answers_subscription_gets_no_heads_end() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let mut r = reader(S1_READER, S1_WRITER);
+    // 'R' seen, 'Z' not yet: the XPUB may still drop the answers, so no end marker.
+    listen(&mut r, &[Kind::HeadsEnd]);
+    connect(&mut c, &mut r, S1_READER, &log, now);
+    while c.poll_transmit().is_some() {}
+    c.query_time(golden.clone(), 0);
+    to_readers(&mut c, &mut [(&mut r, &log)]);
+    let sent: Vec<Kind> = std::iter::from_fn(|| r.poll_transmit(&log))
+        .map(|m| m.kind())
+        .collect();
+    assert_eq!(sent, vec![Kind::DirectTimeOffset]);
+}
+
+#[test]
+fn a_topics_query_is_answered_once_every_reachable_store_listed_its_topics() {
+    let now = Instant::now();
+    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), topic("golden"));
+    let log2 = MapLog(BTreeMap::from([(id(P2), (0, 1))]), topic("silver"));
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
+    connect(&mut c, &mut r1, S1_READER, &log1, now);
+    while c.poll_transmit().is_some() {}
+    c.query_topics();
+    to_readers(&mut c, &mut [(&mut r1, &log1)]);
+    to_consumer(&mut r1, &log1, &mut c, now);
+    assert!(c.topics_answered());
+    // A second store becomes reachable: asked again, and awaited.
+    connect(&mut c, &mut r2, S2_READER, &log2, now);
+    assert!(!c.topics_answered());
+    to_readers(&mut c, &mut [(&mut r2, &log2)]);
+    to_consumer(&mut r2, &log2, &mut c, now);
+    assert!(c.topics_answered());
+    let topics: Vec<Topic> = c.finish_topics_query().unwrap().into_iter().collect();
+    assert_eq!(topics, vec![topic("golden"), topic("silver")]);
+    assert!(!c.topics_answered(), "the query ended");
 }

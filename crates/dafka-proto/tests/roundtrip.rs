@@ -6,7 +6,9 @@ use dafka_proto::{
     Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord,
     DirectRecords, Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon,
     NodeId, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal, Topic, TowerBeacon,
-    message::{DirectMetaRecords, MetaRecord},
+    message::{
+        DirectMetaRecords, DirectTimeOffset, DirectTopics, MetaRecord, TimeQuery, TopicsQuery,
+    },
     record::{Header, RecordMeta, TimestampType},
 };
 use proptest::prelude::*;
@@ -135,6 +137,36 @@ fn message() -> impl Strategy<Value = Message> {
             .into()
         ),
         (record(), meta()).prop_map(|(record, meta)| MetaRecord { record, meta }.into()),
+        (head(), any::<i64>()).prop_map(|(h, time)| TimeQuery {
+            consumer: h.producer,
+            topic: h.topic,
+            query: h.sequence,
+            time,
+        }
+        .into()),
+        (node_id(), head(), any::<u64>()).prop_map(|(to, h, end)| DirectTimeOffset {
+            to,
+            producer: h.producer,
+            topic: h.topic,
+            offset: h.sequence,
+            end,
+        }
+        .into()),
+        (node_id(), any::<u64>())
+            .prop_map(|(consumer, query)| TopicsQuery { consumer, query }.into()),
+        (
+            node_id(),
+            node_id(),
+            any::<u64>(),
+            prop::collection::vec(topic(), 0..8)
+        )
+            .prop_map(|(to, store, query, topics)| DirectTopics {
+                to,
+                store,
+                query,
+                topics
+            }
+            .into()),
         (
             node_id(),
             head(),
@@ -196,7 +228,7 @@ fn beacon() -> impl Strategy<Value = BeaconMessage> {
 
 /// Arbitrary frames that often look like Dafka: a real id byte and a NUL-terminated prefix.
 fn frames() -> impl Strategy<Value = Vec<Bytes>> {
-    let id = prop::sample::select(b"MDFKHEGWLBNXTVx".to_vec());
+    let id = prop::sample::select(b"MDFKHEGWLBNXTVYZSCx".to_vec());
     let frame1 = (id, prop::collection::vec(any::<u8>(), 0..120)).prop_map(|(id, rest)| {
         let mut f = vec![id];
         f.extend(rest);

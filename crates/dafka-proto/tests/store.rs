@@ -72,6 +72,18 @@ impl StoreLog for MemLog {
             .collect()
     }
 
+    fn topics(&self) -> Vec<Topic> {
+        let mut topics: Vec<Topic> = self.parts.keys().map(|(t, _)| t.clone()).collect();
+        topics.dedup();
+        topics
+    }
+
+    fn offset_for_time(&self, topic: &Topic, producer: &NodeId, time: i64) -> Option<u64> {
+        let (low, values) = self.parts.get(&(topic.clone(), *producer))?;
+        let i = values.iter().position(|(_, m)| m.timestamp >= time)?;
+        Some(low + i as u64)
+    }
+
     fn read(
         &self,
         topic: &Topic,

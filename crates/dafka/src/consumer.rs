@@ -17,7 +17,7 @@ use bytes::Bytes;
 use dafka_proto::consumer::PastEnd;
 use dafka_proto::{
     Bounds, Consumer, ConsumerConfig, Loss, Message, NodeId, OffsetReset, PeerError, RecordMeta,
-    Topic,
+    TimeOffset, Topic,
 };
 use dafka_zmtp::{Socket, SocketType};
 
@@ -427,15 +427,74 @@ impl ConsumerNode {
         timeout: Duration,
     ) -> Result<Vec<(NodeId, Bounds)>, Error> {
         let topic = Topic::try_from(topic)?;
+        let heard = self
+            .ask_stores(
+                timeout,
+                |c| c.query_offsets(topic.clone()),
+                |c| (c.query_answered(&topic), c.offsets(&topic).cloned()),
+                |c| c.finish_query(&topic),
+            )
+            .await?;
+        Ok(heard.unwrap_or_default().into_iter().collect())
+    }
+
+    /// For each partition of `topic` the stores hold, the first offset whose record's
+    /// timestamp is at or after `time` (microseconds since the epoch, UTC; the lowest any store
+    /// holds), `None` when no store holds a record that recent. Waits as
+    /// [`offsets`](Self::offsets) does; only our stores answer (TIME-QUERY, an extension).
+    pub async fn offsets_for_time(
+        &self,
+        topic: &str,
+        time: i64,
+        timeout: Duration,
+    ) -> Result<Vec<(NodeId, TimeOffset)>, Error> {
+        let topic = Topic::try_from(topic)?;
+        let heard = self
+            .ask_stores(
+                timeout,
+                |c| c.query_time(topic.clone(), time),
+                |c| (c.time_answered(&topic), c.time_offsets(&topic).cloned()),
+                |c| c.finish_time_query(&topic),
+            )
+            .await?;
+        Ok(heard.unwrap_or_default().into_iter().collect())
+    }
+
+    /// Every topic of which a reachable store holds a partition. Waits as
+    /// [`offsets`](Self::offsets) does; only our stores answer (TOPICS-QUERY, an extension).
+    pub async fn topics(&self, timeout: Duration) -> Result<Vec<Topic>, Error> {
+        let heard = self
+            .ask_stores(
+                timeout,
+                Consumer::query_topics,
+                |c| (c.topics_answered(), c.topics_heard().cloned()),
+                Consumer::finish_topics_query,
+            )
+            .await?;
+        Ok(heard.unwrap_or_default().into_iter().collect())
+    }
+
+    /// A query of the stores: `start` sends it; then, until a store reader is reachable both
+    /// ways and every reachable one ended its answers (`heard` says whether, and what was
+    /// heard so far), or else until [`OFFSETS_SETTLE`] passes with nothing new (a reference
+    /// store sends no end marker); `finish` ends it and returns what it heard. Fails with
+    /// [`Error::NoStore`] when no store became reachable within `timeout`.
+    async fn ask_stores<T: PartialEq + Clone>(
+        &self,
+        timeout: Duration,
+        start: impl FnOnce(&mut Consumer),
+        heard: impl Fn(&Consumer) -> (bool, Option<T>),
+        finish: impl Fn(&mut Consumer) -> Option<T>,
+    ) -> Result<Option<T>, Error> {
         let shared = &self.shared;
         let deadline = tokio::time::Instant::now() + timeout;
         let refused = {
             let mut state = shared.lock();
-            state.consumer.query_offsets(topic.clone());
+            start(&mut state.consumer);
             shared.publish_queued(&mut state)
         };
         log_refused(refused);
-        let finish = |shared: &Shared| shared.lock().consumer.finish_query(&topic);
+        let finish = |shared: &Shared| finish(&mut shared.lock().consumer);
         let mut seen = None;
         let mut quiet_since = None;
         loop {
@@ -443,30 +502,23 @@ impl ConsumerNode {
                 return Err(Error::Closed);
             }
             let now = tokio::time::Instant::now();
-            let (reachable, heard, answered) = {
+            let (reachable, (answered, so_far)) = {
                 let state = shared.lock();
-                let c = &state.consumer;
-                (
-                    c.stores_reachable(),
-                    c.offsets(&topic).cloned(),
-                    c.query_answered(&topic),
-                )
+                (state.consumer.stores_reachable(), heard(&state.consumer))
             };
             if answered {
-                let heard = finish(shared).unwrap_or_default();
-                return Ok(heard.into_iter().collect());
+                return Ok(finish(shared));
             }
             if reachable == 0 {
                 if now >= deadline {
                     finish(shared);
                     return Err(Error::NoStore { waited: timeout });
                 }
-            } else if quiet_since.is_none() || seen != Some((reachable, heard.clone())) {
-                seen = Some((reachable, heard));
+            } else if quiet_since.is_none() || seen != Some((reachable, so_far.as_ref().cloned())) {
+                seen = Some((reachable, so_far));
                 quiet_since = Some(now);
             } else if quiet_since.is_some_and(|t| now.duration_since(t) >= OFFSETS_SETTLE) {
-                let heard = finish(shared).unwrap_or_default();
-                return Ok(heard.into_iter().collect());
+                return Ok(finish(shared));
             }
             tokio::time::sleep(OFFSETS_TICK).await;
         }

@@ -480,6 +480,44 @@ impl StoreLog for EngineLog {
             .collect()
     }
 
+    fn topics(&self) -> Vec<Topic> {
+        let mut names: Vec<String> = self
+            .engine
+            .partitions()
+            .into_iter()
+            .map(|p| p.key.topic)
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+            .iter()
+            .filter_map(|n| Topic::try_from(n.as_str()).ok())
+            .collect()
+    }
+
+    fn offset_for_time(&self, topic: &Topic, producer: &NodeId, time: i64) -> Option<u64> {
+        let id = self.id(topic, producer)?;
+        // Until the engine keeps a time index: a scan of the partition, a chunk at a time.
+        let (mut next, end) = (self.engine.low_water(id)?, self.engine.head(id)?);
+        while next < end {
+            let records = match self.engine.read(id, next, 4096, READ_BYTES) {
+                Ok(records) if !records.is_empty() => records,
+                Err(dafka_store::ReadError::Lost { to, .. }) => {
+                    next = to;
+                    continue;
+                }
+                _ => return None,
+            };
+            for r in &records {
+                if r.timestamp_ms as i64 * 1000 >= time {
+                    return Some(r.offset);
+                }
+                next = r.offset + 1;
+            }
+        }
+        None
+    }
+
     fn read(
         &self,
         topic: &Topic,

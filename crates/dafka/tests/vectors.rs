@@ -18,7 +18,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{C1, P1, S1_WRITER, S2_READER, find, id};
-use dafka_node::{ConsumerNode, ConsumerOptions, OffsetReset, ProducerNode};
+use dafka_node::{
+    ConsumerNode, ConsumerOptions, Header, OffsetReset, ProducerNode, ProducerRecord, RecordMeta,
+    TimestampType,
+};
 use dafka_proto::{Kind, Limits, Message, subscription};
 use dafka_zmtp::{Options, Socket, SocketType};
 use support::{PATIENCE, announce, collect, fast, producer_options, tower};
@@ -172,9 +175,17 @@ async fn producer_speaks_the_reference_bytes() {
     assert_eq!(producer.stats().malformed(), 1);
     assert_eq!(producer.stats().refused(), 1);
 
-    // r003-r005 go out live as the captured RECORDs, then the captured HEAD(5).
+    // r003-r005 go out live as the captured RECORDs, then the captured HEAD(5): r004 and
+    // r005 sent with a key, headers and a timestamp, which a reference store never sees (it
+    // subscribes to RECORDs only: it gets the values, byte for byte the captured ones).
     for n in 4..6 {
-        assert_eq!(producer.send(golden(n)).await.unwrap(), n);
+        let record = ProducerRecord {
+            value: golden(n),
+            key: Some(Bytes::from_static(b"user-42")),
+            headers: Some(vec![Header::new("trace", Some(Bytes::from_static(b"t")))]),
+            timestamp: Some(1_764_000_000_000_000),
+        };
+        assert_eq!(producer.send(record).await.unwrap(), n);
     }
     for seq in ["3", "4", "5"] {
         expect(&writer_sub, &captured("RECORD", &[("sequence", seq)]), None).await;
@@ -286,6 +297,14 @@ async fn consumer_speaks_the_reference_bytes() {
     let got = collect(&consumer, 6).await;
     let values: Vec<Bytes> = got.iter().map(|r| r.value.clone()).collect();
     assert_eq!(values, (0..6).map(golden).collect::<Vec<_>>());
+    // A reference store keeps no metadata: the records come with the time they were
+    // received, as a log-append time, and neither key nor headers.
+    assert!(
+        got.iter()
+            .all(|r| r.meta.timestamp_type == TimestampType::LogAppendTime
+                && r.meta.key.is_none()
+                && r.meta.headers.is_none())
+    );
     assert!(
         consumer
             .poll(10, Duration::from_millis(300))
@@ -382,6 +401,14 @@ async fn earliest_consumer_follows_the_reference_scenario() {
     let got = collect(&consumer, 6).await;
     let values: Vec<Bytes> = got.iter().map(|r| r.value.clone()).collect();
     assert_eq!(values, (0..6).map(golden).collect::<Vec<_>>());
+    // A reference store keeps no metadata: the records come with the time they were
+    // received, as a log-append time, and neither key nor headers.
+    assert!(
+        got.iter()
+            .all(|r| r.meta.timestamp_type == TimestampType::LogAppendTime
+                && r.meta.key.is_none()
+                && r.meta.headers.is_none())
+    );
     let positions = consumer.positions();
     assert_eq!(positions.len(), 1);
     assert_eq!((positions[0].partition, positions[0].next), (id(P1), 6));
@@ -390,5 +417,82 @@ async fn earliest_consumer_follows_the_reference_scenario() {
     reader_pub.close().await;
     reader_sub.close().await;
     consumer.close().await;
+    tower.close().await;
+}
+
+/// A reference consumer (subscribed to RECORDs and HEADs of the topic, as captured) gets the
+/// values of records sent with keys and headers as plain RECORDs; a consumer of ours on the
+/// same producer gets each record once, with its metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_consumer_gets_the_values_of_records_with_metadata() {
+    let (tower, towers) = tower().await;
+    let producer = ProducerNode::start("golden", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    let ours = ConsumerNode::start(
+        &["golden"],
+        fast(&towers),
+        ConsumerOptions::default().with_start_offset("golden", producer.partition(), 0),
+    )
+    .await
+    .unwrap();
+    let reference = Socket::new(SocketType::Sub, Options::default()).unwrap();
+    reference.subscribe(b"Mgolden").unwrap();
+    reference.subscribe(b"Hgolden").unwrap();
+    reference
+        .connect(&format!("tcp://127.0.0.1:{}", producer.publisher_port()))
+        .await
+        .unwrap();
+    // Both listen: ours (T and M) and the reference (M only).
+    assert!(support::until(|| producer.live_readers() == 2).await);
+    let meta = |n: i64| RecordMeta {
+        key: Some(Bytes::from(format!("k{n}"))),
+        headers: Some(vec![Header::new("n", Some(Bytes::from(n.to_string())))]),
+        ..RecordMeta::created(1_764_000_000_000_000 + n)
+    };
+    for n in 0..5 {
+        let m = meta(n);
+        let record = ProducerRecord {
+            value: golden(n as u64),
+            key: m.key,
+            headers: m.headers,
+            timestamp: Some(m.timestamp),
+        };
+        producer.send(record).await.unwrap();
+    }
+    let mut plain = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while plain.len() < 5 && tokio::time::Instant::now() < deadline {
+        let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(100), reference.recv()).await
+        else {
+            continue;
+        };
+        match Message::decode(m.frames(), &Limits::DEFAULT).unwrap() {
+            Message::Record(r) => plain.push((r.sequence, r.content)),
+            Message::Head(_) => {}
+            other => panic!("a reference consumer got {:?}", other.kind()),
+        }
+    }
+    assert_eq!(
+        plain,
+        (0..5).map(|n| (n, golden(n))).collect::<Vec<_>>(),
+        "every value, as RECORD"
+    );
+    let got = collect(&ours, 5).await;
+    assert_eq!(got.len(), 5);
+    for (n, r) in got.iter().enumerate() {
+        assert_eq!((r.offset, &r.value), (n as u64, &golden(n as u64)));
+        assert_eq!(r.meta, meta(n as i64));
+    }
+    // The RECORDs our consumer got too were duplicates, dropped.
+    assert!(
+        ours.poll(10, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    reference.close().await;
+    ours.close().await;
+    producer.close().await;
     tower.close().await;
 }

@@ -232,7 +232,7 @@ impl PyStore {
     #[new]
     #[pyo3(signature = (
         path, towers, sync = None, *, curve = None, segment_bytes = None, retention_bytes = None,
-        max_record_bytes = None, host = None, bind = None,
+        retention_ms = None, max_record_bytes = None, host = None, bind = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -243,6 +243,7 @@ impl PyStore {
         curve: Option<&Bound<'_, PyClusterKeys>>,
         segment_bytes: Option<u64>,
         retention_bytes: Option<u64>,
+        retention_ms: Option<u64>,
         max_record_bytes: Option<usize>,
         host: Option<String>,
         bind: Option<String>,
@@ -257,6 +258,8 @@ impl PyStore {
             options.engine.segment_bytes = bytes;
         }
         options.engine.retention.max_bytes = retention_bytes;
+        // By the records' own timestamps: a segment goes once its newest record is older.
+        options.engine.retention.max_age = retention_ms.map(Duration::from_millis);
         if let Some(bytes) = max_record_bytes {
             options.engine.max_record_bytes = bytes;
         }

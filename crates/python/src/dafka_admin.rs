@@ -15,6 +15,20 @@ use crate::{errors, runtime};
 
 crate::dafka::node_lifecycle!(PyPartitionReader, ConsumerNode::close);
 
+/// A query's error: no store reachable is a `dafka.TimeoutError` naming the towers.
+fn no_store(e: dafka_node::Error, towers: &str) -> PyErr {
+    match e {
+        dafka_node::Error::NoStore { .. } => errors::timeout(format!("towers {towers}: {e}")),
+        other => errors::node(other),
+    }
+}
+
+/// A time for `offsets_for_times`: microseconds since the epoch or an aware `datetime`.
+fn time_of(v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    crate::records_in::timestamp_of(v)?
+        .ok_or_else(|| errors::invalid("offsets_for_times: a time cannot be None"))
+}
+
 /// A consumer that reads only the partitions assigned to it, and asks the stores for a topic's
 /// partitions and their offset bounds.
 #[pyclass(name = "PartitionReader", module = "dafka", frozen)]
@@ -56,17 +70,101 @@ impl PyPartitionReader {
         let node = self.node.get("reader")?;
         let towers = self.towers.clone();
         let bounds = runtime::wait_for(py, async move { node.offsets(&topic, timeout).await })?
-            .map_err(|e| match e {
-                dafka_node::Error::NoStore { .. } => {
-                    errors::timeout(format!("towers {towers}: {e}"))
-                }
-                other => errors::node(other),
-            })?;
+            .map_err(|e| no_store(e, &towers))?;
         let out = PyDict::new(py);
         for (partition, b) in bounds {
             out.set_item(partition.to_string(), (b.low, b.end))?;
         }
         Ok(out)
+    }
+
+    /// `{partition: offset}`: for each partition of `topic`, the first offset whose record's
+    /// timestamp is at or after the time, `None` when no store holds a record that recent.
+    /// `times` is one time for every partition the stores hold, or a dict `{partition:
+    /// time}` for those partitions only (`None` for one no store holds); a time is
+    /// microseconds since the epoch (UTC) or a timezone-aware `datetime`. Asks the stores
+    /// once per distinct time. Raises `dafka.TimeoutError` when no store is reachable within
+    /// `timeout` seconds.
+    #[pyo3(signature = (topic, times, timeout = 10.0))]
+    fn offsets_for_times<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        times: &Bound<'py, PyAny>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        // Each partition asked for with its time; `None`: every partition at one time.
+        let (asked, every): (Option<Vec<(String, i64)>>, Option<i64>) = match times.cast::<PyDict>()
+        {
+            Ok(d) => {
+                let mut asked = Vec::with_capacity(d.len());
+                for (k, v) in d.iter() {
+                    let partition: String = k.extract().map_err(|_| {
+                        errors::invalid("offsets_for_times: partitions must be str")
+                    })?;
+                    partition_id(&partition)?;
+                    asked.push((partition, time_of(&v)?));
+                }
+                (Some(asked), None)
+            }
+            Err(_) => (None, Some(time_of(times)?)),
+        };
+        let mut distinct: Vec<i64> = match (&asked, every) {
+            (Some(a), _) => a.iter().map(|&(_, t)| t).collect(),
+            (None, Some(t)) => vec![t],
+            (None, None) => Vec::new(),
+        };
+        distinct.sort_unstable();
+        distinct.dedup();
+        let node = self.node.get("reader")?;
+        let towers = self.towers.clone();
+        let answers = runtime::wait_for(py, async move {
+            let mut answers = Vec::with_capacity(distinct.len());
+            for t in distinct {
+                answers.push((t, node.offsets_for_time(&topic, t, timeout).await?));
+            }
+            Ok::<_, dafka_node::Error>(answers)
+        })?
+        .map_err(|e| no_store(e, &towers))?;
+        let out = PyDict::new(py);
+        let offset_at = |t: i64, partition: &str| {
+            answers
+                .iter()
+                .find(|(at, _)| *at == t)
+                .and_then(|(_, heard)| heard.iter().find(|(p, _)| p.to_string() == partition))
+                .and_then(|(_, o)| o.offset)
+        };
+        match asked {
+            Some(asked) => {
+                for (partition, t) in asked {
+                    out.set_item(&partition, offset_at(t, &partition))?;
+                }
+            }
+            None => {
+                for (_, heard) in &answers {
+                    for (partition, o) in heard {
+                        out.set_item(partition.to_string(), o.offset)?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every topic of which a reachable store holds a partition, sorted. Raises
+    /// `dafka.TimeoutError` when no store is reachable within `timeout` seconds.
+    #[pyo3(signature = (timeout = 10.0))]
+    fn topics(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        let node = self.node.get("reader")?;
+        let towers = self.towers.clone();
+        let topics = runtime::wait_for(py, async move { node.topics(timeout).await })?
+            .map_err(|e| no_store(e, &towers))?;
+        Ok(topics
+            .iter()
+            .map(|t| String::from_utf8_lossy(t.as_bytes()).into_owned())
+            .collect())
     }
 
     /// Reads `partition` of `topic` from `offset` on; with `end` (exclusive) only the range

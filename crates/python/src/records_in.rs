@@ -286,7 +286,7 @@ fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Header>>> {
 }
 
 /// `None`, `int` microseconds since the epoch UTC, or a timezone-aware `datetime`.
-fn timestamp_of(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+pub(crate) fn timestamp_of(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     if v.is_none() {
         return Ok(None);
     }
