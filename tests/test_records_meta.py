@@ -183,3 +183,27 @@ def test_a_bad_key_header_or_timestamp_is_refused_and_nothing_is_sent(
         p.send(b"last")
         rows = _rows(c, 2)
     assert [(r["offset"], r["value"]) for r in rows] == [(0, b"first"), (1, b"last")]
+
+
+def test_offsets_for_times_and_topics_ask_the_stores(cluster) -> None:
+    topic = unique_topic("meta-times")
+    t0 = 1_764_000_000_000_000
+    with dafka.Producer(topic, towers=cluster.towers) as p:
+        p.send_many([b"%d" % i for i in range(100)], timestamps=[t0 + 1000 * i for i in range(100)])
+        p.flush(timeout=20)
+        partition = p.partition
+    at_51 = dt.datetime.fromtimestamp((t0 + 50_500) / 1e6, UTC)
+    with (
+        dafka.PartitionReader(cluster.towers) as reader,
+        dafka.Consumer([], towers=cluster.towers) as consumer,
+    ):
+        for asker in (reader, consumer):
+            assert asker.offsets_for_times(topic, t0 + 50_500) == {partition: 51}
+            assert asker.offsets_for_times(topic, {partition: at_51}) == {partition: 51}
+            assert asker.offsets_for_times(topic, 0) == {partition: 0}
+            assert asker.offsets_for_times(topic, t0 + 99_001) == {partition: None}
+            unknown = "0" * 32
+            assert asker.offsets_for_times(topic, {unknown: 0}) == {unknown: None}
+            assert topic in asker.topics()
+        with pytest.raises(dafka.InvalidArgumentError, match="naive datetime"):
+            reader.offsets_for_times(topic, dt.datetime(2026, 1, 1))

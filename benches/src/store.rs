@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use dafka_store::{AppendRecord, Config, PartitionId, PartitionKey, Retention, Store, Ticket};
+use dafka_store::{
+    AppendRecord, Config, PartitionId, PartitionKey, RecordMeta, Retention, Store, Ticket,
+};
 
 use crate::error::BenchError;
 use crate::report::{self, Report};
@@ -109,6 +111,10 @@ struct EngineLine {
     disk_bytes_per_s: f64,
 }
 
+/// The metadata of every record appended: a value-only record with a create time (no key,
+/// no headers), the smallest on disk.
+static VALUE_ONLY: RecordMeta = RecordMeta::created(0);
+
 /// Appends `value` as the next record of partition `ids[*p]`, then moves `*p` on to the next
 /// partition (round robin).
 fn append_round_robin(
@@ -122,7 +128,7 @@ fn append_round_robin(
         .append(&[AppendRecord {
             partition: ids[*p],
             offset: heads[*p],
-            timestamp_ms: 0,
+            meta: &VALUE_ONLY,
             value,
         }])
         .map_err(store_err)?;

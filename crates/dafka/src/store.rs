@@ -30,7 +30,9 @@ use dafka_proto::{
     LogRead, Message, NodeId, PeerError, RecordMeta, RefusalReason, StoreLog, StoreReader,
     StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic,
 };
-use dafka_store::{AppendError, AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket};
+use dafka_store::{
+    AppendError, AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket, now_us,
+};
 use dafka_zmtp::SocketType;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -316,17 +318,19 @@ impl WriterRole {
     /// Writes the records that fill holes (from another store) into the engine.
     fn fill(&mut self, writer: &mut StoreWriter) {
         // Called on every turn of the task; fills are rare: the clock only when there is one.
-        let mut timestamp_ms = None;
+        let mut stamp = None;
         while let Some(a) = writer.poll_fill() {
             let r = &a.record;
-            let timestamp_ms = *timestamp_ms.get_or_insert_with(dafka_store::now_ms);
+            // A record that came without metadata (from a reference node): stamped here.
+            let stamp = &*stamp.get_or_insert_with(|| RecordMeta::log_append(now_us()));
+            let meta = a.meta.as_ref().unwrap_or(stamp);
             let Some(&id) = self.ids.get(&(r.topic.clone(), r.producer)) else {
                 continue;
             };
             let record = AppendRecord {
                 partition: id,
                 offset: r.sequence,
-                timestamp_ms,
+                meta,
                 value: &r.content,
             };
             match self.engine.fill(&[record]) {
@@ -348,7 +352,9 @@ impl WriterRole {
         if records.is_empty() {
             return;
         }
-        let timestamp_ms = dafka_store::now_ms();
+        // Records that came without metadata (from a reference producer or store) are stamped
+        // with the time they are appended here, one clock read a batch.
+        let stamp = RecordMeta::log_append(now_us());
         let mut last = None;
         let mut heads = Vec::new();
         let same = |a: &Append, b: &Append| {
@@ -363,14 +369,18 @@ impl WriterRole {
             // Records the engine would refuse as too large take their offset as a skip: the
             // partition goes on, and the producer is told (STORE-REFUSAL).
             let max = self.engine.max_record_bytes();
-            let big = |a: &Append| a.record.content.len() > max;
+            let size = |a: &Append| {
+                a.record.content.len() + a.meta.as_ref().map_or(0, RecordMeta::payload_len)
+            };
+            let big = |a: &Append| size(a) > max;
             for piece in run.chunk_by(|a, b| big(a) == big(b)) {
                 let result = if big(&piece[0]) {
-                    piece.iter().map(|a| &a.record).try_fold(None, |_, r| {
+                    piece.iter().try_fold(None, |_, a| {
+                        let r = &a.record;
                         let detail = format!(
-                            "record of {} bytes is over this store's limit of {max} bytes: \
-                             not stored",
-                            r.content.len()
+                            "record of {} bytes (value, key and headers) is over this store's \
+                             limit of {max} bytes: not stored",
+                            size(a)
                         );
                         if self.log.allow(now()) {
                             tracing::warn!(partition = %r.producer, topic = %r.topic,
@@ -382,12 +392,11 @@ impl WriterRole {
                 } else {
                     let batch: Vec<AppendRecord<'_>> = piece
                         .iter()
-                        .map(|a| &a.record)
-                        .map(|r| AppendRecord {
+                        .map(|a| AppendRecord {
                             partition: id,
-                            offset: r.sequence,
-                            timestamp_ms,
-                            value: &r.content,
+                            offset: a.record.sequence,
+                            meta: a.meta.as_ref().unwrap_or(&stamp),
+                            value: &a.record.content,
                         })
                         .collect();
                     self.engine.append(&batch).map(Some)
@@ -497,25 +506,13 @@ impl StoreLog for EngineLog {
 
     fn offset_for_time(&self, topic: &Topic, producer: &NodeId, time: i64) -> Option<u64> {
         let id = self.id(topic, producer)?;
-        // Until the engine keeps a time index: a scan of the partition, a chunk at a time.
-        let (mut next, end) = (self.engine.low_water(id)?, self.engine.head(id)?);
-        while next < end {
-            let records = match self.engine.read(id, next, 4096, READ_BYTES) {
-                Ok(records) if !records.is_empty() => records,
-                Err(dafka_store::ReadError::Lost { to, .. }) => {
-                    next = to;
-                    continue;
-                }
-                _ => return None,
-            };
-            for r in &records {
-                if r.timestamp_ms as i64 * 1000 >= time {
-                    return Some(r.offset);
-                }
-                next = r.offset + 1;
+        match self.engine.offset_for_time(id, time) {
+            Ok(offset) => offset,
+            Err(e) => {
+                tracing::warn!(error = %e, partition = %producer, "time index read failed");
+                None
             }
         }
-        None
     }
 
     fn read(
@@ -532,10 +529,7 @@ impl StoreLog for EngineLog {
             Ok(records) => Ok(LogRead::Records(
                 records
                     .into_iter()
-                    .map(|r| {
-                        let meta = RecordMeta::log_append(r.timestamp_ms as i64 * 1000);
-                        (r.offset, r.value, meta)
-                    })
+                    .map(|r| (r.offset, r.value, r.meta))
                     .collect(),
             )),
             // Damaged on disk (logged once by the engine): the requester is told.

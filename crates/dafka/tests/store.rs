@@ -452,11 +452,7 @@ async fn earliest_consumer_after_retention_starts_at_the_low_water_mark() {
     // The writer thread applies retention after it acknowledges the batch that rolled a
     // segment, so the mark may still move once flush has returned: settle it here (this
     // call takes the engine's lock, so it also waits out a pass already running).
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    s.engine().apply_retention(now_ms);
+    s.engine().apply_retention(dafka_store::now_us());
     let low = s.engine().low_water(id).unwrap();
     assert!(low > 0 && low < 5000, "low-water mark {low}");
     let consumer = ConsumerNode::start(&["retained"], fast(&towers), earliest())

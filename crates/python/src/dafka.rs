@@ -471,6 +471,7 @@ impl PyProducer {
 #[pyclass(name = "Consumer", module = "dafka", frozen)]
 pub(crate) struct PyConsumer {
     node: Slot<ConsumerNode>,
+    towers: String,
 }
 
 fn topics_of(topics: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -552,6 +553,7 @@ impl PyConsumer {
             .map_err(errors::node)?;
         Ok(PyConsumer {
             node: Slot::new(consumer),
+            towers: towers.to_owned(),
         })
     }
 
@@ -617,6 +619,28 @@ impl PyConsumer {
     fn lost(&self, py: Python<'_>) -> PyResult<u64> {
         let node = self.node.get("consumer")?;
         Ok(py.detach(|| node.lost()))
+    }
+
+    /// As `PartitionReader.offsets_for_times`: the first offset of each partition of `topic`
+    /// at or after a time (or `{partition: time}`), `None` where no store holds one that
+    /// recent; asks the stores.
+    #[pyo3(signature = (topic, times, timeout = 10.0))]
+    fn offsets_for_times<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        times: &Bound<'py, PyAny>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let node = self.node.get("consumer")?;
+        crate::dafka_admin::offsets_for_times(py, node, &self.towers, topic, times, timeout)
+    }
+
+    /// As `PartitionReader.topics`: every topic of which a reachable store holds a partition.
+    #[pyo3(signature = (timeout = 10.0))]
+    fn topics(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
+        let node = self.node.get("consumer")?;
+        crate::dafka_admin::topics(py, node, &self.towers, timeout)
     }
 
     /// The next offset to deliver, per `(topic, partition)`.

@@ -2,6 +2,7 @@
 //! offsets query (`dafka-node`'s `ConsumerNode::offsets`). What Spark's planner (offsets) and
 //! its tasks (one range at a time, on a reader cached per Python worker) use. Conversion only.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_pyarrow::ToPyArrow;
@@ -21,6 +22,87 @@ fn no_store(e: dafka_node::Error, towers: &str) -> PyErr {
         dafka_node::Error::NoStore { .. } => errors::timeout(format!("towers {towers}: {e}")),
         other => errors::node(other),
     }
+}
+
+/// `offsets_for_times` of `Consumer` and `PartitionReader` (see the latter's).
+pub(crate) fn offsets_for_times<'py>(
+    py: Python<'py>,
+    node: Arc<ConsumerNode>,
+    towers: &str,
+    topic: String,
+    times: &Bound<'py, PyAny>,
+    timeout: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+    // Each partition asked for with its time; `None`: every partition at one time.
+    let (asked, every): (Option<Vec<(String, i64)>>, Option<i64>) = match times.cast::<PyDict>() {
+        Ok(d) => {
+            let mut asked = Vec::with_capacity(d.len());
+            for (k, v) in d.iter() {
+                let partition: String = k
+                    .extract()
+                    .map_err(|_| errors::invalid("offsets_for_times: partitions must be str"))?;
+                partition_id(&partition)?;
+                asked.push((partition, time_of(&v)?));
+            }
+            (Some(asked), None)
+        }
+        Err(_) => (None, Some(time_of(times)?)),
+    };
+    let mut distinct: Vec<i64> = match (&asked, every) {
+        (Some(a), _) => a.iter().map(|&(_, t)| t).collect(),
+        (None, Some(t)) => vec![t],
+        (None, None) => Vec::new(),
+    };
+    distinct.sort_unstable();
+    distinct.dedup();
+    let answers = runtime::wait_for(py, async move {
+        let mut answers = Vec::with_capacity(distinct.len());
+        for t in distinct {
+            answers.push((t, node.offsets_for_time(&topic, t, timeout).await?));
+        }
+        Ok::<_, dafka_node::Error>(answers)
+    })?
+    .map_err(|e| no_store(e, towers))?;
+    let out = PyDict::new(py);
+    let offset_at = |t: i64, partition: &str| {
+        answers
+            .iter()
+            .find(|(at, _)| *at == t)
+            .and_then(|(_, heard)| heard.iter().find(|(p, _)| p.to_string() == partition))
+            .and_then(|(_, o)| o.offset)
+    };
+    match asked {
+        Some(asked) => {
+            for (partition, t) in asked {
+                out.set_item(&partition, offset_at(t, &partition))?;
+            }
+        }
+        None => {
+            for (_, heard) in &answers {
+                for (partition, o) in heard {
+                    out.set_item(partition.to_string(), o.offset)?;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `topics` of `Consumer` and `PartitionReader`.
+pub(crate) fn topics(
+    py: Python<'_>,
+    node: Arc<ConsumerNode>,
+    towers: &str,
+    timeout: f64,
+) -> PyResult<Vec<String>> {
+    let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+    let topics = runtime::wait_for(py, async move { node.topics(timeout).await })?
+        .map_err(|e| no_store(e, towers))?;
+    Ok(topics
+        .iter()
+        .map(|t| String::from_utf8_lossy(t.as_bytes()).into_owned())
+        .collect())
 }
 
 /// A time for `offsets_for_times`: microseconds since the epoch or an aware `datetime`.
@@ -93,78 +175,16 @@ impl PyPartitionReader {
         times: &Bound<'py, PyAny>,
         timeout: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
-        // Each partition asked for with its time; `None`: every partition at one time.
-        let (asked, every): (Option<Vec<(String, i64)>>, Option<i64>) = match times.cast::<PyDict>()
-        {
-            Ok(d) => {
-                let mut asked = Vec::with_capacity(d.len());
-                for (k, v) in d.iter() {
-                    let partition: String = k.extract().map_err(|_| {
-                        errors::invalid("offsets_for_times: partitions must be str")
-                    })?;
-                    partition_id(&partition)?;
-                    asked.push((partition, time_of(&v)?));
-                }
-                (Some(asked), None)
-            }
-            Err(_) => (None, Some(time_of(times)?)),
-        };
-        let mut distinct: Vec<i64> = match (&asked, every) {
-            (Some(a), _) => a.iter().map(|&(_, t)| t).collect(),
-            (None, Some(t)) => vec![t],
-            (None, None) => Vec::new(),
-        };
-        distinct.sort_unstable();
-        distinct.dedup();
         let node = self.node.get("reader")?;
-        let towers = self.towers.clone();
-        let answers = runtime::wait_for(py, async move {
-            let mut answers = Vec::with_capacity(distinct.len());
-            for t in distinct {
-                answers.push((t, node.offsets_for_time(&topic, t, timeout).await?));
-            }
-            Ok::<_, dafka_node::Error>(answers)
-        })?
-        .map_err(|e| no_store(e, &towers))?;
-        let out = PyDict::new(py);
-        let offset_at = |t: i64, partition: &str| {
-            answers
-                .iter()
-                .find(|(at, _)| *at == t)
-                .and_then(|(_, heard)| heard.iter().find(|(p, _)| p.to_string() == partition))
-                .and_then(|(_, o)| o.offset)
-        };
-        match asked {
-            Some(asked) => {
-                for (partition, t) in asked {
-                    out.set_item(&partition, offset_at(t, &partition))?;
-                }
-            }
-            None => {
-                for (_, heard) in &answers {
-                    for (partition, o) in heard {
-                        out.set_item(partition.to_string(), o.offset)?;
-                    }
-                }
-            }
-        }
-        Ok(out)
+        offsets_for_times(py, node, &self.towers, topic, times, timeout)
     }
 
     /// Every topic of which a reachable store holds a partition, sorted. Raises
     /// `dafka.TimeoutError` when no store is reachable within `timeout` seconds.
     #[pyo3(signature = (timeout = 10.0))]
     fn topics(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
-        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
         let node = self.node.get("reader")?;
-        let towers = self.towers.clone();
-        let topics = runtime::wait_for(py, async move { node.topics(timeout).await })?
-            .map_err(|e| no_store(e, &towers))?;
-        Ok(topics
-            .iter()
-            .map(|t| String::from_utf8_lossy(t.as_bytes()).into_owned())
-            .collect())
+        topics(py, node, &self.towers, timeout)
     }
 
     /// Reads `partition` of `topic` from `offset` on; with `end` (exclusive) only the range

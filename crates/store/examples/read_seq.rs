@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use dafka_store::{AppendRecord, Config, PartitionKey, Store, SyncPolicy};
+use dafka_store::{AppendRecord, Config, PartitionKey, RecordMeta, Store, SyncPolicy};
 
 /// Records per appended batch.
 const BATCH: u64 = 4096;
@@ -29,6 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::open_path(dir.path(), Config::with_sync(SyncPolicy::Never))?;
     let id = store.declare(&PartitionKey::new("read_seq", [7; 16]))?;
     let value = vec![0xA5u8; size];
+    let meta = RecordMeta::created(0);
     // One batch per `append` call (each waited for), so the segment's layout, and with it
     // the instruction count of the read, does not depend on the writer's timing.
     let mut offset = 0;
@@ -38,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|o| AppendRecord {
                 partition: id,
                 offset: o,
-                timestamp_ms: 0,
+                meta: &meta,
                 value: &value,
             })
             .collect();

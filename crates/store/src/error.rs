@@ -49,14 +49,27 @@ pub enum AppendError {
         /// The next offset the partition accepts.
         head: u64,
     },
-    /// A record's value is larger than the configured maximum.
+    /// A record's value, key and header bytes together are more than the configured
+    /// maximum.
     #[error("record of {size} bytes exceeds the maximum record size of {max} bytes")]
     RecordTooLarge {
-        /// Value size.
+        /// Value, key and header bytes.
         size: usize,
         /// Configured maximum.
         max: usize,
     },
+    /// A record has more headers than a store keeps
+    /// ([`format::MAX_HEADERS`](crate::format::MAX_HEADERS)).
+    #[error("record has {count} headers, more than the {max} a store keeps")]
+    TooManyHeaders {
+        /// Headers of the record.
+        count: usize,
+        /// The most a store keeps.
+        max: usize,
+    },
+    /// A header name is not UTF-8 (it would not read back).
+    #[error("record header name is not UTF-8")]
+    HeaderNameNotUtf8,
     /// The partition id was never declared in this store.
     #[error("unknown partition {0}")]
     UnknownPartition(PartitionId),

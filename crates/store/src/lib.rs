@@ -9,13 +9,17 @@
 //!   and returns a [`Ticket`]; a dedicated writer thread writes the whole batch with
 //!   one `write` and covers it with one `fdatasync`, whatever the number of
 //!   partitions, then acknowledges it. A failed write or sync poisons the store.
+//! - **Records** carry their metadata ([`RecordMeta`]: a timestamp in microseconds, a key
+//!   and headers), stored in the byte layout the wire uses (`dafka_proto::record`).
 //! - **Reads** ([`Store::read`]) use a sparse per-partition index, return records in
 //!   offset order with values as zero-copy [`bytes::Bytes`] slices of the read buffer,
-//!   and run while appends continue.
+//!   and run while appends continue. The same index keeps how late each stretch of a
+//!   partition is stamped: [`Store::offset_for_time`] finds the first record at or after a
+//!   time without reading the partition.
 //! - **Recovery** on open verifies every record, truncates a torn tail, skips and
 //!   reports damage in the middle ([`RecoveryReport`]).
-//! - **Retention** by age and total size drops whole segments and advances low-water
-//!   marks.
+//! - **Retention** by age (of the records' own timestamps) and total size drops whole
+//!   segments and advances low-water marks.
 //!
 //! No networking and no async runtime: [`Ticket`] is a plain [`std::future::Future`]
 //! as well as a blocking wait. Files are behind [`Dir`] / [`SegmentFile`] ([`FsDir`]
@@ -29,16 +33,18 @@ pub mod error;
 pub mod file;
 pub mod format;
 mod holes;
+mod index;
 mod recovery;
 mod store;
 mod types;
 
 use std::fmt;
 
+pub use dafka_proto::record::{Header, RecordMeta, TimestampType};
 pub use error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
 pub use file::{Dir, DirLock, FsDir, LOCK_FILE, MemDir, MemFile, SegmentFile};
 pub use recovery::{Damage, DamageKind, RecoveryReport};
-pub use store::{Store, Ticket, now_ms};
+pub use store::{Store, Ticket, now_us};
 pub use types::{
     AppendRecord, Config, MAX_RECORD_BYTES_LIMIT, PartitionInfo, Record, Retention, Stats,
     SyncPolicy,

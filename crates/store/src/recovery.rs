@@ -29,10 +29,11 @@ use crate::error::OpenError;
 use crate::file::{Dir, SegmentFile};
 use crate::format::{
     self, DURABLE_POINT_FILE, DURABLE_POINT_LEN, DurablePoint, ENTRY_PREFIX_LEN, Entry,
-    FormatError, HEADER_LEN, KIND_COMMIT, KIND_DECLARE, KIND_RECORD, KIND_SKIP, MIN_BODY_LEN,
-    RECORD_FIXED_LEN, SKIP_LEN, SegmentHeader,
+    FormatError, HEADER_LEN, KIND_COMMIT, KIND_DECLARE, KIND_RECORD, KIND_RECORD_V1, KIND_SKIP,
+    MAX_RECORD_BODY_LEN, MIN_BODY_LEN, RECORD_FIXED_LEN, RECORD_V1_FIXED_LEN, SKIP_LEN,
+    SegmentHeader,
 };
-use crate::types::{Config, MAX_RECORD_BYTES_LIMIT, Partition, Segment};
+use crate::types::{Config, Partition, Segment};
 use crate::{PartitionId, PartitionKey};
 
 /// What opening the store found and did.
@@ -131,7 +132,7 @@ enum Item {
 }
 
 const SCAN_CHUNK: usize = 1 << 20;
-const MAX_BODY_LEN: usize = RECORD_FIXED_LEN + MAX_RECORD_BYTES_LIMIT;
+const MAX_BODY_LEN: usize = MAX_RECORD_BODY_LEN;
 
 fn io_err(op: &'static str, file: &str) -> impl FnOnce(std::io::Error) -> OpenError {
     let file = file.to_owned();
@@ -158,6 +159,7 @@ fn entry_at(
     // Cheap plausibility before a CRC over a length that may be garbage.
     let plausible = match prefix_bytes[ENTRY_PREFIX_LEN] {
         KIND_RECORD => prefix.body_len >= RECORD_FIXED_LEN,
+        KIND_RECORD_V1 => prefix.body_len >= RECORD_V1_FIXED_LEN,
         KIND_DECLARE => prefix.body_len >= format::DECLARE_FIXED_LEN,
         KIND_COMMIT => prefix.body_len == 1,
         KIND_SKIP => prefix.body_len == SKIP_LEN,
@@ -212,9 +214,12 @@ fn walk(file: &dyn SegmentFile, name: &str, end: u64) -> Result<Vec<Item>, OpenE
     let mut pos = HEADER_LEN as u64;
     while pos < reader.end() {
         match entry_at(&mut reader, pos).map_err(io_err("read", name))? {
-            // Keep no value: it would hold its whole read chunk until the segment is done.
+            // Keep no value, key or headers: they would hold their whole read chunk until the
+            // segment is done (the timestamp is all recovery needs of a record's metadata).
             Ok((Entry::Record(mut r), size)) => {
                 r.value = bytes::Bytes::new();
+                r.meta.key = None;
+                r.meta.headers = None;
                 items.push(Item::Good {
                     pos,
                     entry: Entry::Record(r),
@@ -338,7 +343,7 @@ pub(crate) fn recover(dir: &dyn Dir, config: &Config) -> Result<Recovered, OpenE
             tracing::warn!(segment = %name, bytes = len, "torn segment header rewritten");
             out.report.truncated_bytes += len;
             file.set_len(0).map_err(io_err("truncate", &name))?;
-            file.write_all_at(&SegmentHeader { base }.encode(), 0)
+            file.write_all_at(&SegmentHeader::new(base).encode(), 0)
                 .map_err(io_err("write", &name))?;
             file.sync_data().map_err(io_err("fdatasync", &name))?;
             len = HEADER_LEN as u64;
@@ -352,12 +357,16 @@ pub(crate) fn recover(dir: &dyn Dir, config: &Config) -> Result<Recovered, OpenE
                         what: "the header's base position differs from the file name",
                     });
                 }
-                Ok(_) => {}
+                Ok(decoded) => segment.version = Some(decoded.version),
                 Err(source @ FormatError::UnsupportedVersion(_)) => {
                     return Err(OpenError::BadHeader { file: name, source });
                 }
-                // The base is in the name; the entries after the header are read as usual.
-                Err(error) => damage(&mut out, &segment, 0, DamageKind::BadHeader(error)),
+                // The base is in the name; the entries after the header are read as usual
+                // (either record kind: the version is not known).
+                Err(error) => {
+                    segment.version = None;
+                    damage(&mut out, &segment, 0, DamageKind::BadHeader(error));
+                }
             }
         }
         let items = walk(&*file, &name, len)?;
@@ -563,7 +572,8 @@ fn apply(
                 // Filled from another store after the damage was found.
                 p.holes.remove(r.offset);
                 p.fills.insert(r.offset, segment.base + pos);
-                segment.max_ts = segment.max_ts.max(r.timestamp_ms);
+                p.index.fill(r.offset, r.meta.timestamp);
+                segment.max_ts = segment.max_ts.max(r.meta.timestamp);
                 out.report.records += 1;
                 return;
             }
@@ -582,10 +592,13 @@ fn apply(
             let gap = (r.offset > p.accepted).then_some(p.accepted);
             p.accepted = r.offset + 1;
             p.durable = p.accepted;
+            let ts = r.meta.timestamp;
             if p.index_due(size, config.index_interval_bytes) {
-                p.index.push((r.offset, segment.base + pos));
+                p.index.push(r.offset, segment.base + pos, ts);
+            } else {
+                p.index.extend_last(ts);
             }
-            segment.max_ts = segment.max_ts.max(r.timestamp_ms);
+            segment.max_ts = segment.max_ts.max(ts);
             out.report.records += 1;
             if let Some(from) = gap {
                 hole(out, segment, pos, r.partition, from, r.offset);

@@ -10,13 +10,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
+use dafka_proto::record::RecordMeta;
 
 use crate::chunk::ChunkReader;
 use crate::error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
 use crate::file::{Dir, FsDir, SegmentFile};
 use crate::format::{
-    self, ENTRY_PREFIX_LEN, HEADER_LEN, KIND_RECORD, MAX_TOPIC_LEN, RECORD_FIXED_LEN,
-    RECORD_VALUE_AT, SegmentHeader,
+    self, ENTRY_PREFIX_LEN, HEADER_LEN, KIND_RECORD, KIND_RECORD_V1, MAX_HEADERS, MAX_TOPIC_LEN,
+    RECORD_V1_FIXED_LEN, SegmentHeader,
 };
 use crate::recovery::{self, RecoveryReport};
 use crate::types::{
@@ -35,16 +36,19 @@ const READ_CHUNK_MAX: usize = 256 << 10;
 struct Pending {
     seq: u64,
     buf: BytesMut,
-    /// Index candidates: (partition, offset, position in `buf`).
-    index: Vec<(u32, u64, u32)>,
-    /// Records filling holes: (partition, offset, position in `buf`).
-    fills: Vec<(u32, u64, u32)>,
-    /// Partitions with records in the batch, and their head after it.
-    touched: Vec<(u32, u64)>,
+    /// Index candidates: (partition, offset, position in `buf`, largest timestamp of the
+    /// interval's records in this batch).
+    index: Vec<(u32, u64, u32, i64)>,
+    /// Records filling holes: (partition, offset, position in `buf`, timestamp).
+    fills: Vec<(u32, u64, u32, i64)>,
+    /// Partitions with records in the batch, their head after it, and the largest timestamp
+    /// of the records that go on the interval open before the batch (`i64::MIN`: none).
+    touched: Vec<(u32, u64, i64)>,
     /// Partitions first declared in the batch.
     declared: Vec<u32>,
     records: u64,
-    max_ts: u64,
+    /// Largest record timestamp (`i64::MIN`: no record).
+    max_ts: i64,
 }
 
 impl Pending {
@@ -57,7 +61,7 @@ impl Pending {
             touched: Vec::new(),
             declared: Vec::new(),
             records: 0,
-            max_ts: 0,
+            max_ts: i64::MIN,
         }
     }
 }
@@ -139,13 +143,16 @@ fn read_fills(
         let Some(entry) = reader.get(at, prefix.entry_len()).map_err(io)? else {
             break;
         };
-        match format::decode_record(&entry) {
-            Ok(Some(r)) if r.offset == offset => {
-                bytes += entry.len() - RECORD_VALUE_AT;
+        let Ok(Some(r)) = format::decode_record(&entry) else {
+            break;
+        };
+        match format::record_parts(&entry, 0..entry.len(), &r) {
+            Ok((meta, value)) if r.offset == offset => {
+                bytes += entry.len() - r.layout.payload_at();
                 out.push(Record {
                     offset,
-                    timestamp_ms: r.timestamp_ms,
-                    value: entry.slice(RECORD_VALUE_AT..),
+                    meta,
+                    value,
                 });
             }
             _ => break,
@@ -233,11 +240,14 @@ fn file_on_the_way(path: &std::path::Path) -> Option<std::path::PathBuf> {
         .map(std::path::Path::to_path_buf)
 }
 
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+/// Microseconds since the Unix epoch, UTC, now: the unit of record timestamps
+/// ([`RecordMeta::timestamp`]) and of [`Store::apply_retention`].
+pub fn now_us() -> i64 {
+    let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(after) => us(after),
+        Err(before) => -us(before.duration()),
+    }
 }
 
 impl Store {
@@ -406,7 +416,7 @@ impl Store {
         let record = AppendRecord {
             partition,
             offset,
-            timestamp_ms: 0,
+            meta: &RecordMeta::created(0), // not written
             value: &[],
         };
         self.append_entries(&[record], Mode::Skip)
@@ -418,12 +428,8 @@ impl Store {
         records: &[AppendRecord<'_>],
         mode: Mode,
     ) -> Result<Ticket, AppendError> {
-        let max = self.shared.config.max_record_bytes;
-        if let Some(r) = records.iter().find(|r| r.value.len() > max) {
-            return Err(AppendError::RecordTooLarge {
-                size: r.value.len(),
-                max,
-            });
+        if mode != Mode::Skip {
+            check_records(records, self.shared.config.max_record_bytes)?;
         }
         let mut st = self.shared.lock();
         usable(&st)?;
@@ -489,6 +495,7 @@ impl Store {
             let Some(p) = st.partitions.get_mut(&r.partition.0) else {
                 continue; // checked above
             };
+            let ts = r.meta.timestamp;
             match mode {
                 Mode::Skip => {
                     format::encode_skip(&mut pending.buf, r.partition.0, r.offset, 1);
@@ -499,28 +506,39 @@ impl Store {
                         &mut pending.buf,
                         r.partition.0,
                         r.offset,
-                        r.timestamp_ms,
+                        r.meta,
                         r.value,
                     );
+                    pending.max_ts = pending.max_ts.max(ts);
                 }
             }
             if mode == Mode::Fill {
                 // Below the head: no index entry (the index follows the log's order), no move
                 // of the head; its position is kept apart once acknowledged.
-                pending.fills.push((r.partition.0, r.offset, pos));
-                pending.max_ts = pending.max_ts.max(r.timestamp_ms);
+                pending.fills.push((r.partition.0, r.offset, pos, ts));
                 continue;
             }
-            if mode == Mode::Records && p.index_due(format::record_size(r.value.len()), interval) {
-                pending.index.push((r.partition.0, r.offset, pos));
-            }
-            if p.touched.0 == pending.seq {
-                pending.touched[p.touched.1].1 = r.offset + 1;
-            } else {
+            if p.touched.0 != pending.seq {
                 p.touched = (pending.seq, pending.touched.len());
-                pending.touched.push((r.partition.0, r.offset + 1));
+                pending
+                    .touched
+                    .push((r.partition.0, r.offset + 1, i64::MIN));
             }
-            pending.max_ts = pending.max_ts.max(r.timestamp_ms);
+            let touched = &mut pending.touched[p.touched.1];
+            touched.1 = r.offset + 1;
+            if mode == Mode::Skip {
+                continue;
+            }
+            let size = pending.buf.len() - pos as usize;
+            if p.index_due(size, interval) {
+                p.indexed = (pending.seq, pending.index.len());
+                pending.index.push((r.partition.0, r.offset, pos, ts));
+            } else if p.indexed.0 == pending.seq {
+                let candidate = &mut pending.index[p.indexed.1].3;
+                *candidate = (*candidate).max(ts);
+            } else {
+                touched.2 = touched.2.max(ts);
+            }
         }
         if mode != Mode::Skip {
             pending.records += records.len() as u64;
@@ -665,10 +683,10 @@ impl Store {
             return Err(ReadError::Lost { from, to });
         }
         let first_base = st.segments.front().map_or(0, |s| s.base);
-        let start = match p.index.partition_point(|&(o, _)| o <= from) {
-            0 => first_base,
-            i => p.index[i - 1].1.max(first_base),
-        };
+        let start = p
+            .index
+            .start_for(from)
+            .map_or(first_base, |pos| pos.max(first_base));
         type Piece = (u64, String, Arc<dyn SegmentFile>, u64, Vec<(u64, u64)>);
         let segments: Vec<Piece> = st
             .segments
@@ -718,9 +736,12 @@ impl Store {
                     break;
                 };
                 // Look at kind and partition before paying for the CRC; whatever is served
-                // is checked by `decode_record`.
-                let ours = first.get(ENTRY_PREFIX_LEN) == Some(&KIND_RECORD)
-                    && prefix.body_len >= RECORD_FIXED_LEN
+                // is checked by `decode_record` (and its extras by `record_parts`). Both
+                // record kinds have the partition there, and at least these fixed fields.
+                let ours = matches!(
+                    first.get(ENTRY_PREFIX_LEN),
+                    Some(&(KIND_RECORD | KIND_RECORD_V1))
+                ) && prefix.body_len >= RECORD_V1_FIXED_LEN
                     && first.get(9..13) == Some(&wanted[..]);
                 let entry_len = prefix.entry_len();
                 if !ours {
@@ -753,15 +774,30 @@ impl Store {
                     }
                     return Ok(out);
                 }
-                // The one reference count taken per record served.
-                let value = chunk.slice(start + RECORD_VALUE_AT..end);
-                bytes += value.len();
+                // Without extras (the common case), the record is built here, in place: the
+                // one reference count taken per record served is the value's slice.
+                let payload = start + record.layout.payload_at();
+                let served = match record.plain_meta() {
+                    Some(meta) => Record {
+                        offset: record.offset,
+                        meta,
+                        value: chunk.slice(payload..end),
+                    },
+                    None => match format::record_parts(chunk, start..end, &record) {
+                        Ok((meta, value)) => Record {
+                            offset: record.offset,
+                            meta,
+                            value,
+                        },
+                        Err(e) => {
+                            self.damaged_on_read(&name, at, &e);
+                            continue;
+                        }
+                    },
+                };
+                bytes += end - payload;
                 next += 1;
-                out.push(Record {
-                    offset: record.offset,
-                    timestamp_ms: record.timestamp_ms,
-                    value,
-                });
+                out.push(served);
                 if next >= head || out.len() >= max_records || bytes >= max_bytes {
                     return Ok(out);
                 }
@@ -771,6 +807,83 @@ impl Store {
             return Err(self.lost(partition, next, head));
         }
         Ok(out)
+    }
+
+    /// The first (lowest) offset of `partition` whose record is stamped at or after `t_us`
+    /// (microseconds since the Unix epoch, as [`RecordMeta::timestamp`]), among the
+    /// acknowledged records still held; `None` when every one of them is older (or there is
+    /// none). Timestamps need not grow with offsets: the partition's sparse index keeps the
+    /// largest timestamp of each of its intervals (`index_interval_bytes` of records) and of
+    /// all those before it, so the first interval that can hold such a record is found by
+    /// bisection, and only it is read (and, at most, the records before the first index
+    /// entry left by retention). Offsets lost to damage are passed over.
+    pub fn offset_for_time(
+        &self,
+        partition: PartitionId,
+        t_us: i64,
+    ) -> Result<Option<u64>, ReadError> {
+        let mut from = 0;
+        loop {
+            let (start, end) = {
+                let st = self.shared.lock();
+                let p = (st.partitions.get(&partition.0))
+                    .ok_or(ReadError::UnknownPartition(partition))?;
+                let (head, from_) = (p.durable, from.max(p.low_water));
+                if from_ >= head {
+                    return Ok(None);
+                }
+                match p.index.first_offset() {
+                    // Not indexed (its entry went with a dropped segment): read it.
+                    Some(first) if from_ < first => (from_, first.min(head)),
+                    None => (from_, head),
+                    Some(_) => match p.index.next_interval(from_, t_us) {
+                        Some((start, end)) => (start, end.map_or(head, |e| e.min(head))),
+                        None => return Ok(None),
+                    },
+                }
+            };
+            if let Some(offset) = self.first_stamped(partition, start, end, t_us)? {
+                return Ok(Some(offset));
+            }
+            from = end;
+        }
+    }
+
+    /// The first offset in `start..end` of a record stamped at or after `t_us`, by reading.
+    fn first_stamped(
+        &self,
+        partition: PartitionId,
+        start: u64,
+        end: u64,
+        t_us: i64,
+    ) -> Result<Option<u64>, ReadError> {
+        // An interval is `index_interval_bytes` (4 KiB) of records: one read, most often, and
+        // none past `end` (offsets are contiguous).
+        const RECORDS: usize = 1024;
+        const BYTES: usize = 64 << 10;
+        let mut at = start;
+        while at < end {
+            let records = usize::try_from(end - at).map_or(RECORDS, |n| n.min(RECORDS));
+            match self.read(partition, at, records, BYTES) {
+                Ok(records) => {
+                    let Some(last) = records.last() else {
+                        return Ok(None);
+                    };
+                    at = last.offset + 1;
+                    if let Some(r) = (records.iter())
+                        .take_while(|r| r.offset < end)
+                        .find(|r| r.meta.timestamp >= t_us)
+                    {
+                        return Ok(Some(r.offset));
+                    }
+                }
+                Err(ReadError::Lost { to, .. }) => at = to,
+                // Retention went past them meanwhile.
+                Err(ReadError::BelowLowWater { low_water, .. }) => at = low_water,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
     }
 
     /// A read found offsets `from..to` missing (their records damaged since the store was
@@ -801,17 +914,45 @@ impl Store {
             "damaged entry found while reading: never served by this store");
     }
 
-    /// Drops the oldest segments beyond the retention limits, with `now_ms` as the
-    /// current time, and advances low-water marks. The writer also runs this at every
-    /// new segment with the system clock. Returns how many segments were dropped.
-    pub fn apply_retention(&self, now_ms: u64) -> usize {
-        apply_retention(&self.shared, now_ms)
+    /// Drops the oldest segments beyond the retention limits, with `now_us` (microseconds
+    /// since the Unix epoch, as record timestamps) as the current time, and advances
+    /// low-water marks. The writer also runs this at every new segment with the system clock
+    /// ([`now_us`]). Returns how many segments were dropped.
+    pub fn apply_retention(&self, now_us: i64) -> usize {
+        apply_retention(&self.shared, now_us)
     }
 
     /// Writes what was appended, stops the writer and waits for it.
     pub fn close(self) {
         self.owner.close();
     }
+}
+
+/// Refuses the records a store would not read back as they were given: value, key and header
+/// bytes over `max` together, more than [`MAX_HEADERS`] headers, a header name that is not
+/// UTF-8.
+fn check_records(records: &[AppendRecord<'_>], max: usize) -> Result<(), AppendError> {
+    for r in records {
+        if let Some(headers) = &r.meta.headers {
+            if headers.len() > MAX_HEADERS {
+                return Err(AppendError::TooManyHeaders {
+                    count: headers.len(),
+                    max: MAX_HEADERS,
+                });
+            }
+            if headers
+                .iter()
+                .any(|h| std::str::from_utf8(&h.name).is_err())
+            {
+                return Err(AppendError::HeaderNameNotUtf8);
+            }
+        }
+        let size = r.value.len() + r.meta.payload_len();
+        if size > max {
+            return Err(AppendError::RecordTooLarge { size, max });
+        }
+    }
+    Ok(())
 }
 
 fn usable(st: &State) -> Result<(), AppendError> {
@@ -824,16 +965,18 @@ fn usable(st: &State) -> Result<(), AppendError> {
     Ok(())
 }
 
-fn apply_retention(shared: &Shared, now_ms: u64) -> usize {
+fn apply_retention(shared: &Shared, now_us: i64) -> usize {
     let retention = shared.config.retention;
+    let max_age = (retention.max_age).map(|age| i64::try_from(age.as_micros()).unwrap_or(i64::MAX));
     let mut st = shared.lock();
     let mut total: u64 = st.segments.iter().map(|s| s.len).sum();
     let mut dropped = Vec::new();
     while st.segments.len() > 1 {
         let first = &st.segments[0];
-        let too_old = retention
-            .max_age
-            .is_some_and(|age| first.max_ts.saturating_add(age.as_millis() as u64) < now_ms);
+        // By the records' own timestamps, as Kafka: a segment goes once its newest record is
+        // older than the limit, so no record younger than it ever goes (a segment without
+        // records, only declarations, is as old as can be).
+        let too_old = max_age.is_some_and(|age| first.max_ts.saturating_add(age) < now_us);
         let too_big = retention.max_bytes.is_some_and(|max| total > max);
         if !too_old && !too_big {
             break;
@@ -856,8 +999,7 @@ fn apply_retention(shared: &Shared, now_ms: u64) -> usize {
             }
             let base = first.base;
             for p in st.partitions.values_mut() {
-                let keep = p.index.partition_point(|&(_, pos)| pos < base);
-                p.index.drain(..keep);
+                p.index.drop_before(base);
                 p.fills.retain(|_, pos| *pos >= base);
             }
         }
@@ -1028,13 +1170,17 @@ struct ActiveSegment {
     base: u64,
     /// Where the next batch is written in the file.
     pos: u64,
+    /// Whether its header says [`format::FORMAT_VERSION`]: the records written now may go in
+    /// it (not in a version 1 segment, nor one whose header is damaged).
+    current: bool,
 }
 
 impl ActiveSegment {
-    /// Whether a batch of `len` bytes must start a new segment: it would take this one past
-    /// `segment_bytes` (a segment holding only its header takes any batch).
+    /// Whether a batch of `len` bytes must start a new segment: this one is of another format
+    /// version, or the batch would take it past `segment_bytes` (a segment holding only its
+    /// header takes any batch).
     fn is_full_for(&self, len: usize, segment_bytes: u64) -> bool {
-        self.pos > HEADER_LEN as u64 && self.pos + len as u64 > segment_bytes
+        !self.current || (self.pos > HEADER_LEN as u64 && self.pos + len as u64 > segment_bytes)
     }
 
     /// The global position after the last byte written.
@@ -1102,6 +1248,7 @@ impl Writer {
             name: s.name.clone(),
             base: s.base,
             pos: s.len,
+            current: s.version == Some(format::FORMAT_VERSION),
         });
         let sync = SyncSchedule::new(shared.config.sync, Instant::now());
         Writer {
@@ -1154,7 +1301,7 @@ impl Writer {
             let written = self.write_batch(&batch, roll)?;
             self.publish_durable(&mut batch, written);
             if full {
-                apply_retention(&self.shared, now_ms());
+                apply_retention(&self.shared, now_us());
             }
         }
         self.sync_if_dirty()
@@ -1261,21 +1408,27 @@ impl Writer {
                 p.declared_durable = true;
             }
         }
-        for &(id, head) in &batch.touched {
+        // The records going on each partition's open interval first, then the intervals the
+        // batch starts.
+        for &(id, head, ts) in &batch.touched {
             if let Some(p) = st.partitions.get_mut(&id) {
                 p.durable = head;
+                if ts != i64::MIN {
+                    p.index.extend_last(ts);
+                }
             }
         }
-        for &(id, offset, rel) in &batch.index {
+        for &(id, offset, rel, ts) in &batch.index {
             if let Some(p) = st.partitions.get_mut(&id) {
-                p.index.push((offset, abs + u64::from(rel)));
+                p.index.push(offset, abs + u64::from(rel), ts);
             }
         }
-        for &(id, offset, rel) in &batch.fills {
+        for &(id, offset, rel, ts) in &batch.fills {
             if let Some(p) = st.partitions.get_mut(&id) {
                 p.filling.remove(&offset);
                 p.holes.remove(offset);
                 p.fills.insert(offset, abs + u64::from(rel));
+                p.index.fill(offset, ts);
             }
         }
         st.durable_seq = batch.seq;
@@ -1333,7 +1486,7 @@ impl Writer {
             .dir
             .create(&name)
             .map_err(|e| cause("create", e))?;
-        let mut buf = BytesMut::from(&SegmentHeader { base }.encode()[..]);
+        let mut buf = BytesMut::from(&SegmentHeader::new(base).encode()[..]);
         for (id, key, next) in redeclare {
             format::encode_declare(&mut buf, *id, *next, &key.producer, &key.topic);
         }
@@ -1351,6 +1504,7 @@ impl Writer {
             name: name.clone(),
             base,
             pos: buf.len() as u64,
+            current: true,
         });
         if syncs {
             self.mark_durable();
@@ -1421,8 +1575,17 @@ mod sync_schedule_tests {
             name: "00000000000000000000.log".into(),
             base: 0,
             pos: HEADER_LEN as u64,
+            current: true,
         };
         assert!(!active.is_full_for(10_000, 100));
+        // One of an older format version takes nothing.
+        let old = ActiveSegment {
+            current: false,
+            name: active.name.clone(),
+            file: active.file.clone(),
+            ..active
+        };
+        assert!(old.is_full_for(1, 1 << 30));
         let active = ActiveSegment {
             pos: HEADER_LEN as u64 + 1,
             ..active

@@ -8,15 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use dafka_proto::record::RecordMeta;
 
 use crate::error::OpenError;
 use crate::file::SegmentFile;
 use crate::format::{self, HEADER_LEN};
 use crate::holes::Holes;
+use crate::index::SparseIndex;
 use crate::{PartitionId, PartitionKey};
 
 /// The hard ceiling on [`Config::max_record_bytes`]; recovery treats a longer entry as
-/// damage, so a record this size can never be mistaken for garbage.
+/// damage (beyond [`format::MAX_RECORD_BODY_LEN`]), so a record this size can never be
+/// mistaken for garbage.
 pub const MAX_RECORD_BYTES_LIMIT: usize = 64 << 20;
 
 /// When appended records are acknowledged.
@@ -37,7 +40,8 @@ pub enum SyncPolicy {
 /// Retention: whole segments are dropped, oldest first, never the one being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Retention {
-    /// Drop a segment once its newest record's receive timestamp is older than this.
+    /// Drop a segment once its newest record (by the records' own timestamps: the largest
+    /// in the segment) is older than this.
     pub max_age: Option<Duration>,
     /// Drop the oldest segments while the log is larger than this.
     pub max_bytes: Option<u64>,
@@ -51,7 +55,8 @@ pub struct Config {
     pub sync: SyncPolicy,
     /// A new segment is started before a batch would take the current one past this.
     pub segment_bytes: u64,
-    /// The largest record value accepted.
+    /// The largest record accepted: its value, key and header bytes together
+    /// ([`RecordMeta::payload_len`] beside the value).
     pub max_record_bytes: usize,
     /// Appends block while the batch being formed is larger than this (the writer is
     /// busy with the previous one).
@@ -107,8 +112,11 @@ pub struct AppendRecord<'a> {
     pub partition: PartitionId,
     /// Its offset: the partition's head (offsets are contiguous from 0).
     pub offset: u64,
-    /// When it was received, milliseconds since the Unix epoch (retention uses it).
-    pub timestamp_ms: u64,
+    /// Its timestamp (microseconds since the Unix epoch, UTC: the producer's create time, or
+    /// the time it was appended for a record that came without one), key and headers, stored
+    /// with it. Retention by age and [`Store::offset_for_time`](crate::Store::offset_for_time)
+    /// go by the timestamp.
+    pub meta: &'a RecordMeta,
     /// Its value.
     pub value: &'a [u8],
 }
@@ -118,8 +126,10 @@ pub struct AppendRecord<'a> {
 pub struct Record {
     /// Offset within its partition.
     pub offset: u64,
-    /// Receive timestamp, milliseconds since the Unix epoch.
-    pub timestamp_ms: u64,
+    /// Its timestamp, key and headers as appended (key and headers share the value's
+    /// buffer). A record written by format version 1 has its receive time as a log-append
+    /// timestamp (milliseconds × 1000), no key and no headers.
+    pub meta: RecordMeta,
     /// The value: a slice of the buffer the segment was read into.
     pub value: Bytes,
 }
@@ -164,12 +174,15 @@ pub(crate) struct Partition {
     pub(crate) low_water: u64,
     /// Whether its declaration is acknowledged (then later segments redeclare it).
     pub(crate) declared_durable: bool,
-    /// Sparse index: (offset, global position), ascending.
-    pub(crate) index: Vec<(u64, u64)>,
+    /// Sparse index: where offsets are in the log, and how late each interval is stamped.
+    pub(crate) index: SparseIndex,
     /// Record bytes since the last index entry (`None`: no entry yet).
     pub(crate) since_index: Option<usize>,
     /// The batch that last touched the partition, and where in its `touched` list.
     pub(crate) touched: (u64, usize),
+    /// The batch whose index candidates include the partition's latest, and where in its
+    /// `index` list.
+    pub(crate) indexed: (u64, usize),
     /// Offsets not held below the head: damaged on disk, or skipped (reads of them answer
     /// [`ReadError::Lost`]).
     pub(crate) holes: Holes,
@@ -188,9 +201,10 @@ impl Partition {
             durable: next_offset,
             low_water: next_offset,
             declared_durable,
-            index: Vec::new(),
+            index: SparseIndex::default(),
             since_index: None,
             touched: (u64::MAX, 0),
+            indexed: (u64::MAX, 0),
             holes: Holes::default(),
             fills: BTreeMap::new(),
             filling: BTreeSet::new(),
@@ -218,8 +232,10 @@ pub(crate) struct Segment {
     pub(crate) file: Arc<dyn SegmentFile>,
     /// Readable (acknowledged, undamaged) length of the file.
     pub(crate) len: u64,
-    /// Newest record timestamp (0: no record).
-    pub(crate) max_ts: u64,
+    /// Format version of its header (`None`: the header is damaged).
+    pub(crate) version: Option<u16>,
+    /// Largest record timestamp, microseconds (`i64::MIN`: no record).
+    pub(crate) max_ts: i64,
     /// The first declaration of each partition in this segment: (id, next offset).
     pub(crate) start_heads: Vec<(u32, u64)>,
     /// Damaged file ranges `[from, to)` that hold no whole entry, ascending: reads jump over
@@ -234,7 +250,8 @@ impl Segment {
             name,
             file,
             len,
-            max_ts: 0,
+            version: Some(format::FORMAT_VERSION),
+            max_ts: i64::MIN,
             start_heads: Vec::new(),
             skips: Vec::new(),
         }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dafka_store::{AppendRecord, Config, PartitionKey, Store};
+use dafka_store::{AppendRecord, Config, PartitionKey, RecordMeta, Store};
 use dafka_testkit::Rng;
 
 const CHILD_ENV: &str = "DAFKA_STORE_CRASH_CHILD_DIR";
@@ -58,12 +58,13 @@ fn child(dir: &Path) {
                 + values.iter().filter(|(q, _, _)| *q == p).count() as u64;
             values.push((p, offset, value(p, offset)));
         }
+        let meta = RecordMeta::created(1);
         let records: Vec<AppendRecord<'_>> = values
             .iter()
             .map(|(p, offset, v)| AppendRecord {
                 partition: ids[*p as usize],
                 offset: *offset,
-                timestamp_ms: 1,
+                meta: &meta,
                 value: v,
             })
             .collect();

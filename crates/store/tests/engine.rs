@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dafka_store::{
-    AppendError, AppendRecord, Config, MemDir, OpenError, PartitionId, ReadError, Retention, Store,
-    SyncPolicy,
+    AppendError, AppendRecord, Config, MemDir, OpenError, PartitionId, ReadError, RecordMeta,
+    Retention, Store, SyncPolicy,
 };
 use proptest::prelude::*;
 
@@ -44,19 +44,19 @@ fn declare_append_read() {
             AppendRecord {
                 partition: a,
                 offset: 0,
-                timestamp_ms: 5,
+                meta: &RecordMeta::created(5),
                 value: b"a0",
             },
             AppendRecord {
                 partition: b,
                 offset: 0,
-                timestamp_ms: 6,
+                meta: &RecordMeta::log_append(6),
                 value: b"b0",
             },
             AppendRecord {
                 partition: a,
                 offset: 1,
-                timestamp_ms: 7,
+                meta: &RecordMeta::created(7),
                 value: b"a1",
             },
         ])
@@ -68,7 +68,7 @@ fn declare_append_read() {
     let records = store.read(a, 0, 10, 1 << 20).unwrap();
     assert_eq!(records.len(), 2);
     assert_eq!(&records[1].value[..], b"a1");
-    assert_eq!(records[1].timestamp_ms, 7);
+    assert_eq!(records[1].meta, RecordMeta::created(7));
     assert_eq!(store.read(a, 1, 10, 1 << 20).unwrap()[0].offset, 1);
     assert!(store.read(a, 2, 10, 1 << 20).unwrap().is_empty());
     let infos = store.partitions();
@@ -94,10 +94,11 @@ fn refusals_are_typed_and_leave_nothing() {
     let p = store.declare(&key(1)).unwrap();
     let q = store.declare(&key(2)).unwrap();
     append_one(&store, p, 0, b"x");
+    let meta = RecordMeta::created(0);
     let rec = |partition, offset, value: &'static [u8]| AppendRecord {
         partition,
         offset,
-        timestamp_ms: 0,
+        meta: &meta,
         value,
     };
     assert!(matches!(
@@ -212,11 +213,11 @@ fn retention_by_size_and_age_advances_low_water() {
     };
     let store = Store::open(Arc::new(dir), config).unwrap();
     assert_eq!(
-        store.apply_retention(1_000 + 150 + 60_000 - 1),
+        store.apply_retention((1_000 + 150 + 60_000 - 1) * 1_000),
         0,
         "too young"
     );
-    assert!(store.apply_retention(10_000_000) > 0);
+    assert!(store.apply_retention(10_000_000_000) > 0);
     let after = store.low_water(p).unwrap();
     assert!(after > low);
     assert_eq!(read_all(&store, p).len() as u64, 200 - after);
@@ -261,7 +262,7 @@ fn reads_while_appending() {
                         .append(&[AppendRecord {
                             partition: p,
                             offset: o,
-                            timestamp_ms: 0,
+                            meta: &RecordMeta::created(0),
                             value: &v,
                         }])
                         .unwrap(),
@@ -308,12 +309,15 @@ proptest! {
                 *head += 1;
             }
             let _ = id;
+            let metas: Vec<RecordMeta> =
+                values.iter().map(|(_, o, _)| RecordMeta::created(*o as i64)).collect();
             let records: Vec<AppendRecord<'_>> = values
                 .iter()
-                .map(|(id, offset, v)| AppendRecord {
+                .zip(&metas)
+                .map(|((id, offset, v), meta)| AppendRecord {
                     partition: *id,
                     offset: *offset,
-                    timestamp_ms: *offset,
+                    meta,
                     value: v,
                 })
                 .collect();
@@ -416,7 +420,7 @@ fn a_skipped_offset_keeps_the_partition_flowing() {
     let refused = store.append(&[AppendRecord {
         partition: p,
         offset: 1,
-        timestamp_ms: 1,
+        meta: &RecordMeta::created(1),
         value: &big,
     }]);
     assert!(matches!(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dafka_store::{AppendError, AppendRecord, Config, DurabilityError, FsDir, Store};
+use dafka_store::{AppendError, AppendRecord, Config, DurabilityError, FsDir, RecordMeta, Store};
 
 use common::{Probe, ProbedDir, append_one, block_on, key, read_all, value};
 
@@ -37,10 +37,11 @@ fn eio_on_fsync_poisons_the_store() {
 
     fail.fail_sync.store(true, Ordering::SeqCst);
     let v = value(1, 5, 30);
+    let meta = RecordMeta::created(0);
     let rec = |offset| AppendRecord {
         partition: p,
         offset,
-        timestamp_ms: 0,
+        meta: &meta,
         value: &v,
     };
     let failed = store.append(&[rec(5)]).unwrap();
@@ -89,7 +90,7 @@ fn appends_queued_behind_a_failed_sync_are_not_acknowledged() {
         match store.append(&[AppendRecord {
             partition: p,
             offset: o,
-            timestamp_ms: 0,
+            meta: &RecordMeta::created(0),
             value: &v,
         }]) {
             Ok(t) => tickets.push(t),

@@ -1,19 +1,21 @@
 //! Recovery: torn tails at every byte of the last batch, flipped bits in the last batch
 //! (torn, or synced and then damaged) and in the middle of the log, damaged lengths and
-//! headers, missing and misnamed segments, and a golden store directory from format
-//! version 1.
+//! headers, missing and misnamed segments, holes filled. The golden store directories of
+//! each format version are read by `tests/golden.rs`.
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use dafka_store::format::{self, COMMIT_SIZE, DURABLE_POINT_FILE, HEADER_LEN};
 use dafka_store::{
-    AppendRecord, Config, DamageKind, Dir, FsDir, MemDir, OpenError, PartitionId, ReadError, Store,
+    AppendRecord, Config, DamageKind, Dir, Header, MemDir, OpenError, PartitionId, ReadError,
+    RecordMeta, Store,
 };
 
-use common::{append_one, key, read_all, value};
+use common::{append_one, key, read_all, stamp, value};
 
 const SEGMENT: &str = "00000000000000000000.log";
 
@@ -39,7 +41,27 @@ struct Written {
     last: Vec<(PartitionId, u64, usize)>,
 }
 
-/// Three earlier batches, then a last batch of 6 records of two partitions.
+/// The metadata of record `i` of the last batch of [`write_store`]: a key, headers (one
+/// null) with a log-append time, or none.
+fn last_meta(i: usize) -> RecordMeta {
+    match i % 3 {
+        0 => RecordMeta {
+            key: Some(Bytes::from(vec![i as u8; 3])),
+            ..RecordMeta::created(9 + i as i64)
+        },
+        1 => RecordMeta {
+            headers: Some(vec![
+                Header::new("h", None),
+                Header::new("v", Some(Bytes::from_static(b"x"))),
+            ]),
+            ..RecordMeta::log_append(9)
+        },
+        _ => RecordMeta::created(9),
+    }
+}
+
+/// Three earlier batches, then a last batch of 6 records of two partitions, with keys and
+/// headers ([`last_meta`]).
 fn write_store() -> Written {
     let dir = MemDir::new();
     let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
@@ -63,13 +85,15 @@ fn write_store() -> Written {
         .iter()
         .map(|&(id, o, n)| value(id.0 + 1, o, n))
         .collect();
+    let metas: Vec<RecordMeta> = (0..last.len()).map(last_meta).collect();
     let records: Vec<AppendRecord<'_>> = last
         .iter()
         .zip(&values)
-        .map(|(&(partition, offset, _), v)| AppendRecord {
+        .zip(&metas)
+        .map(|((&(partition, offset, _), v), meta)| AppendRecord {
             partition,
             offset,
-            timestamp_ms: 9,
+            meta,
             value: v,
         })
         .collect();
@@ -111,10 +135,8 @@ fn check_partition(store: &Store, id: PartitionId, expect: u64) {
 fn truncated_at_every_byte_of_the_last_batch() {
     let w = write_store();
     let full = w.dir.file(SEGMENT).unwrap().contents();
-    let sizes: Vec<usize> = w
-        .last
-        .iter()
-        .map(|&(_, _, n)| format::record_size(n))
+    let sizes: Vec<usize> = (w.last.iter().enumerate())
+        .map(|(i, &(_, _, n))| format::record_size_with(&last_meta(i), n))
         .collect();
     assert_eq!(
         full.len(),
@@ -142,6 +164,13 @@ fn truncated_at_every_byte_of_the_last_batch() {
         }
         check_partition(&store, w.p, p_head);
         check_partition(&store, w.q, q_head);
+        // With their metadata.
+        for (i, &(id, offset, _)) in w.last.iter().enumerate() {
+            if offset < store.head(id).unwrap() {
+                let got = store.read(id, offset, 1, 1).unwrap();
+                assert_eq!(got[0].meta, last_meta(i), "cut at {cut}");
+            }
+        }
         let report = store.recovery_report();
         assert_eq!(report.truncated_bytes, (cut - end) as u64, "cut at {cut}");
         assert!(report.damage.is_empty());
@@ -156,8 +185,11 @@ fn truncated_at_every_byte_of_the_last_batch() {
 fn flipped_bit_in_the_last_batch_truncates_there() {
     let w = write_store();
     let full = w.dir.file(SEGMENT).unwrap().contents();
-    // The third record of the last batch (p offset 4).
-    let start = w.before_last + format::record_size(w.last[0].2) + format::record_size(w.last[1].2);
+    // The third record of the last batch (p offset 4; after a record with a key and one with
+    // headers; itself without extras).
+    let start = w.before_last
+        + format::record_size_with(&last_meta(0), w.last[0].2)
+        + format::record_size_with(&last_meta(1), w.last[1].2);
     for at in [
         start,
         start + 3,
@@ -184,8 +216,11 @@ fn flipped_bit_in_the_last_batch_truncates_there() {
 fn flipped_bit_in_the_last_synced_batch_is_skipped_not_truncated() {
     let w = write_store();
     let full = w.dir.file(SEGMENT).unwrap().contents();
-    // The third record of the last batch (p offset 4).
-    let start = w.before_last + format::record_size(w.last[0].2) + format::record_size(w.last[1].2);
+    // The third record of the last batch (p offset 4; after a record with a key and one with
+    // headers; itself without extras).
+    let start = w.before_last
+        + format::record_size_with(&last_meta(0), w.last[0].2)
+        + format::record_size_with(&last_meta(1), w.last[1].2);
     for at in [start + 3, start + 12, start + format::record_size(1) - 1] {
         let dir = copy(&w.dir);
         let mut bytes = full.clone();
@@ -365,13 +400,14 @@ fn one_flipped_bit_among_100_000_records_loses_one_record() {
     let values: Vec<Vec<u8>> = (0..100_000).map(|o| value(1, o, 100)).collect();
     for chunk in values.chunks(10_000).enumerate() {
         let (i, chunk) = chunk;
+        let meta = RecordMeta::created(1);
         let records: Vec<AppendRecord<'_>> = chunk
             .iter()
             .enumerate()
             .map(|(j, v)| AppendRecord {
                 partition: p,
                 offset: (i * 10_000 + j) as u64,
-                timestamp_ms: 1,
+                meta: &meta,
                 value: v,
             })
             .collect();
@@ -502,8 +538,8 @@ fn damaged_header_is_reported_and_the_segment_read() {
     store.close();
     // A header of a format version this crate does not read: not opened, nothing touched.
     let mut bytes = w.dir.file(SEGMENT).unwrap().contents();
-    let mut header = format::SegmentHeader { base: 0 }.encode();
-    header[5] = 0x02;
+    let mut header = format::SegmentHeader::new(0).encode();
+    header[5] = 0x03;
     let crc = crc32c_of(&header[..16]);
     header[16..].copy_from_slice(&crc.to_be_bytes());
     bytes[..HEADER_LEN].copy_from_slice(&header);
@@ -531,86 +567,6 @@ fn crc32c_of(bytes: &[u8]) -> u32 {
     !crc
 }
 
-// --- golden store directory --------------------------------------------------------
-
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden-v1");
-
-/// The content of the golden store: 3 partitions over several small segments.
-fn golden_records() -> Vec<(u32, u64, Vec<u8>)> {
-    let mut out = Vec::new();
-    for o in 0..30u64 {
-        for part in 0..3u32 {
-            if (o + u64::from(part)) % 4 != 0 {
-                out.push((
-                    part,
-                    o,
-                    value(part, o, (o as usize * 7 + part as usize) % 90),
-                ));
-            }
-        }
-    }
-    out
-}
-
-fn golden_config() -> Config {
-    let mut config = Config::default();
-    config.segment_bytes = 1500;
-    config.max_record_bytes = 256;
-    config
-}
-
-/// Writes the golden directory (run once with DAFKA_STORE_WRITE_GOLDEN=1 when a new
-/// format version is introduced: the old directories stay and keep being read).
-fn write_golden(path: &Path) {
-    let store = Store::open_path(path, golden_config()).unwrap();
-    let mut heads = [0u64; 3];
-    for (part, _, v) in golden_records() {
-        let id = store.declare(&key(part)).unwrap();
-        let offset = heads[part as usize];
-        heads[part as usize] += 1;
-        append_one(&store, id, offset, &v);
-    }
-    store.close();
-}
-
-#[test]
-fn golden_v1_directory_is_read() {
-    if std::env::var_os("DAFKA_STORE_WRITE_GOLDEN").is_some() {
-        write_golden(Path::new(GOLDEN));
-    }
-    // Open a copy: opening may rewrite a torn tail, and the checked-in files must not move.
-    let tmp = tempfile::tempdir().unwrap();
-    let mut names = FsDir::new(GOLDEN).unwrap().list().unwrap();
-    names.sort();
-    assert!(names.len() >= 3, "the golden store spans several segments");
-    for name in &names {
-        std::fs::copy(Path::new(GOLDEN).join(name), tmp.path().join(name)).unwrap();
-        let bytes = std::fs::read(Path::new(GOLDEN).join(name)).unwrap();
-        assert_eq!(&bytes[..6], &[0x44, 0x4B, 0x4C, 0x47, 0x00, 0x01]);
-    }
-    let store = Store::open_path(tmp.path(), golden_config()).unwrap();
-    assert!(store.recovery_report().damage.is_empty());
-    assert_eq!(store.recovery_report().truncated_bytes, 0);
-    let expected = golden_records();
-    assert_eq!(store.recovery_report().records, expected.len() as u64);
-    let infos = store.partitions();
-    assert_eq!(infos.len(), 3);
-    for part in 0..3u32 {
-        let id = store.lookup(&key(part)).unwrap();
-        let want: Vec<&Vec<u8>> = expected
-            .iter()
-            .filter(|(p, _, _)| *p == part)
-            .map(|(_, _, v)| v)
-            .collect();
-        let got = read_all(&store, id);
-        assert_eq!(got.len(), want.len());
-        for (r, v) in got.iter().zip(want) {
-            assert_eq!(&r.value[..], &v[..]);
-            assert_eq!(r.timestamp_ms, 1_000 + r.offset);
-        }
-    }
-}
-
 /// Issue 21: a store with a hole (damaged records) fills it with the records another store
 /// holds: `holes` lists it, `fill` writes them, reads serve them in order, and so after a
 /// reopen; a second fill, or one outside a hole, is refused.
@@ -627,11 +583,16 @@ fn a_hole_is_filled_and_stays_filled() {
     let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
     assert_eq!(store.holes(w.p), [(1, 2)]);
     assert_eq!(store.holes(w.q), []);
+    // A hole is passed over by a time search: offset 1's time finds offset 2.
+    assert_eq!(store.offset_for_time(w.p, stamp(1)).unwrap(), Some(2));
+    // Stamped later than every record: the time index learns it from the fill.
+    let meta = RecordMeta::created(i64::MAX - 1);
+    assert_eq!(store.offset_for_time(w.p, i64::MAX - 1).unwrap(), None);
     let fill = |store: &Store, offset: u64| {
         store.fill(&[AppendRecord {
             partition: w.p,
             offset,
-            timestamp_ms: 5,
+            meta: &meta,
             value: &needle,
         }])
     };
@@ -649,6 +610,8 @@ fn a_hole_is_filled_and_stays_filled() {
     ));
     assert_eq!(store.holes(w.p), []);
     check_partition(&store, w.p, 7);
+    assert_eq!(store.offset_for_time(w.p, stamp(1)).unwrap(), Some(1));
+    assert_eq!(store.offset_for_time(w.p, i64::MAX - 1).unwrap(), Some(1));
     // The partition goes on after the fill.
     append_one(&store, w.p, 7, &value(1, 7, 5));
     check_partition(&store, w.p, 8);
@@ -656,4 +619,83 @@ fn a_hole_is_filled_and_stays_filled() {
     let store = Store::open(Arc::new(dir), Config::default()).unwrap();
     assert_eq!(store.holes(w.p), []);
     check_partition(&store, w.p, 8);
+    assert_eq!(store.read(w.p, 1, 1, 1).unwrap()[0].meta, meta);
+    assert_eq!(store.offset_for_time(w.p, i64::MAX - 1).unwrap(), Some(1));
+}
+
+/// A record whose extras do not decode though its CRC matches (written by something else, or
+/// changed along with its CRC) is damage: a read after open stops before it, logs and counts
+/// it once and answers `Lost` for it; a reopen skips it as damage. Never served.
+#[test]
+fn extras_that_do_not_decode_are_damage() {
+    let dir = MemDir::new();
+    let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
+    let p = store.declare(&key(1)).unwrap();
+    let keyed = RecordMeta {
+        key: Some(Bytes::from_static(b"key")),
+        ..RecordMeta::created(2)
+    };
+    let plain = RecordMeta::created(1);
+    let metas = [&plain, &keyed, &plain];
+    let records: Vec<AppendRecord<'_>> = (0..3u64)
+        .map(|o| AppendRecord {
+            partition: p,
+            offset: o,
+            meta: metas[o as usize],
+            value: b"value",
+        })
+        .collect();
+    store
+        .append(&records)
+        .unwrap()
+        .wait(std::time::Duration::from_secs(10))
+        .unwrap();
+    // Record 1's flags byte says "key" (0x01): make it an unknown flag, CRC recomputed.
+    let file = dir.file(SEGMENT).unwrap();
+    let mut bytes = file.contents();
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"\x00\x00\x00\x03")
+        .unwrap()
+        - 1;
+    assert_eq!(bytes[at], 0x01, "the flags byte");
+    bytes[at] = 0x08;
+    let start = at - format::RECORD_EXTRAS_AT;
+    let len = u32::from_be_bytes(bytes[start..start + 4].try_into().unwrap()) as usize;
+    let mut covered = bytes[start..start + 4].to_vec();
+    covered.extend_from_slice(&bytes[start + 8..start + 8 + len]);
+    bytes[start + 4..start + 8].copy_from_slice(&crc32c_of(&covered).to_be_bytes());
+    file.replace(bytes);
+    only_the_damaged_is_lost(&store, p);
+    assert_eq!(store.stats().damaged, 1);
+    store.close();
+    let store = Store::open(Arc::new(dir), Config::default()).unwrap();
+    let report = store.recovery_report();
+    assert!(
+        matches!(
+            report.damage[0].kind,
+            DamageKind::BadEntry {
+                error: format::FormatError::BadMeta(_),
+                ..
+            }
+        ),
+        "{report:?}"
+    );
+    assert_eq!(store.holes(p), [(1, 2)]);
+    only_the_damaged_is_lost(&store, p);
+}
+
+/// Records 0 and 2 of [`extras_that_do_not_decode_are_damage`] are served, 1 is lost.
+fn only_the_damaged_is_lost(store: &Store, p: PartitionId) {
+    let got = store.read(p, 0, 10, 1 << 20).unwrap();
+    assert_eq!(got.iter().map(|r| r.offset).collect::<Vec<_>>(), [0]);
+    assert!(matches!(
+        store.read(p, 1, 10, 1 << 20),
+        Err(ReadError::Lost { from: 1, to: 2 })
+    ));
+    let after = store.read(p, 2, 10, 1 << 20).unwrap();
+    assert_eq!(
+        (&after[0].meta, &after[0].value[..]),
+        (&RecordMeta::created(1), &b"value"[..])
+    );
 }

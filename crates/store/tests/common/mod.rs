@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use dafka_store::{AppendRecord, Dir, PartitionId, PartitionKey, Record, SegmentFile, Store};
+use dafka_store::{
+    AppendRecord, Dir, PartitionId, PartitionKey, Record, RecordMeta, SegmentFile, Store,
+};
 
 /// The key of test partition `i` (topic "t<i % 3>", producer UUID derived from `i`).
 pub fn key(i: u32) -> PartitionKey {
@@ -24,18 +26,38 @@ pub fn value(p: u32, offset: u64, len: usize) -> Vec<u8> {
     seed.bytes().cycle().take(len).collect()
 }
 
-/// Appends one record and waits for it.
+/// The timestamp [`append_one`] gives record `offset`: `1000 + offset` ms, in microseconds.
+pub fn stamp(offset: u64) -> i64 {
+    (1_000 + offset as i64) * 1_000
+}
+
+/// Appends one record (created at [`stamp`]`(offset)`, no key, no headers) and waits for it.
 pub fn append_one(store: &Store, id: PartitionId, offset: u64, value: &[u8]) {
     store
         .append(&[AppendRecord {
             partition: id,
             offset,
-            timestamp_ms: 1_000 + offset,
+            meta: &RecordMeta::created(stamp(offset)),
             value,
         }])
         .expect("append")
         .wait(Duration::from_secs(10))
         .expect("durable");
+}
+
+/// Records to append, from (partition, offset, metadata, value) tuples.
+pub fn records<'a>(
+    planned: &'a [(PartitionId, u64, &'a RecordMeta, Vec<u8>)],
+) -> Vec<AppendRecord<'a>> {
+    planned
+        .iter()
+        .map(|(id, offset, meta, v)| AppendRecord {
+            partition: *id,
+            offset: *offset,
+            meta,
+            value: v,
+        })
+        .collect()
 }
 
 /// Every record of a partition from its low-water mark.
