@@ -427,9 +427,8 @@ def test_spark_4_0_rows_become_batches_with_every_record_column(
     # PySpark hands a timestamp to Python as a naive datetime in the process's time zone.
     monkeypatch.setenv("TZ", "Asia/Kolkata")
     time.tzset()
-    w = _sink(
-        {"value": STR, "key": BIN, "headers": _headers(STR, STR), "timestamp": TS, "topic": STR}
-    )
+    fields = {"value": STR, "key": BIN, "headers": _headers(STR, STR), "timestamp": TS}
+    w = _write_options({"towers": "tcp://127.0.0.1:1"}, _struct(**fields, topic=STR))
     local = dt.datetime(2026, 3, 1, 12, 0, 0, 5)  # a naive datetime: this process's local time
     rows = [
         Row(value="v0", key=None, headers=None, timestamp=None, topic="a"),
@@ -454,3 +453,62 @@ def test_spark_4_0_rows_become_batches_with_every_record_column(
         None,
         dt.datetime(2026, 3, 1, 6, 30, 0, 5, tzinfo=dt.UTC),  # 12:00 at +05:30
     ]
+
+
+class _Producers:
+    """Fake producers of the sink's tasks: what each topic was sent, batch by batch."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, list[pa.RecordBatch]] = {}
+
+    def __call__(self, o: _Options, topic: str) -> Any:
+        sent = self.sent.setdefault(topic, [])
+
+        class Producer:
+            partition = P
+
+            def send_many(self, batch: pa.RecordBatch) -> int:
+                sent.append(batch)
+                return 0
+
+            def flush(self, timeout: float) -> None:
+                pass
+
+        return Producer()
+
+
+def test_the_sink_sends_each_batch_per_topic_with_its_record_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    producers = _Producers()
+    monkeypatch.setattr(_spark_dafka, "_producer", producers)
+    fields = {"topic": STR, "key": BIN, "value": BIN, "timestamp": TS, "offset": T.LongType()}
+    batch = pa.record_batch(
+        {
+            "topic": pa.array(["a", "b", "a"]),
+            "key": pa.array([b"k0", None, b"k2"]),
+            "value": pa.array([b"v0", b"v1", b"v2"]),
+            "timestamp": pa.array([1, 2, None], pa.timestamp("us", tz="Europe/Paris")),
+            "offset": pa.array([7, 8, 9]),
+        }
+    )
+    # The topic column: rows go to their topics, with value, key and timestamp only.
+    w = _write_options({"towers": "tcp://127.0.0.1:1"}, _struct(**fields))
+    commit = _spark_dafka._write_batches(iter([batch]), w)
+    assert sorted(commit.sent) == [("a", P, 2), ("b", P, 1)]
+    (a,) = producers.sent["a"]
+    assert a.schema.names == ["value", "key", "timestamp"]
+    assert a.column("key").to_pylist() == [b"k0", b"k2"]
+    assert a.column("timestamp").cast(pa.int64()).to_pylist() == [1, None]
+    # Option topic: every row to it, whatever the column says (Kafka's sink).
+    producers.sent.clear()
+    w = _write_options({"towers": "tcp://127.0.0.1:1", "topic": "out"}, _struct(**fields))
+    _spark_dafka._write_batches(iter([batch]), w)
+    assert list(producers.sent) == ["out"] and producers.sent["out"][0].num_rows == 3
+    # A null topic without the option, or a nameless header: that batch sends nothing.
+    producers.sent.clear()
+    w = _write_options({"towers": "tcp://127.0.0.1:1"}, _struct(**fields))
+    nulled = batch.set_column(0, "topic", pa.array(["a", None, "a"]))
+    with pytest.raises(InvalidArgumentError, match="a row has a null topic"):
+        _spark_dafka._write_batches(iter([batch, nulled]), w)
+    assert [b.num_rows for b in producers.sent["a"]] == [2], "only the first batch"

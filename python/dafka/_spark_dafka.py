@@ -204,7 +204,13 @@ OPTIONS: tuple[_Option, ...] = (
         "seconds a task waits for the next record of its range before failing",
     ),
     _Option("maxRecordsPerBatch", _READS, "65536", "most rows per Arrow batch handed to Spark"),
-    _Option("topic", frozenset({SINK}), "none", "the topic of rows without a topic column"),
+    _Option(
+        "topic",
+        frozenset({SINK}),
+        "none",
+        "the topic of every row, over any topic column (as Kafka's sink); without it, each "
+        "row's topic column",
+    ),
     _Option("minAcks", frozenset({SINK}), "1", "distinct stores that must acknowledge a record"),
     _Option(
         "maxRecordBytes",
@@ -1508,7 +1514,9 @@ def _write_options(options: dict[str, str], schema: Any) -> _WriteOptions:
             f"the dafka sink's timestamp column must be a timestamp, not {stamp.simpleString()}"
             f"{hint}"
         )
-    topic = fields.get("topic")
+    # Option topic, when given, is every row's topic (as in Kafka's sink: a read written back
+    # as it is goes to the topic asked, not to the one it came from).
+    topic = fields.get("topic") if o.topic is None else None
     if topic is not None and not isinstance(topic, StringType):
         raise InvalidArgumentError(f"the dafka sink's topic column must be a string, not {topic}")
     if topic is None and o.topic is None:
@@ -1567,13 +1575,11 @@ def _write_batches(batches: Iterator[pa.RecordBatch], w: _WriteOptions) -> Dafka
             send(o.topic, records)
             continue
         topics = batch.column("topic")
-        if topics.null_count and o.topic is None:
+        if topics.null_count:
             raise InvalidArgumentError(
-                "dafka sink: a row has a null topic and no option topic is set (nothing of the "
-                "batch was sent)"
+                "dafka sink: a row has a null topic; set option topic for every row (nothing of "
+                "the batch was sent)"
             )
-        if o.topic is not None:
-            topics = pc.fill_null(topics, o.topic)
         for t in pc.unique(topics).to_pylist():
             send(t, records.filter(pc.equal(topics, t)))
     for producer in used.values():
