@@ -1,12 +1,15 @@
 """`make demo`: the main job, end to end, on embedded defaults, in three stages.
 
     [1/3] producers --Dafka (ZMTP over loopback)--> store (fdatasync, then ACK)
-          four dafka.Producers send a backlog of JSON sensor readings, built as Arrow
-          arrays (no per-record Python work), and wait for the store's acknowledgements
+          four dafka.Producers send a backlog of sensor readings, each record keyed by its
+          sensor and stamped with the time of its reading (value, key and timestamp built
+          as Arrow arrays: no per-record Python work), and wait for the store's
+          acknowledgements
     [2/3] store --> Spark Structured Streaming, readStream.format("dafka")
           each task reads a partition's offset range as pyarrow.RecordBatches built in
-          Rust; the query parses the JSON and counts 10 s event-time windows per sensor
-          into Parquet, while the producers keep sending at a steady rate
+          Rust; the query counts 10 s event-time windows per sensor on the records' own
+          timestamps and keys (only the temperature is parsed out of the JSON value) into
+          Parquet, while the producers keep sending at a steady rate
     [3/3] the result: the windows written, and a batch query over the whole topic,
           checked record for record against what was sent
 
@@ -43,23 +46,23 @@ STEP_MS = 10  # event time between two readings of a sensor
 WINDOW_MS = 10_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, in ms
 END = "_end"  # a last reading far ahead, so the watermark closes every window
-SCHEMA = "sensor string, ts_ms long, celsius double"
+SCHEMA = "celsius double"
 TTY = sys.stdout.isatty()
 
 
-def readings(sensor: int, start: int, count: int) -> pa.Array:
-    """Readings `start..start+count` of one sensor as JSON, built by Arrow kernels."""
+def readings(sensor: int, start: int, count: int) -> pa.RecordBatch:
+    """Readings `start..start+count` of one sensor, built by Arrow kernels: the value (JSON
+    with the temperature), the key (the sensor) and the timestamp (when the reading was
+    taken, in µs), the columns `Producer.send_many` takes."""
     i = pa.array(range(start, start + count), pa.int64())
-    ts = pc.add(pc.multiply(i, STEP_MS), T0).cast(pa.string())
     tenths = pc.bit_wise_and(pc.multiply(i, 7), 127)
     celsius = pc.add(pc.divide(tenths.cast(pa.float64()), 10.0), 20.0 + 5 * sensor)
-    return pc.binary_join_element_wise(
-        f'{{"sensor":"{SENSORS[sensor]}","ts_ms":',
-        ts,
-        ',"celsius":',
-        celsius.cast(pa.string()),
-        "}",
-        "",
+    return pa.record_batch(
+        {
+            "value": pc.binary_join_element_wise('{"celsius":', celsius.cast(pa.string()), "}", ""),
+            "key": pa.repeat(SENSORS[sensor].encode(), count),
+            "timestamp": pc.multiply(pc.add(pc.multiply(i, STEP_MS), T0), 1000),
+        }
     )
 
 
@@ -132,8 +135,9 @@ class Sensors:
 def stage1(sensors: Sensors) -> None:
     total = BACKLOG * len(SENSORS)
     line(
-        f"\n[1/3] producers -> store: {len(SENSORS)} producers x {BACKLOG:,} JSON readings, "
-        "each acknowledged once the store has fdatasync'd it"
+        f"\n[1/3] producers -> store: {len(SENSORS)} producers x {BACKLOG:,} readings, keyed by "
+        "sensor and stamped with\n      their time, each acknowledged once the store has "
+        "fdatasync'd it"
     )
     started = time.monotonic()
     threads = sensors.run(sensors.backlog)
@@ -156,7 +160,7 @@ def stage2(spark, towers: str, topic: str, work: Path, sensors: Sensors):  # typ
     line(
         f"\n[2/3] store -> Spark streaming: readStream.format('dafka') from the earliest "
         f"offset, at most {MAX_PER_TRIGGER:,} records a micro-batch,\n"
-        "      JSON parsed, 10 s windows per sensor, 1 s triggers;\n"
+        "      10 s windows per sensor on the records' timestamps and keys, 1 s triggers;\n"
         f"      meanwhile the producers send {LIVE_RATE:,} more readings/s for {LIVE_SECONDS} s"
     )
     parsed = (
@@ -166,12 +170,15 @@ def stage2(spark, towers: str, topic: str, work: Path, sensors: Sensors):  # typ
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", MAX_PER_TRIGGER)
         .load()
-        .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("r"))
-        .select("r.sensor", "r.celsius", F.timestamp_millis("r.ts_ms").alias("ts"))
+        .select(
+            F.col("key").cast("string").alias("sensor"),
+            F.from_json(F.col("value").cast("string"), SCHEMA).celsius.alias("celsius"),
+            "timestamp",
+        )
     )
     windows = (
-        parsed.withWatermark("ts", "5 seconds")
-        .groupBy(F.window("ts", "10 seconds"), "sensor")
+        parsed.withWatermark("timestamp", "5 seconds")
+        .groupBy(F.window("timestamp", "10 seconds"), "sensor")
         .agg(
             F.count("*").alias("readings"),
             F.round(F.avg("celsius"), 2).alias("mean_c"),
@@ -224,7 +231,7 @@ def stage2(spark, towers: str, topic: str, work: Path, sensors: Sensors):  # typ
             # watermark past the last window so that window is written too. Not sooner: the
             # watermark would then drop the readings still unread as late.
             with dafka.Producer(topic, towers=towers) as p:
-                p.send(f'{{"sensor":"{END}","ts_ms":{T0 + 10**9}}}')
+                p.send('{"celsius":0}', key=END, timestamp=(T0 + 10**9) * 1000)
                 p.flush(timeout=30)
             ended = True
         total = sum(sensors.sent) + 1

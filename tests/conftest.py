@@ -35,6 +35,24 @@ def cluster() -> Iterator[Any]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A tower and a store (no fsync) taking records of up to 4 MiB (value, key and headers:
+    a 1 MiB key with a 1 MiB value is over the default 1 MiB); yields the towers."""
+    import dafka
+
+    with (
+        dafka.Tower(sub="tcp://127.0.0.1:0") as tower,
+        dafka.Store(
+            tmp_path_factory.mktemp("big"),
+            towers=tower.towers,
+            sync="never",
+            max_record_bytes=4 << 20,
+        ),
+    ):
+        yield tower.towers
+
+
 RETAINED = 80_000
 
 

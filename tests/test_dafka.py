@@ -23,6 +23,18 @@ SCHEMA = pa.schema(
         pa.field("offset", pa.int64(), nullable=True),
         pa.field("value", pa.binary(), nullable=True),
         pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
+        pa.field("timestampType", pa.int32(), nullable=True),
+        pa.field("key", pa.binary(), nullable=True),
+        pa.field(
+            "headers",
+            pa.list_(
+                pa.field(
+                    "element",
+                    pa.struct([pa.field("key", pa.utf8()), pa.field("value", pa.binary())]),
+                )
+            ),
+            nullable=True,
+        ),
     ]
 )
 

@@ -92,7 +92,7 @@ def test_bad_options_fail_at_once_naming_the_option(
 ) -> None:
     cases = [
         ({"subscribe": "x"}, "towers is required"),
-        ({"towers": cluster.towers}, "subscribe is required"),
+        ({"towers": cluster.towers}, "subscribe .* or subscribePattern .* is required"),
         ({"towers": cluster.towers, "subscribe": "x", "bogus": "1"}, "unknown option.*bogus"),
         ({"towers": cluster.towers, "subscribe": "x", "minPartitions": "zero"}, "minPartitions"),
         ({"towers": cluster.towers, "subscribe": "x", "startingOffsets": "{"}, "startingOffsets"),
@@ -446,17 +446,27 @@ def test_sink_refuses_a_frame_without_value_or_topic(
         df.write.format("dafka").option("towers", cluster.towers).mode("append").save()
 
 
-def test_arrow_schema_of_a_read_batch_is_the_consumers(cluster: dafka.LocalCluster) -> None:
-    # What Spark receives: the consumer's batches, sliced, never rebuilt.
-    from dafka._spark_dafka import _READ, DafkaPartition, _parse, _read
+def test_a_read_batch_has_sparks_kafka_columns_from_the_consumers_arrays(
+    cluster: dafka.LocalCluster,
+) -> None:
+    # What Spark receives: the consumer's batches, their columns picked, never rebuilt.
+    from dafka._spark_dafka import _READ, READ_COLUMNS, DafkaPartition, _parse, _read
 
     t = _topic()
     p = _produce(cluster.towers, t, [b"v%d" % i for i in range(50)])
-    o = _parse({"towers": cluster.towers, "subscribe": t}, _READ, "batch reader")
-    batches = list(_read(DafkaPartition(t, p, 5, 20), o))
-    table = pa.Table.from_batches(batches)
-    assert table.column("offset").to_pylist() == list(range(5, 20))
-    assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    for headers in ("false", "true"):
+        o = _parse(
+            {"towers": cluster.towers, "subscribe": t, "includeHeaders": headers},
+            _READ,
+            "batch reader",
+        )
+        batches = list(_read(DafkaPartition(t, p, 5, 20), o))
+        table = pa.Table.from_batches(batches)
+        names = [*READ_COLUMNS, "headers"] if headers == "true" else list(READ_COLUMNS)
+        assert table.column_names == names
+        assert table.column("offset").to_pylist() == list(range(5, 20))
+        assert table.column("value").to_pylist() == [b"v%d" % i for i in range(5, 20)]
+        assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
 
 
 def test_fail_on_data_loss_batch(spark: Any, retained: Retained) -> None:

@@ -5,16 +5,20 @@ Read through :mod:`dafka.spark` (``DafkaDataSource``); ``docs/spark.md`` is the 
 Reading. The driver asks the stores for the topic's partitions and their bounds
 (``dafka.PartitionReader.offsets``: GET-HEADS answered by DIRECT-LOW-WATER and DIRECT-HEAD)
 and plans one Spark input partition per Dafka partition and offset range (split further for
-``minPartitions``). A task assigns its range on a ``PartitionReader`` kept per Python worker
-process and keyed by the towers (Spark reuses its Python workers, so the beacons, connections
-and discovery are paid once per worker, not per task), yields the ``pyarrow.RecordBatch``es
-the Rust consumer builds, and unassigns. Offsets are ``{topic: {partition: next_offset}}``
-and live only in Spark's checkpoint.
+``minPartitions``); with ``subscribePattern`` the topics are those the stores hold
+(``PartitionReader.topics``) whose names match, and timestamp options become offsets through
+``PartitionReader.offsets_for_times``. A task assigns its range on a ``PartitionReader`` kept
+per Python worker process and keyed by the towers (Spark reuses its Python workers, so the
+beacons, connections and discovery are paid once per worker, not per task), yields the
+``pyarrow.RecordBatch``es the Rust consumer builds with their columns picked in the order of
+Spark's Kafka source, and unassigns. Offsets are ``{topic: {partition: next_offset}}`` and
+live only in Spark's checkpoint.
 
-Writing. A task sends the ``value`` column (string or binary) of each Arrow batch with
-``Producer.send_many`` (no per-row Python work) and returns only once every record is
-acknowledged (``flush``). Partition identity: one producer, so one Dafka partition, per
-(Python worker process, towers, topic), kept for the worker's life; see docs/spark.md.
+Writing. A task sends each Arrow batch's ``value`` column (string or binary), and its ``key``,
+``headers`` and ``timestamp`` columns when the rows have them, with ``Producer.send_many`` (no
+per-row Python work) and returns only once every record is acknowledged (``flush``).
+Partition identity: one producer, so one Dafka partition, per (Python worker process, towers,
+topic), kept for the worker's life; see docs/spark.md.
 """
 
 from __future__ import annotations
@@ -53,10 +57,21 @@ if TYPE_CHECKING:
 
     from dafka._native import PartitionReader, Producer
 
-__all__ = ["DAFKA_SCHEMA", "DafkaDataSource", "DafkaPartition"]
+__all__ = ["DAFKA_SCHEMA", "DAFKA_SCHEMA_WITH_HEADERS", "DafkaDataSource", "DafkaPartition"]
 
-# Exactly the consumer's Arrow schema (`Consumer.poll`), as Spark DDL.
-DAFKA_SCHEMA = "topic string, partition string, offset bigint, value binary, timestamp timestamp"
+# The columns of Spark's Kafka source, in its order (`partition` a string: a Dafka partition is
+# its producer's id); `headers` after them with includeHeaders. A task hands Spark the
+# consumer's Arrow columns (`Consumer.poll`: topic, partition, offset, value, timestamp,
+# timestampType, key, headers) picked in this order, never rebuilt.
+READ_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+DAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition string, offset bigint, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
+DAFKA_SCHEMA_WITH_HEADERS = f"{DAFKA_SCHEMA}, {HEADERS_FIELD}"
+# The columns of a row the sink sends: value (required), key, headers, timestamp (optional).
+RECORD_COLUMNS = ("value", "key", "headers", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -75,7 +90,20 @@ _READS = frozenset({BATCH, STREAM})
 
 OPTIONS: tuple[_Option, ...] = (
     _Option("towers", _ALL, "required", "tcp://host:port of the towers, comma-separated"),
-    _Option("subscribe", _READS, "required", "comma list of topics (exact names)"),
+    _Option(
+        "subscribe",
+        _READS,
+        "none",
+        "comma list of topics (exact names); this or subscribePattern is required",
+    ),
+    _Option(
+        "subscribePattern",
+        _READS,
+        "none",
+        "a regular expression (Java syntax, as Kafka's) matching whole topic names among the "
+        "topics the stores hold, instead of subscribe; a stream also reads the topics that "
+        "come to match, from their earliest records",
+    ),
     _Option(
         "startingOffsets",
         _READS,
@@ -84,10 +112,51 @@ OPTIONS: tuple[_Option, ...] = (
         "a partition not named starts at earliest)",
     ),
     _Option(
+        "startingTimestamp",
+        _READS,
+        "none",
+        "milliseconds since the epoch (UTC): every partition starts at its first record "
+        "whose timestamp is at or after it; instead of startingOffsets",
+    ),
+    _Option(
+        "startingOffsetsByTimestamp",
+        _READS,
+        "none",
+        'JSON {"topic": {"PARTITION": milliseconds}}: as startingTimestamp, per partition (a '
+        "partition not named starts at earliest); instead of startingOffsets",
+    ),
+    _Option(
+        "startingOffsetsByTimestampStrategy",
+        _READS,
+        "error",
+        "error or latest: a partition without a record at or after its starting timestamp "
+        "fails the query, or starts at latest",
+    ),
+    _Option(
         "endingOffsets",
         frozenset({BATCH}),
         "latest",
         "latest or JSON as startingOffsets (a partition not named ends at latest)",
+    ),
+    _Option(
+        "endingTimestamp",
+        frozenset({BATCH}),
+        "none",
+        "milliseconds since the epoch (UTC): every partition ends before its first record "
+        "whose timestamp is at or after it (at latest without one); instead of endingOffsets",
+    ),
+    _Option(
+        "endingOffsetsByTimestamp",
+        frozenset({BATCH}),
+        "none",
+        'JSON {"topic": {"PARTITION": milliseconds}}: as endingTimestamp, per partition (a '
+        "partition not named ends at latest); instead of endingOffsets",
+    ),
+    _Option(
+        "includeHeaders",
+        _READS,
+        "false",
+        "true adds the column headers array<struct<key:string,value:binary>> (null: none)",
     ),
     _Option(
         "maxOffsetsPerTrigger",
@@ -135,8 +204,21 @@ OPTIONS: tuple[_Option, ...] = (
         "seconds a task waits for the next record of its range before failing",
     ),
     _Option("maxRecordsPerBatch", _READS, "65536", "most rows per Arrow batch handed to Spark"),
-    _Option("topic", frozenset({SINK}), "none", "the topic of rows without a topic column"),
+    _Option(
+        "topic",
+        frozenset({SINK}),
+        "none",
+        "the topic of every row, over any topic column (as Kafka's sink); without it, each "
+        "row's topic column",
+    ),
     _Option("minAcks", frozenset({SINK}), "1", "distinct stores that must acknowledge a record"),
+    _Option(
+        "maxRecordBytes",
+        frozenset({SINK}),
+        "1048576",
+        "the largest record a write sends, its value, key and headers together (the stores "
+        "must take it too: their max_record_bytes)",
+    ),
     _Option(
         "flushTimeout",
         frozenset({SINK}),
@@ -206,11 +288,29 @@ _IMPORTED = time.time()
 
 
 @dataclass(frozen=True)
+class _Position:
+    """Where a read starts or ends, as the one option that said it: startingOffsets or
+    endingOffsets ("earliest", "latest" or JSON offsets), startingTimestamp or endingTimestamp
+    (milliseconds), startingOffsetsByTimestamp or endingOffsetsByTimestamp (JSON of
+    milliseconds). `value` is the option's text, checked by `_parse`."""
+
+    option: str
+    value: str
+
+    @property
+    def start(self) -> bool:
+        return self.option.startswith("starting")
+
+
+@dataclass(frozen=True)
 class _Options:
     towers: str
-    topics: tuple[str, ...]
-    starting: str
-    ending: str
+    topics: tuple[str, ...]  # subscribe; empty with subscribePattern
+    pattern: re.Pattern[str] | None  # subscribePattern
+    starting: _Position
+    ending: _Position
+    latest_without_time: bool  # startingOffsetsByTimestampStrategy=latest
+    include_headers: bool
     min_partitions: int
     fail_on_data_loss: bool
     max_offsets_per_trigger: int | None
@@ -221,6 +321,7 @@ class _Options:
     max_records_per_batch: int
     topic: str | None
     min_acks: int
+    max_record_bytes: int
     flush_timeout: float
 
 
@@ -235,25 +336,34 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         if not t.strip().startswith("tcp://") or ":" not in t.strip()[6:]:
             raise InvalidArgumentError(f"option towers: {t.strip()!r} is not tcp://host:port")
     topics: tuple[str, ...] = ()
+    pattern = None
     if "subscribe" in allowed:
-        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
-        if not topics:
-            raise InvalidArgumentError("option subscribe is required: a comma list of topics")
+        topics, pattern = _subscription(opts)
     default_start = "latest" if what == "stream reader" else "earliest"
-    starting = opts.get("startingoffsets", default_start).strip()
-    ending = opts.get("endingoffsets", "latest").strip()
-    for name, value, allowed_words in (
-        ("startingOffsets", starting, ("earliest", "latest")),
-        ("endingOffsets", ending, ("latest",)),
-    ):
-        if value not in allowed_words:
-            _offsets_json(name, value, topics)
+    starting = _position(opts, "starting", default_start, topics, pattern)
+    ending = _position(opts, "ending", "latest", topics, pattern)
+    _check_times(starting, ending)
+    strategy = opts.get("startingoffsetsbytimestampstrategy")
+    if strategy is not None:
+        if strategy.strip().lower() not in ("error", "latest"):
+            raise InvalidArgumentError(
+                f"option startingOffsetsByTimestampStrategy must be error or latest, not "
+                f"{strategy!r}"
+            )
+        if "Timestamp" not in starting.option:
+            raise InvalidArgumentError(
+                "option startingOffsetsByTimestampStrategy applies only with startingTimestamp "
+                "or startingOffsetsByTimestamp: add one or drop it"
+            )
     most, fewest = _trigger_limits(opts)
     return _Options(
         towers=_spark_keys.parse(opts, towers),
         topics=topics,
+        pattern=pattern,
         starting=starting,
         ending=ending,
+        latest_without_time=(strategy or "").strip().lower() == "latest",
+        include_headers=_bool(opts, "includeHeaders"),
         min_partitions=_number(opts, "minPartitions", int, most=MAX_MIN_PARTITIONS),
         fail_on_data_loss=_bool(opts, "failOnDataLoss"),
         max_offsets_per_trigger=most,
@@ -264,8 +374,170 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         max_records_per_batch=_number(opts, "maxRecordsPerBatch", int),
         topic=opts.get("topic") or None,
         min_acks=_number(opts, "minAcks", int),
+        max_record_bytes=_number(opts, "maxRecordBytes", int),
         flush_timeout=_number(opts, "flushTimeout", float),
     )
+
+
+def _subscription(opts: dict[str, str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """subscribe's topics, or subscribePattern's regular expression: exactly one of them."""
+    given = [name for name in ("subscribe", "subscribePattern") if name.lower() in opts]
+    if len(given) > 1:
+        raise InvalidArgumentError(
+            "options subscribe and subscribePattern cannot be given together: subscribe names "
+            "topics, subscribePattern matches them; give one"
+        )
+    if "subscribepattern" in opts:
+        return (), _java_regex(opts["subscribepattern"])
+    topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+    if not topics:
+        raise InvalidArgumentError(
+            "option subscribe (a comma list of topics) or subscribePattern (a regular "
+            "expression over topic names) is required"
+        )
+    return topics, None
+
+
+# Java's named group, (?<name>...), which Python spells (?P<name>...); not an escaped "(".
+_JAVA_NAMED_GROUP = re.compile(r"(?<!\\)\(\?<(?=[A-Za-z])")
+
+
+def _java_regex(text: str) -> re.Pattern[str]:
+    """subscribePattern as Python's `re` reads it. Kafka's source compiles it with Java's
+    `Pattern`, and a topic is read when the whole name matches (`matches()`: `fullmatch`
+    here). What topic patterns use (classes, quantifiers, alternation, groups, anchors) is
+    the same in both; Java's named groups are translated; what Python lacks (\\p{...}
+    classes, for one) is refused, naming the option."""
+    if not text.strip():
+        raise InvalidArgumentError("option subscribePattern must be a regular expression, not ''")
+    try:
+        return re.compile(_JAVA_NAMED_GROUP.sub("(?P<", text))
+    except re.error as e:
+        raise InvalidArgumentError(
+            f"option subscribePattern: {text!r} is not a regular expression Python's re reads "
+            f"({e}); Java-only syntax such as \\p{{...}} classes has no equivalent here"
+        ) from None
+
+
+def _position(
+    opts: dict[str, str],
+    kind: str,
+    default: str,
+    topics: tuple[str, ...],
+    pattern: re.Pattern[str] | None,
+) -> _Position:
+    """The start (`kind` "starting") or end ("ending") of a read: from at most one of
+    {kind}Offsets, {kind}Timestamp and {kind}OffsetsByTimestamp (Kafka's source takes the
+    first of Timestamp, OffsetsByTimestamp, Offsets and ignores the others silently; here
+    giving two is refused: one of them would do nothing)."""
+    names = [f"{kind}Offsets", f"{kind}Timestamp", f"{kind}OffsetsByTimestamp"]
+    given = [n for n in names if n.lower() in opts]
+    if len(given) > 1:
+        raise InvalidArgumentError(
+            f"options {' and '.join(given)} both say where the read "
+            f"{'starts' if kind == 'starting' else 'ends'}: give one"
+        )
+    if not given:
+        return _Position(names[0], default)
+    name = given[0]
+    value = opts[name.lower()].strip()
+    if name == names[0]:
+        if value not in (("earliest", "latest") if kind == "starting" else ("latest",)):
+            _offsets_json(name, value, topics, pattern)
+    elif name == names[1]:
+        _millis(name, value)
+    else:
+        _times_json(name, value, topics, pattern)
+    return _Position(name, value)
+
+
+def _millis(name: str, text: str) -> int:
+    """A timestamp option: milliseconds since the epoch, UTC (as Kafka's source takes it)."""
+    try:
+        ms = int(text)
+    except ValueError:
+        ms = -1
+    if ms < 0:
+        raise InvalidArgumentError(
+            f"option {name} must be milliseconds since the epoch (UTC), an integer >= 0, like "
+            f"{int(time.time() * 1000)} for now, not {text!r}"
+        )
+    return ms
+
+
+def _times_json(
+    name: str, text: str, topics: tuple[str, ...], pattern: re.Pattern[str] | None
+) -> dict[str, dict[str, int]]:
+    """``{"topic": {"PARTITION": milliseconds}}`` (milliseconds since the epoch, >= 0)."""
+    value = _json_map(text)
+    if value is None or any(ms < 0 for ps in value.values() for ms in ps.values()):
+        raise InvalidArgumentError(
+            f'option {name} must be JSON {{"topic": {{"PARTITION": milliseconds}}}} '
+            f"(milliseconds since the epoch, UTC, >= 0), not {text!r}"
+        )
+    _check_named_topics(name, value, topics, pattern)
+    return value
+
+
+def _json_map(text: str) -> dict[str, dict[str, int]] | None:
+    """``{"topic": {"PARTITION": integer}}`` read from `text`, None if it is not that shape."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    ok = isinstance(value, dict) and all(
+        isinstance(t, str)
+        and isinstance(ps, dict)
+        and all(
+            isinstance(p, str) and isinstance(o, int) and not isinstance(o, bool)
+            for p, o in ps.items()
+        )
+        for t, ps in value.items()
+    )
+    return value if ok else None
+
+
+def _check_named_topics(
+    name: str,
+    value: dict[str, dict[str, int]],
+    topics: tuple[str, ...],
+    pattern: re.Pattern[str] | None,
+) -> None:
+    if pattern is not None:
+        extra = sorted(t for t in value if not pattern.fullmatch(t))
+        if extra:
+            raise InvalidArgumentError(
+                f"option {name} names topics subscribePattern does not match: {extra}"
+            )
+        return
+    extra = sorted(set(value) - set(topics))
+    if extra:
+        raise InvalidArgumentError(f"option {name} names topics not subscribed: {extra}")
+
+
+def _times_of(position: _Position) -> tuple[int | None, dict[tuple[str, str], int]]:
+    """A timestamp position's times in ms: (for every partition, {(topic, partition): ms})."""
+    if position.option.endswith("OffsetsByTimestamp"):
+        given = json.loads(position.value)
+        return None, {(t, p): ms for t, ps in given.items() for p, ms in ps.items()}
+    if position.option.endswith("Timestamp"):
+        return int(position.value), {}
+    return None, {}
+
+
+def _check_times(starting: _Position, ending: _Position) -> None:
+    """A read that would start after it ends, by the times given, is a mistake: refused."""
+    start_all, start_by = _times_of(starting)
+    end_all, end_by = _times_of(ending)
+    for key in {*start_by, *end_by, ("", "")}:
+        s = start_by.get(key, start_all)
+        e = end_by.get(key, end_all)
+        if s is not None and e is not None and s > e:
+            where = "" if key == ("", "") else f" for {key[0]}/{key[1]}"
+            raise InvalidArgumentError(
+                f"{starting.option} {s} is after {ending.option} {e}{where}: the read would "
+                "end before it starts"
+            )
 
 
 def _check_keys(opts: dict[str, str], allowed: set[str], what: str) -> None:
@@ -359,31 +631,18 @@ def _bool(opts: dict[str, str], name: str) -> bool:
     raise InvalidArgumentError(f"option {name} must be true or false, not {raw!r}")
 
 
-def _offsets_json(name: str, text: str, topics: tuple[str, ...]) -> dict[str, dict[str, int]]:
+def _offsets_json(
+    name: str, text: str, topics: tuple[str, ...], pattern: re.Pattern[str] | None = None
+) -> dict[str, dict[str, int]]:
     """``{"topic": {"PARTITION": offset}}``; -2 means earliest, -1 latest (as Kafka's)."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    ok = isinstance(value, dict) and all(
-        isinstance(t, str)
-        and isinstance(ps, dict)
-        and all(
-            isinstance(p, str) and isinstance(o, int) and not isinstance(o, bool) and o >= -2
-            for p, o in ps.items()
-        )
-        for t, ps in value.items()
-    )
-    if not ok:
+    value = _json_map(text)
+    if value is None or any(o < -2 for ps in value.values() for o in ps.values()):
         raise InvalidArgumentError(
             f'option {name} must be "earliest", "latest" or JSON '
             f'{{"topic": {{"PARTITION": offset}}}} (offset >= 0, -2 earliest, -1 latest), '
             f"not {text!r}"
         )
-    assert isinstance(value, dict)
-    extra = sorted(set(value) - set(topics))
-    if extra:
-        raise InvalidArgumentError(f"option {name} names topics not subscribed: {extra}")
+    _check_named_topics(name, value, topics, pattern)
     return value
 
 
@@ -395,7 +654,7 @@ _READERS: dict[str, PartitionReader] = {}
 # query by topic only, so two concurrent queries of one topic (the heads thread and a direct
 # `_bounds`) would share, reset and remove each other's answers (empty or partial bounds).
 _OFFSETS_LOCKS: dict[str, threading.Lock] = {}
-_PRODUCERS: dict[tuple[str, str, int], Producer] = {}
+_PRODUCERS: dict[tuple[str, str, int, int], Producer] = {}
 
 
 def _reader(towers: str, topic: str | None = None, timeout: float = 10.0) -> PartitionReader:
@@ -452,16 +711,21 @@ def _timing(event: dict[str, Any]) -> None:
         f.write(json.dumps(event) + "\n")
 
 
-def _producer(towers: str, topic: str, min_acks: int) -> Producer:
+def _producer(o: _Options, topic: str) -> Producer:
     """This process's producer of `topic`: one Dafka partition per worker process and topic."""
     from dafka._native import Producer
 
     with _LOCK:
-        key = (towers, topic, min_acks)
+        key = (o.towers, topic, o.min_acks, o.max_record_bytes)
         producer = _PRODUCERS.get(key)
         if producer is None or producer.closed:
-            curve = _spark_keys.curve_of(towers)
-            producer = Producer(topic, towers=towers, min_acks=min_acks, curve=curve)
+            producer = Producer(
+                topic,
+                towers=o.towers,
+                min_acks=o.min_acks,
+                curve=_spark_keys.curve_of(o.towers),
+                max_record_bytes=o.max_record_bytes,
+            )
             _PRODUCERS[key] = producer
         return producer
 
@@ -471,32 +735,59 @@ def _producer(towers: str, topic: str, min_acks: int) -> Producer:
 Offsets = dict[str, dict[str, int]]
 
 
-def _bounds(o: _Options) -> dict[str, dict[str, tuple[int, int]]]:
-    """``{topic: {partition: (low, end)}}`` from the stores."""
-    reader = _reader(o.towers)
+def _offsets_lock(towers: str) -> threading.Lock:
     with _LOCK:
-        lock = _OFFSETS_LOCKS.setdefault(o.towers, threading.Lock())
+        return _OFFSETS_LOCKS.setdefault(towers, threading.Lock())
+
+
+def _source_error(e: DafkaError, what: str, o: _Options) -> DafkaError:
+    """`e`, a failed query of the stores, said again naming what the source asked."""
+    msg = f"dafka source: cannot {what}: {e}"
+    if _spark_keys.curve_of(o.towers) is None:
+        msg += " (an encrypted cluster answers only with the curve.* options)"
+    return type(e)(msg)
+
+
+def _subscribed(o: _Options) -> str:
+    return (
+        f"{list(o.topics)}" if o.pattern is None else f"the topics matching {o.pattern.pattern!r}"
+    )
+
+
+def _bounds(o: _Options) -> dict[str, dict[str, tuple[int, int]]]:
+    """``{topic: {partition: (low, end)}}`` from the stores: every subscribed topic, or with
+    subscribePattern every topic the stores hold whose whole name matches it."""
+    reader = _reader(o.towers)
     try:
-        with lock:
-            return {t: reader.offsets(t, timeout=o.offsets_timeout) for t in o.topics}
+        with _offsets_lock(o.towers):
+            topics = o.topics
+            if o.pattern is not None:
+                held = reader.topics(timeout=o.offsets_timeout)
+                topics = tuple(sorted(t for t in held if o.pattern.fullmatch(t)))
+            return {t: reader.offsets(t, timeout=o.offsets_timeout) for t in topics}
     except DafkaError as e:
-        msg = f"dafka source: cannot list the partitions of {list(o.topics)}: {e}"
-        if _spark_keys.curve_of(o.towers) is None:
-            msg += " (an encrypted cluster answers only with the curve.* options)"
-        raise type(e)(msg) from e
+        raise _source_error(e, f"list the partitions of {_subscribed(o)}", o) from e
 
 
 def _resolve(
-    spec: str, name: str, o: _Options, bounds: dict[str, dict[str, tuple[int, int]]]
+    position: _Position, o: _Options, bounds: dict[str, dict[str, tuple[int, int]]]
 ) -> Offsets:
-    """Offsets for every known partition from "earliest", "latest" or JSON (-2/-1 inside; a
-    partition the JSON does not name starts at earliest, ends at latest)."""
-    given = {} if spec in ("earliest", "latest") else _offsets_json(name, spec, o.topics)
-    default = -1 if spec == "latest" or name == "endingOffsets" else -2
+    """Offsets for every known partition from where `position` says a read starts or ends:
+    "earliest", "latest" or JSON offsets (-2/-1 inside; a partition the JSON does not name
+    starts at earliest, ends at latest), or timestamps (`_from_times`)."""
+    if position.option.endswith("Timestamp"):
+        return _from_times(position, o, bounds)
+    spec = position.value
+    given = (
+        {}
+        if spec in ("earliest", "latest")
+        else _offsets_json(position.option, spec, o.topics, o.pattern)
+    )
+    default = -1 if spec == "latest" or not position.start else -2
     out: Offsets = {}
-    for t in o.topics:
+    for t in sorted({*bounds, *given}):
         out[t] = {}
-        for p, (low, end) in bounds[t].items():
+        for p, (low, end) in bounds.get(t, {}).items():
             want = given.get(t, {}).get(p, default)
             out[t][p] = low if want == -2 else end if want == -1 else want
         for p, want in given.get(t, {}).items():
@@ -505,6 +796,72 @@ def _resolve(
                     continue
                 out[t][p] = want
     return out
+
+
+def _from_times(
+    position: _Position, o: _Options, bounds: dict[str, dict[str, tuple[int, int]]]
+) -> Offsets:
+    """Offsets from a timestamp option (milliseconds, as Kafka's): per partition, the first
+    offset whose record's timestamp is at or after the time, as the stores answer
+    `PartitionReader.offsets_for_times`. A partition the JSON does not name starts at earliest
+    or ends at latest. A partition without a record that recent ends at latest; a start there
+    fails, or with startingOffsetsByTimestampStrategy=latest starts at latest (a partition no
+    store holds yet is then left out: it is read from its first record when it comes)."""
+    every, by = _times_of(position)
+    named: dict[str, dict[str, int]] = {}
+    for (t, p), at in by.items():
+        named.setdefault(t, {})[p] = at
+    asked: dict[str, int | dict[str, int]] = (
+        {t: every * 1000 for t in bounds}
+        if every is not None
+        else {t: {p: ms * 1000 for p, ms in ps.items()} for t, ps in named.items()}
+    )
+    found = _offsets_for_times(o, asked)
+    out: Offsets = {}
+    for t in sorted({*bounds, *named}):
+        held = bounds.get(t, {})
+        out[t] = {}
+        for p in sorted({*held, *named.get(t, {})}):
+            low, end = held.get(p, (0, 0))
+            ms: int | None = every if every is not None else named.get(t, {}).get(p)
+            if ms is None:
+                out[t][p] = low if position.start else end
+                continue
+            offset = found.get(t, {}).get(p)
+            if offset is not None:
+                out[t][p] = offset
+            elif position.start and not o.latest_without_time:
+                raise InvalidArgumentError(
+                    f"dafka source: no record of {t}/{p} has a timestamp at or after "
+                    f"{position.option} {ms} ({_utc(ms)}); set "
+                    "startingOffsetsByTimestampStrategy=latest to start such partitions at "
+                    "latest"
+                )
+            elif p in held:
+                out[t][p] = end
+    return out
+
+
+def _utc(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _offsets_for_times(
+    o: _Options, asked: dict[str, int | dict[str, int]]
+) -> dict[str, dict[str, int | None]]:
+    """`PartitionReader.offsets_for_times` of each topic of `asked` (times in microseconds:
+    one for every partition, or per partition)."""
+    reader = _reader(o.towers)
+    try:
+        with _offsets_lock(o.towers):
+            return {
+                t: reader.offsets_for_times(t, times, timeout=o.offsets_timeout)
+                for t, times in asked.items()
+            }
+    except DafkaError as e:
+        raise _source_error(e, f"find offsets by time in {_subscribed(o)}", o) from e
 
 
 @dataclass(frozen=True)
@@ -552,7 +909,10 @@ def _plan(
 
 
 def _check_batch_ranges(
-    start: Offsets, end: Offsets, bounds: dict[str, dict[str, tuple[int, int]]]
+    start: Offsets,
+    end: Offsets,
+    bounds: dict[str, dict[str, tuple[int, int]]],
+    names: tuple[str, str] = ("startingOffsets", "endingOffsets"),
 ) -> None:
     """A batch read's offsets against each other and the stores' bounds. A start past the end
     fails (offsets given by hand that cannot be meant: an empty result would hide the
@@ -569,12 +929,12 @@ def _check_batch_ranges(
                     else "the stores hold none of its records"
                 )
                 raise InvalidArgumentError(
-                    f"dafka source: startingOffsets {s} of {t}/{p} is past its endingOffsets "
-                    f"{e} ({stores})"
+                    f"dafka source: {names[0]} {s} of {t}/{p} is past its {names[1]} {e} ({stores})"
                 )
             if s is not None and s < e:
                 waiting.setdefault(t, {})[p] = e
-    _past_stores_end("endingOffsets", waiting, bounds)
+    if names[1] == "endingOffsets":
+        _past_stores_end(names[1], waiting, bounds)
 
 
 def _past_stores_end(
@@ -607,8 +967,9 @@ def _gone(topic: str, partition: str, first: int, end: int) -> DafkaError:
 
 
 def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
-    """The records of one range, as the Rust consumer's Arrow batches (never touched in
-    Python: the reader delivers the range and nothing past it). Records the stores no longer
+    """The records of one range, as the Rust consumer's Arrow batches (their columns picked
+    in Spark's order, no row touched in Python: the reader delivers the range and nothing past
+    it). Records the stores no longer
     hold (retention, or damaged on every store: DIRECT-MISSING) are noticed at once: the
     DIRECT-LOW-WATER a store answers, or the skip after DIRECT-MISSINGs, moves the
     reader's position past them, so an empty poll with the position above the next offset
@@ -616,6 +977,7 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
     (failOnDataLoss=false) goes on with what remains."""
     started = time.monotonic()
     read_start = time.time()
+    columns = [*READ_COLUMNS, "headers"] if o.include_headers else list(READ_COLUMNS)
     cached = o.towers in _READERS
     reader = _reader(o.towers, part.topic, o.offsets_timeout)
     reader_s = time.monotonic() - started
@@ -669,7 +1031,8 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
                     }
                 )
             if batch.num_rows:
-                yield batch
+                # Spark's columns in its order: the same arrays, no row touched.
+                yield batch.select(columns)
     finally:
         reader.unassign(part.topic, part.partition)
 
@@ -777,13 +1140,15 @@ class DafkaDataSource(DataSource):
     """``format("dafka")``: Dafka topics as a Spark source and sink, batch and streaming.
 
     Registered with every Spark session once ``dafka`` is installed (the ``pyspark_dafka``
-    module, which Spark looks up); ``dafka.spark.register(spark)`` does it by hand. Rows:
-    ``topic string, partition string, offset bigint, value binary, timestamp timestamp``.
-    The sink takes a ``value`` column (string or binary) and a ``topic`` column or option;
-    it appends: a batch write needs ``mode("append")`` (Spark refuses its default mode,
-    ErrorIfExists, for every Python data source; ``overwrite`` is refused: a topic keeps
-    what was written). Unknown keys and bad values fail when the query is built. See
-    docs/spark.md."""
+    module, which Spark looks up); ``dafka.spark.register(spark)`` does it by hand. Rows, as
+    Spark's Kafka source has them: ``key binary, value binary, topic string, partition string,
+    offset bigint, timestamp timestamp, timestampType int``, and ``headers
+    array<struct<key:string,value:binary>>`` with includeHeaders. The sink takes a ``value``
+    column (string or binary), optional ``key`` (string or binary), ``headers`` (as read) and
+    ``timestamp`` columns, and a ``topic`` column or option; it appends: a batch write needs
+    ``mode("append")`` (Spark refuses its default mode, ErrorIfExists, for every Python data
+    source; ``overwrite`` is refused: a topic keeps what was written). Unknown keys and bad
+    values fail when the query is built. See docs/spark.md."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -804,8 +1169,8 @@ class DafkaDataSource(DataSource):
         # Asked by load() of a read without a schema, batch or stream (which one is not said):
         # every read option is checked here, so a stream's fail at load() too, not in the
         # query's background thread once it started.
-        _parse(dict(self.options), _BATCH_READ | _STREAM_READ, "reader")
-        return DAFKA_SCHEMA
+        o = _parse(dict(self.options), _BATCH_READ | _STREAM_READ, "reader")
+        return DAFKA_SCHEMA_WITH_HEADERS if o.include_headers else DAFKA_SCHEMA
 
     def reader(self, schema: Any) -> DafkaBatchReader:
         return DafkaBatchReader(_parse(dict(self.options), _BATCH_READ, "batch reader"))
@@ -848,9 +1213,16 @@ class DafkaBatchReader(DataSourceReader):
                 "bounds_s": time.time() - planning,
             }
         )
-        start = _resolve(o.starting, "startingOffsets", o, bounds)
-        end = _resolve(o.ending, "endingOffsets", o, bounds)
-        _check_batch_ranges(start, end, bounds)
+        start = _resolve(o.starting, o, bounds)
+        end = _resolve(o.ending, o, bounds)
+        if o.starting.option != "startingOffsets":
+            # An offset found by time may lie past the end planned from the heads asked just
+            # before (records written in between): nothing of this read is there.
+            for t, parts in start.items():
+                for p, s in parts.items():
+                    if p in end.get(t, {}):
+                        parts[p] = min(s, end[t][p])
+        _check_batch_ranges(start, end, bounds, (o.starting.option, o.ending.option))
         self._partitions = _plan(start, end, o, bounds)
 
     def partitions(self) -> list[DafkaPartition]:
@@ -904,8 +1276,9 @@ class DafkaStreamReader(DataSourceStreamReader, _AvailableNowBase):
     def initialOffset(self) -> dict[str, Any]:
         o = self.options
         bounds = _bounds(o)
-        start = _resolve(o.starting, "startingOffsets", o, bounds)
-        _past_stores_end("startingOffsets", start, bounds)
+        start = _resolve(o.starting, o, bounds)
+        if o.starting.option == "startingOffsets":
+            _past_stores_end("startingOffsets", start, bounds)
         self._last = start
         return start
 
@@ -924,9 +1297,12 @@ class DafkaStreamReader(DataSourceStreamReader, _AvailableNowBase):
         bounds = self._bounds = self._heads.get()
         ends = self._target
         if ends is None:
-            ends = {t: {p: end for p, (_low, end) in bounds[t].items()} for t in o.topics}
+            ends = {t: {p: end for p, (_low, end) in ps.items()} for t, ps in bounds.items()}
+        # subscribePattern: the topics read so far and those matching now (a new one starts
+        # at its low-water mark, as a new partition does).
+        topics = o.topics if o.pattern is None else sorted({*base, *ends})
         latest: Offsets = {}
-        for t in o.topics:
+        for t in topics:
             latest[t] = dict(base.get(t, {}))
             for p, end in ends.get(t, {}).items():
                 latest[t][p] = max(end, latest[t].get(p, 0))
@@ -1072,7 +1448,9 @@ def _cap(
 @dataclass(frozen=True)
 class _WriteOptions:
     options: _Options
-    value_is_string: bool
+    # The record columns the rows have (value, and of key, headers, timestamp those present),
+    # with their Spark types as DDL ("string", "binary", "timestamp", ...).
+    columns: tuple[tuple[str, str], ...]
     has_topic_column: bool
 
 
@@ -1084,54 +1462,126 @@ class DafkaCommit(WriterCommitMessage):
 
 
 def _write_options(options: dict[str, str], schema: Any) -> _WriteOptions:
-    from pyspark.sql.types import BinaryType, StringType
+    """The sink's options and the columns it sends, each checked against what a record takes:
+    value string or binary (required); key string or binary; headers an array of
+    struct<key: string, value: binary or string> (as a read gives it); timestamp a timestamp.
+    Other columns (a read's partition, offset, timestampType) are not sent."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        StringType,
+        StructType,
+        TimestampNTZType,
+        TimestampType,
+    )
 
     o = _parse(options, _WRITE, "sink")
     fields = {f.name: f.dataType for f in schema.fields}
+    text = (StringType, BinaryType)
     value = fields.get("value")
-    if not isinstance(value, (StringType, BinaryType)):
+    if not isinstance(value, text):
         raise InvalidArgumentError(
             f"the dafka sink needs a value column of type string or binary; got {value}"
         )
-    topic = fields.get("topic")
+    key = fields.get("key")
+    if key is not None and not isinstance(key, text):
+        raise InvalidArgumentError(
+            f"the dafka sink's key column must be a string or binary, not {key.simpleString()} "
+            "(cast it: key.cast('string'))"
+        )
+    headers = fields.get("headers")
+    if headers is not None:
+        entry = headers.elementType if isinstance(headers, ArrayType) else None
+        names = {f.name: f.dataType for f in entry.fields} if isinstance(entry, StructType) else {}
+        if not (
+            set(names) == {"key", "value"}
+            and isinstance(names["key"], StringType)
+            and isinstance(names["value"], text)
+        ):
+            raise InvalidArgumentError(
+                "the dafka sink's headers column must be an array<struct<key:string,"
+                f"value:binary>> (the value may be a string), not {headers.simpleString()}"
+            )
+    stamp = fields.get("timestamp")
+    if stamp is not None and not isinstance(stamp, TimestampType):
+        hint = (
+            ": a timestamp without time zone is ambiguous as a record's time; cast it to a "
+            "timestamp (in the session's time zone)"
+            if isinstance(stamp, TimestampNTZType)
+            else " (make one: to_timestamp(...), timestamp_millis(...), timestamp_micros(...))"
+        )
+        raise InvalidArgumentError(
+            f"the dafka sink's timestamp column must be a timestamp, not {stamp.simpleString()}"
+            f"{hint}"
+        )
+    # Option topic, when given, is every row's topic (as in Kafka's sink: a read written back
+    # as it is goes to the topic asked, not to the one it came from).
+    topic = fields.get("topic") if o.topic is None else None
     if topic is not None and not isinstance(topic, StringType):
         raise InvalidArgumentError(f"the dafka sink's topic column must be a string, not {topic}")
     if topic is None and o.topic is None:
         raise InvalidArgumentError("the dafka sink needs a topic column or option topic")
-    return _WriteOptions(o, isinstance(value, StringType), topic is not None)
+    columns = tuple((c, fields[c].simpleString()) for c in RECORD_COLUMNS if c in fields)
+    return _WriteOptions(o, columns, topic is not None)
+
+
+def _check_rows(batch: pa.RecordBatch) -> None:
+    """What Spark's types let through but a record cannot take, found in the whole batch before
+    any of it is sent: a null value, a header without a name."""
+    import pyarrow.compute as pc
+
+    values = batch.column("value")
+    if values.null_count:
+        row = pc.index(pc.is_null(values), True).as_py()
+        raise InvalidArgumentError(
+            f"dafka sink: the value of row {row} of a batch is null; a Dafka record needs one "
+            "(nothing of the batch was sent)"
+        )
+    if "headers" in batch.schema.names:
+        entries = pc.list_flatten(batch.column("headers"))
+        names = pc.struct_field(entries, "key")
+        if entries.null_count or names.null_count:
+            raise InvalidArgumentError(
+                "dafka sink: a header of the batch has a null key; every header needs a name "
+                "(nothing of the batch was sent)"
+            )
 
 
 def _write_batches(batches: Iterator[pa.RecordBatch], w: _WriteOptions) -> DafkaCommit:
-    """Sends every value, then waits until every record is acknowledged."""
+    """Sends every row (value, and key, headers and timestamp when the rows have them: the
+    Arrow columns as they are, to `Producer.send_many`), then waits until every record is
+    acknowledged. A batch with a row no record can take is refused whole, before any of it
+    is sent."""
     import pyarrow.compute as pc
 
     o = w.options
     used: dict[str, Producer] = {}
     counts: dict[str, int] = {}
+    record_columns = [c for c, _type in w.columns]
 
-    def send(topic: str, values: pa.Array) -> None:
-        if values.null_count:
-            raise DafkaError("dafka sink: a value is null; Dafka records cannot be null")
-        producer = used.get(topic) or _producer(o.towers, topic, o.min_acks)
+    def send(topic: str, records: pa.RecordBatch) -> None:
+        producer = used.get(topic) or _producer(o, topic)
         used[topic] = producer
-        producer.send_many(values)
-        counts[topic] = counts.get(topic, 0) + len(values)
+        producer.send_many(records)
+        counts[topic] = counts.get(topic, 0) + records.num_rows
 
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        values = batch.column("value")
+        records = batch.select(record_columns)
+        _check_rows(records)
         if not w.has_topic_column:
             assert o.topic is not None
-            send(o.topic, values)
+            send(o.topic, records)
             continue
         topics = batch.column("topic")
-        if topics.null_count and o.topic is None:
-            raise DafkaError("dafka sink: a row has a null topic and no option topic is set")
-        if o.topic is not None:
-            topics = pc.fill_null(topics, o.topic)
+        if topics.null_count:
+            raise InvalidArgumentError(
+                "dafka sink: a row has a null topic; set option topic for every row (nothing of "
+                "the batch was sent)"
+            )
         for t in pc.unique(topics).to_pylist():
-            send(t, values.filter(pc.equal(topics, t)))
+            send(t, records.filter(pc.equal(topics, t)))
     for producer in used.values():
         producer.flush(timeout=o.flush_timeout)
     return DafkaCommit(tuple((t, used[t].partition, n) for t, n in counts.items()))
@@ -1139,13 +1589,31 @@ def _write_batches(batches: Iterator[pa.RecordBatch], w: _WriteOptions) -> Dafka
 
 def _rows_to_batches(rows: Iterator[Any], w: _WriteOptions) -> Iterator[pa.RecordBatch]:
     """Spark 4.0 gives a stream writer Rows: regroup them in Arrow batches."""
+    import datetime as dt
+
     import pyarrow as pa
 
-    value_type = pa.string() if w.value_is_string else pa.binary()
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    types = {
+        "string": pa.string(),
+        "binary": pa.binary(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
     chunk: list[Any] = []
 
+    def column(name: str, spark_type: str) -> pa.Array:
+        cells = [r[name] for r in chunk]
+        if name == "headers":
+            cells = [None if hs is None else [(h[0], _bytes(h[1])) for h in hs] for hs in cells]
+            return pa.array(cells, type=pa.list_(pa.field("element", header)))
+        if spark_type == "timestamp":
+            # A Row's timestamp is a naive datetime in this process's local time (PySpark's
+            # conversion): astimezone reads it as such.
+            cells = [None if c is None else c.astimezone(dt.UTC) for c in cells]
+        return pa.array(cells, type=types[spark_type])
+
     def flush() -> pa.RecordBatch:
-        cols = {"value": pa.array([r["value"] for r in chunk], type=value_type)}
+        cols = {name: column(name, t) for name, t in w.columns}
         if w.has_topic_column:
             cols["topic"] = pa.array([r["topic"] for r in chunk], type=pa.string())
         return pa.RecordBatch.from_pydict(cols)
@@ -1157,6 +1625,10 @@ def _rows_to_batches(rows: Iterator[Any], w: _WriteOptions) -> Iterator[pa.Recor
             chunk = []
     if chunk:
         yield flush()
+
+
+def _bytes(v: str | bytes | bytearray | None) -> bytes | None:
+    return v.encode() if isinstance(v, str) else None if v is None else bytes(v)
 
 
 def _batches(iterator: Iterator[Any], w: _WriteOptions) -> Iterator[pa.RecordBatch]:

@@ -54,11 +54,17 @@ from typing import Any, TypeVar
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from dafka._spark_dafka import DAFKA_SCHEMA, DafkaDataSource, DafkaPartition
+from dafka._spark_dafka import (
+    DAFKA_SCHEMA,
+    DAFKA_SCHEMA_WITH_HEADERS,
+    DafkaDataSource,
+    DafkaPartition,
+)
 from dafka.errors import InvalidArgumentError
 
 __all__ = [
     "DAFKA_SCHEMA",
+    "DAFKA_SCHEMA_WITH_HEADERS",
     "ZMTP_SCHEMA",
     "DafkaDataSource",
     "DafkaPartition",
