@@ -58,9 +58,11 @@ def test_the_arrow_columns_keep_their_order_and_add_the_metadata(cluster) -> Non
     assert batch.num_rows == 1
 
 
-def test_key_headers_and_timestamp_reach_a_live_consumer_with_empty_large_and_absent_values(
-    cluster,
+def test_key_headers_and_timestamp_reach_a_consumer_with_empty_large_and_absent_values(
+    big_store: str,
 ) -> None:
+    # A store that keeps the large records too: a consumer whose subscription reaches the
+    # producer after them FETCHes them from it.
     topic = unique_topic("meta-live")
     big = bytes(range(256)) * (MIB // 256)
     at = dt.datetime(2026, 11, 27, 12, 0, 0, 123456, tzinfo=UTC)
@@ -73,8 +75,8 @@ def test_key_headers_and_timestamp_reach_a_live_consumer_with_empty_large_and_ab
         (b"big-header", "str-key", [("blob", big)], 1_764_000_000_000_000),
     ]
     with (
-        dafka.Consumer(topic, towers=cluster.towers, offset_reset="earliest") as c,
-        dafka.Producer(topic, towers=cluster.towers, max_record_bytes=4 * MIB) as p,
+        dafka.Consumer(topic, towers=big_store, offset_reset="earliest") as c,
+        dafka.Producer(topic, towers=big_store, max_record_bytes=4 * MIB) as p,
     ):
         before = _micros(dt.datetime.now(UTC))
         for value, key, headers, ts in sent:
