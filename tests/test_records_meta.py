@@ -164,6 +164,9 @@ def test_send_many_takes_a_record_batch_or_parallel_columns(cluster) -> None:
         (lambda p: p.send_many([b"a", b"b"], keys=[b"k"]), "keys has 1 entries for 2"),
         (lambda p: p.send_many([b"a", b"b"], timestamps=[1, "x"]), "timestamps[1]"),
         (lambda p: p.send_many([b"a"], headers=pa.array([1])), "list<struct"),
+        # Checked before any record is sent: the size (value, key and headers) and the count.
+        (lambda p: p.send_many([b"a", b"b"], keys=[b"k", b"x" * MIB]), "over the maximum"),
+        (lambda p: p.send_many([b"a", b"b"], headers=[None, [("h", b"")] * 1025]), "1025 headers"),
         (lambda p: p.send_many(pa.RecordBatch.from_pydict({"v": [b"a"]})), "no 'value' column"),
         (
             lambda p: p.send_many(pa.RecordBatch.from_pydict({"value": [b"a"]}), keys=[b"k"]),

@@ -272,6 +272,14 @@ pub enum CallerError {
         /// The maximum.
         max: usize,
     },
+    /// A record with more headers than any reader takes (`Limits::max_headers`, 1024).
+    #[error("record has {count} headers, over the maximum of {max}")]
+    TooManyHeaders {
+        /// The headers given.
+        count: usize,
+        /// The maximum.
+        max: usize,
+    },
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     Config(&'static str),

@@ -42,9 +42,9 @@ use crate::error::{CallerError, PeerError, SendError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
     Ack, DirectHead, DirectMetaRecords, DirectRecord, DirectRecords, Fetch, GetHeads, Head, Kind,
-    Message, MetaRecord, Record, RefusalReason, StoreRefusal,
+    Limits, Message, MetaRecord, Record, RefusalReason, StoreRefusal,
 };
-use crate::record::RecordMeta;
+use crate::record::{Header, RecordMeta, payload_len};
 use crate::subscription;
 
 /// Settings of a [`Producer`].
@@ -279,14 +279,7 @@ impl Producer {
         meta: RecordMeta,
         now: Instant,
     ) -> Result<u64, SendError> {
-        let len = content.len() + meta.payload_len();
-        if len > self.config.max_record {
-            return Err(CallerError::RecordTooLarge {
-                len,
-                max: self.config.max_record,
-            }
-            .into());
-        }
+        let len = self.check(content.len(), meta.key.as_ref(), meta.headers.as_deref())?;
         if self.unacked.len() >= self.config.max_unacked_records
             || self.unacked_bytes + len > self.config.max_unacked_bytes
         {
@@ -307,6 +300,33 @@ impl Producer {
             self.next_head = Some(now + self.config.head_interval);
         }
         Ok(offset)
+    }
+
+    /// Whether a record of `content_len` bytes with `key` and `headers` may be sent: its size
+    /// (value, key and headers) within [`ProducerConfig::max_record`], its headers within what
+    /// readers take ([`Limits::DEFAULT`]'s `max_headers`). Returns the size. What
+    /// [`send`](Self::send) checks, for a caller that checks a whole batch before sending any.
+    pub fn check(
+        &self,
+        content_len: usize,
+        key: Option<&Bytes>,
+        headers: Option<&[Header]>,
+    ) -> Result<usize, CallerError> {
+        let len = content_len + payload_len(key, headers);
+        if len > self.config.max_record {
+            return Err(CallerError::RecordTooLarge {
+                len,
+                max: self.config.max_record,
+            });
+        }
+        let (count, max) = (
+            headers.map_or(0, <[Header]>::len),
+            Limits::DEFAULT.max_headers,
+        );
+        if count > max {
+            return Err(CallerError::TooManyHeaders { count, max });
+        }
+        Ok(len)
     }
 
     /// Handles a message from the producer's SUB socket (ACK or FETCH; anything else is not for

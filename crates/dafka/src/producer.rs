@@ -419,16 +419,24 @@ impl ProducerNode {
     }
 
     /// Sends every record (or value) in order and returns the offset of the first (the next
-    /// offset when there is none). Waits for room as [`send`](Self::send) does; on an error,
-    /// the records before the failing one were sent. Records without a timestamp are stamped
+    /// offset when there is none). Every record's size and headers are checked first: one too
+    /// large sends none ([`Error::Caller`]). Waits for room as [`send`](Self::send) does; on a
+    /// later error (closed, a send timeout), the records before it were sent. Records without a timestamp are stamped
     /// with the clock once per batch taken under the lock.
     pub async fn send_many<R: Into<ProducerRecord>>(
         &self,
         records: impl IntoIterator<Item = R>,
     ) -> Result<u64, Error> {
+        // Every record is checked before the first is sent: a bad one sends none.
+        let records: Vec<ProducerRecord> = records.into_iter().map(Into::into).collect();
+        {
+            let producer = self.shared.lock();
+            for r in &records {
+                producer.check(r.value.len(), r.key.as_ref(), r.headers.as_deref())?;
+            }
+        }
         let mut first = None;
-        self.send_each(records.into_iter().map(Into::into), &mut first)
-            .await?;
+        self.send_each(records.into_iter(), &mut first).await?;
         Ok(match first {
             Some(f) => f,
             None => self.shared.lock().next_offset(),
