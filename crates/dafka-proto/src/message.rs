@@ -1085,12 +1085,12 @@ fn read_strings(
 /// Length of the metadata of `metas` in frame 1: every timestamp, then every record's extras
 /// when any has some.
 fn metas_len(metas: &[RecordMeta]) -> usize {
-    let extras = if metas.iter().any(RecordMeta::has_extras) {
-        metas.iter().map(|m| m.extras_len().max(1)).sum()
-    } else {
-        0
-    };
-    TIMESTAMP_LEN * metas.len() + extras
+    // One pass: each record's extras (one flags byte for one without) and whether any has some.
+    let (extras, any) = metas.iter().fold((0, false), |(sum, any), m| {
+        let len = m.extras_len();
+        (sum + len.max(1), any || len > 0)
+    });
+    TIMESTAMP_LEN * metas.len() + if any { extras } else { 0 }
 }
 
 /// Appends the metadata of `metas`: every timestamp, then every record's extras when any has

@@ -2,16 +2,14 @@
 //! store and served back the same, found by time (TIME-QUERY over the engine's time index on
 //! a partition of several segments), the topics a store holds (TOPICS-QUERY).
 
-use std::time::Duration;
-
 use bytes::Bytes;
 mod support;
 
 use dafka_node::{
     ConsumerNode, ConsumerOptions, Header, OffsetReset, ProducerNode, ProducerRecord, RecordMeta,
-    StoreNode, StoreOptions, SyncPolicy, TimestampType, TowerAddress,
+    StoreNode, SyncPolicy, TimestampType, TowerAddress,
 };
-use support::{PATIENCE, collect, fast, producer_options, tower};
+use support::{PATIENCE, collect, fast, producer_options, store_with, tower};
 
 const T0: i64 = 1_764_000_000_000_000;
 
@@ -19,15 +17,7 @@ async fn store(dir: &std::path::Path, towers: &[TowerAddress], segment: u64) -> 
     let mut engine = dafka_store::Config::with_sync(SyncPolicy::Never);
     engine.segment_bytes = segment;
     engine.max_record_bytes = (4 << 20).min(segment as usize / 2);
-    StoreNode::open(
-        dir,
-        fast(towers),
-        StoreOptions::default()
-            .with_engine(engine)
-            .with_fetch_retry(Duration::from_millis(50)),
-    )
-    .await
-    .unwrap()
+    store_with(dir, towers, engine).await
 }
 
 fn record(

@@ -11,10 +11,12 @@ use bytes::Bytes;
 mod support;
 
 use dafka_node::{
-    ConsumerNode, ConsumerOptions, Error, NodeId, OffsetReset, ProducerNode, StoreNode,
-    StoreOptions, SyncPolicy, TowerAddress,
+    ConsumerNode, ConsumerOptions, Error, NodeId, OffsetReset, ProducerNode, StoreNode, SyncPolicy,
+    TowerAddress,
 };
-use support::{PATIENCE, check_exactly_once, collect, fast, producer_options, tower, until};
+use support::{
+    PATIENCE, check_exactly_once, collect, fast, producer_options, store_with, tower, until,
+};
 
 async fn store(dir: &Path, towers: &[TowerAddress]) -> StoreNode {
     store_with(
@@ -23,19 +25,6 @@ async fn store(dir: &Path, towers: &[TowerAddress]) -> StoreNode {
         dafka_store::Config::with_sync(SyncPolicy::Always),
     )
     .await
-}
-
-/// A store whose engine has `engine`'s settings.
-async fn store_with(dir: &Path, towers: &[TowerAddress], engine: dafka_store::Config) -> StoreNode {
-    StoreNode::open(
-        dir,
-        fast(towers),
-        StoreOptions::default()
-            .with_engine(engine)
-            .with_fetch_retry(Duration::from_millis(50)),
-    )
-    .await
-    .unwrap()
 }
 
 /// Every record of `partition` in the store directory `dir`, read by the engine alone.

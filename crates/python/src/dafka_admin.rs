@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_pyarrow::ToPyArrow;
-use dafka_node::{ConsumerNode, ConsumerOptions, OffsetReset};
+use dafka_node::{ConsumerNode, ConsumerOptions, NodeId, OffsetReset};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -34,25 +34,24 @@ pub(crate) fn offsets_for_times<'py>(
     timeout: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
-    // Each partition asked for with its time; `None`: every partition at one time.
-    let (asked, every): (Option<Vec<(String, i64)>>, Option<i64>) = match times.cast::<PyDict>() {
+    // Each partition asked for with its time (a dict), or `None`: every partition at one time.
+    let asked: Option<Vec<(String, NodeId, i64)>> = match times.cast::<PyDict>() {
         Ok(d) => {
             let mut asked = Vec::with_capacity(d.len());
             for (k, v) in d.iter() {
                 let partition: String = k
                     .extract()
                     .map_err(|_| errors::invalid("offsets_for_times: partitions must be str"))?;
-                partition_id(&partition)?;
-                asked.push((partition, time_of(&v)?));
+                let id = partition_id(&partition)?;
+                asked.push((partition, id, time_of(&v)?));
             }
-            (Some(asked), None)
+            Some(asked)
         }
-        Err(_) => (None, Some(time_of(times)?)),
+        Err(_) => None,
     };
-    let mut distinct: Vec<i64> = match (&asked, every) {
-        (Some(a), _) => a.iter().map(|&(_, t)| t).collect(),
-        (None, Some(t)) => vec![t],
-        (None, None) => Vec::new(),
+    let mut distinct: Vec<i64> = match &asked {
+        Some(a) => a.iter().map(|&(_, _, t)| t).collect(),
+        None => vec![time_of(times)?],
     };
     distinct.sort_unstable();
     distinct.dedup();
@@ -65,17 +64,17 @@ pub(crate) fn offsets_for_times<'py>(
     })?
     .map_err(|e| no_store(e, towers))?;
     let out = PyDict::new(py);
-    let offset_at = |t: i64, partition: &str| {
+    let offset_at = |t: i64, partition: &NodeId| {
         answers
             .iter()
             .find(|(at, _)| *at == t)
-            .and_then(|(_, heard)| heard.iter().find(|(p, _)| p.to_string() == partition))
+            .and_then(|(_, heard)| heard.iter().find(|(p, _)| p == partition))
             .and_then(|(_, o)| o.offset)
     };
     match asked {
         Some(asked) => {
-            for (partition, t) in asked {
-                out.set_item(&partition, offset_at(t, &partition))?;
+            for (partition, id, t) in asked {
+                out.set_item(&partition, offset_at(t, &id))?;
             }
         }
         None => {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use dafka_node::{
-    ConsumerNode, ConsumerRecord, NodeConfig, NodeId, ProducerOptions, Tower, TowerAddress,
-    TowerConfig,
+    ConsumerNode, ConsumerRecord, NodeConfig, NodeId, ProducerOptions, StoreNode, StoreOptions,
+    Tower, TowerAddress, TowerConfig,
 };
 use dafka_proto::{BeaconMessage, NodeBeacon};
 use dafka_zmtp::{Options, Socket, SocketType};
@@ -99,4 +99,21 @@ pub fn check_exactly_once(got: &[ConsumerRecord], sent: &BTreeMap<NodeId, Vec<By
             assert_eq!(r.value, values[r.offset as usize]);
         }
     }
+}
+
+/// A store node in `dir` whose engine has `engine`'s settings, FETCHing gaps every 50 ms.
+pub async fn store_with(
+    dir: &std::path::Path,
+    towers: &[TowerAddress],
+    engine: dafka_store::Config,
+) -> StoreNode {
+    StoreNode::open(
+        dir,
+        fast(towers),
+        StoreOptions::default()
+            .with_engine(engine)
+            .with_fetch_retry(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap()
 }
