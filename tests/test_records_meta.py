@@ -164,6 +164,8 @@ def test_send_many_takes_a_record_batch_or_parallel_columns(cluster) -> None:
         (lambda p: p.send_many([b"a", b"b"], keys=[b"k"]), "keys has 1 entries for 2"),
         (lambda p: p.send_many([b"a", b"b"], timestamps=[1, "x"]), "timestamps[1]"),
         (lambda p: p.send_many([b"a"], headers=pa.array([1])), "list<struct"),
+        (lambda p: p.send_many(None), "values must be a list, an iterable or an Arrow array"),
+        (lambda p: p.send(b"v", headers=[("a",)]), "pair, not a tuple of 1"),
         # Checked before any record is sent: the size (value, key and headers) and the count.
         (lambda p: p.send_many([b"a", b"b"], keys=[b"k", b"x" * MIB]), "over the maximum"),
         (lambda p: p.send_many([b"a", b"b"], headers=[None, [("h", b"")] * 1025]), "1025 headers"),

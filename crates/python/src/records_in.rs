@@ -163,7 +163,13 @@ where
     if let Ok(list) = obj.cast::<PyList>() {
         return list.iter().map(Ok).enumerate().map(entry).collect();
     }
-    obj.try_iter()?.enumerate().map(entry).collect()
+    let items = obj.try_iter().map_err(|_| {
+        errors::invalid(format!(
+            "send_many: {what} must be a list, an iterable or an Arrow array, not {}",
+            type_name(obj)
+        ))
+    })?;
+    items.enumerate().map(entry).collect()
 }
 
 /// One entry of a Python list given to `send_many`.
@@ -274,10 +280,11 @@ fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Header>>> {
                 .ok()
                 .filter(|t| t.len() == 2)
                 .ok_or_else(|| {
-                    errors::invalid(format!(
-                        "a header must be a (name, value) pair, not {}",
-                        type_name(&item)
-                    ))
+                    let what = match item.cast::<PyTuple>() {
+                        Ok(t) => format!("a tuple of {}", t.len()),
+                        Err(_) => type_name(&item),
+                    };
+                    errors::invalid(format!("a header must be a (name, value) pair, not {what}"))
                 })?;
             pair(&t.get_item(0)?, &t.get_item(1)?)
         })
