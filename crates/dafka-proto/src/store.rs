@@ -285,16 +285,24 @@ impl StoreWriter {
         &self.config
     }
 
-    /// The subscriptions of the writer's SUB: `'M'` and `'H'` (every topic) and `'D'` + its id
-    /// as the reference's, then `'T'` (every topic) and `'V'` + its id (our producers and store readers answer its FETCHes with
-    /// DIRECT-META-RECORDS, reference ones with DIRECT-RECORDs).
+    /// The subscriptions of the writer's SUB: `'T'` (every topic) and `'V'` + its id (our
+    /// producers and store readers answer its FETCHes with DIRECT-META-RECORDS, reference ones
+    /// with DIRECT-RECORDs), then `'D'` + its id, `'H'` and `'M'` (every topic) as the
+    /// reference's.
+    ///
+    /// The order matters: a publisher takes a connection's subscriptions in order, so by the
+    /// time a producer's RECORD or HEAD reaches this writer (and it FETCHes what it missed),
+    /// the producer has taken `'T'` and `'V'` too and sends it records with their metadata. In
+    /// the other order a producer could, for a moment, see this writer as a reader of plain
+    /// RECORDs only and answer its FETCH with DIRECT-RECORDs: records stored without key,
+    /// headers or timestamp.
     pub fn subscriptions(&self) -> [Bytes; 5] {
         [
-            subscription::all(Kind::Record),
-            subscription::all(Kind::Head),
-            subscription::node(Kind::DirectRecord, &self.config.id),
             subscription::all(Kind::MetaRecord),
             subscription::node(Kind::DirectMetaRecords, &self.config.id),
+            subscription::node(Kind::DirectRecord, &self.config.id),
+            subscription::all(Kind::Head),
+            subscription::all(Kind::Record),
         ]
     }
 

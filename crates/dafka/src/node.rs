@@ -965,14 +965,9 @@ impl Plumbing {
                 _ = control.wake.notified() => {}
                 // Publish the rest of a long answer before waiting on anything.
                 _ = tokio::task::yield_now(), if more => {}
-                r = self.subscriber.recv_many(BATCH, &mut inbox), if reading => {
-                    if r.is_err() { break; }
-                    let t = now();
-                    for m in inbox.drain(..) {
-                        self.on_input(&mut role, m.frames(), t);
-                    }
-                    role.after_input();
-                }
+                // Subscriptions before input: a peer's FETCH is answered knowing every
+                // subscription that reached the publisher before it (whether the peer takes
+                // DIRECT-META-RECORDS).
                 r = self.publisher.recv_many(BATCH, &mut subscriptions), if xpub => {
                     if r.is_err() { break; }
                     let t = now();
@@ -984,6 +979,14 @@ impl Plumbing {
                             None => {}
                         }
                     }
+                }
+                r = self.subscriber.recv_many(BATCH, &mut inbox), if reading => {
+                    if r.is_err() { break; }
+                    let t = now();
+                    for m in inbox.drain(..) {
+                        self.on_input(&mut role, m.frames(), t);
+                    }
+                    role.after_input();
                 }
                 r = self.beacon_sub.recv_many(BATCH, &mut beacons) => {
                     if r.is_err() { break; }
