@@ -74,7 +74,10 @@ def test_send_and_send_many_carry_key_headers_and_timestamp_through_a_store(
 
 BAD_SENDS: list[tuple[dict[str, Any], str]] = [
     ({"key": 5}, "a record key must be bytes, bytearray or str, not int"),
-    ({"headers": [("a", b"x", b"y")]}, r"a header must be a \(name, value\) pair, not a tuple of 3"),
+    (
+        {"headers": [("a", b"x", b"y")]},
+        r"a header must be a \(name, value\) pair, not a tuple of 3",
+    ),
     ({"headers": 7}, "headers must be a dict or a list of .* not int"),
     ({"timestamp": "now"}, "a timestamp must be an int .* or a timezone-aware datetime, not str"),
 ]
