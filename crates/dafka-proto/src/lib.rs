@@ -88,7 +88,7 @@ pub use message::{
     StoreRefusal, TimeQuery, TopicsQuery, VERSION,
 };
 pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
-pub use record::{Header, RecordMeta, TimestampType};
+pub use record::{Header, HeaderRef, MetaParts, RecordMeta, TimestampType};
 pub use retry::FETCH_WINDOW;
 pub use store::{
     LogRead, REPEATED_REFUSALS, StoreLog, StoreReader, StoreReaderConfig, StoreWriter,

@@ -678,10 +678,10 @@ impl Message {
         1 + prefix + 2 + fields
     }
 
-    /// Appends frame 1 (the header) to `out`. Encoding cannot fail: every field was validated
-    /// when its type was built.
+    /// Appends frame 1 (the header) to `out`, which grows as needed: a caller that knows
+    /// [`header_len`](Self::header_len) reserves it first. Encoding cannot fail: every field
+    /// was validated when its type was built.
     pub fn encode_header(&self, out: &mut BytesMut) {
-        out.reserve(self.header_len());
         out.put_u8(self.kind().id());
         match self.prefix() {
             Prefix::Topic(t) => out.put_slice(t.as_bytes()),
@@ -774,6 +774,30 @@ impl Message {
         frames.push(header);
         frames.extend(contents.iter().cloned());
         frames
+    }
+
+    /// [`to_frames_in`](Self::to_frames_in) taking the message: its contents move into the
+    /// frames (no reference count taken and dropped per record).
+    pub fn into_frames_in(self, buf: &mut BytesMut) -> Vec<Bytes> {
+        let start = buf.len();
+        self.encode_header(buf);
+        let header = buf.split().split_off(start).freeze();
+        match self {
+            Message::DirectRecords(DirectRecords { contents, .. })
+            | Message::DirectMetaRecords(DirectMetaRecords {
+                run: DirectRecords { contents, .. },
+                ..
+            }) => {
+                let mut frames = Vec::with_capacity(1 + contents.len());
+                frames.push(header);
+                frames.extend(contents);
+                frames
+            }
+            Message::Record(r)
+            | Message::DirectRecord(DirectRecord { record: r, .. })
+            | Message::MetaRecord(MetaRecord { record: r, .. }) => vec![header, r.content],
+            _ => vec![header],
+        }
     }
 
     /// Decodes one ZeroMQ multipart message. Frame 1 must be used up exactly; the content

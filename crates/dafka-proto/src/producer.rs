@@ -279,7 +279,7 @@ impl Producer {
         meta: RecordMeta,
         now: Instant,
     ) -> Result<u64, SendError> {
-        let len = self.check(content.len(), meta.key.as_ref(), meta.headers.as_deref())?;
+        let len = self.check_meta(content.len(), &meta)?;
         if self.unacked.len() >= self.config.max_unacked_records
             || self.unacked_bytes + len > self.config.max_unacked_bytes
         {
@@ -309,20 +309,33 @@ impl Producer {
     pub fn check(
         &self,
         content_len: usize,
-        key: Option<&Bytes>,
+        key: Option<&[u8]>,
         headers: Option<&[Header]>,
     ) -> Result<usize, CallerError> {
-        let len = content_len + payload_len(key, headers);
+        self.check_sizes(
+            content_len + payload_len(key, headers),
+            headers.map_or(0, <[Header]>::len),
+        )
+    }
+
+    /// [`check`](Self::check) of a record of `content_len` bytes with `meta`.
+    pub fn check_meta(&self, content_len: usize, meta: &RecordMeta) -> Result<usize, CallerError> {
+        self.check_sizes(
+            content_len + meta.payload_len(),
+            meta.header_count().unwrap_or(0),
+        )
+    }
+
+    /// [`check`](Self::check) of a record of `len` bytes (value, key and headers) with `count`
+    /// headers.
+    fn check_sizes(&self, len: usize, count: usize) -> Result<usize, CallerError> {
         if len > self.config.max_record {
             return Err(CallerError::RecordTooLarge {
                 len,
                 max: self.config.max_record,
             });
         }
-        let (count, max) = (
-            headers.map_or(0, <[Header]>::len),
-            Limits::DEFAULT.max_headers,
-        );
+        let max = Limits::DEFAULT.max_headers;
         if count > max {
             return Err(CallerError::TooManyHeaders { count, max });
         }

@@ -29,7 +29,7 @@
 //! header list of length 0 is an empty list, not an absent one (`0x02`), as in Kafka.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use dafka_wire::Reader;
+use dafka_wire::{Reader, SliceReader};
 
 use crate::error::{DecodeError, LimitError, MalformedError};
 use crate::message::Limits;
@@ -44,6 +44,9 @@ pub const FLAG_LOG_APPEND_TIME: u8 = 0x04;
 const FLAGS_KNOWN: u8 = FLAG_KEY | FLAG_HEADERS | FLAG_LOG_APPEND_TIME;
 /// A header value length that stands for no value (null).
 const NULL_VALUE: u32 = 0xFFFF_FFFF;
+/// The block [`RecordMeta::encode_in`] allocates for the extras of records encoded one after
+/// the other.
+pub const EXTRAS_BLOCK: usize = 16 * 1024;
 /// Length of the timestamp field.
 pub const TIMESTAMP_LEN: usize = 8;
 /// The fewest bytes a header takes in the extras (two lengths), so a count can be checked
@@ -99,8 +102,8 @@ impl Header {
 
 /// The bytes of a key, header names and header values: what, beside the value, counts against
 /// a record size limit.
-pub fn payload_len(key: Option<&Bytes>, headers: Option<&[Header]>) -> usize {
-    let key = key.map_or(0, Bytes::len);
+pub fn payload_len(key: Option<&[u8]>, headers: Option<&[Header]>) -> usize {
+    let key = key.map_or(0, <[u8]>::len);
     let headers = headers.map_or(0, |hs| {
         hs.iter()
             .map(|h| h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
@@ -109,9 +112,33 @@ pub fn payload_len(key: Option<&Bytes>, headers: Option<&[Header]>) -> usize {
     key + headers
 }
 
+/// A header as a record holds it: borrowed from its encoded extras.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderRef<'a> {
+    /// The name's bytes (UTF-8: checked when the record was built or decoded).
+    pub name: &'a [u8],
+    /// The value; `None` is a null value.
+    pub value: Option<&'a [u8]>,
+}
+
 /// A record's metadata: its timestamp, and the key and headers when it has them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+///
+/// The key, the headers and the timestamp type are held as their encoded [extras](self) (one
+/// shared buffer, checked once when built or decoded), the form in which every stage passes
+/// them on: a store writes them to disk and serves them back as they came, a consumer reads
+/// them straight into its Arrow columns. A record with none holds no buffer at all. Two
+/// metadata are equal when their timestamps and extras are (the encoding is canonical).
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct RecordMeta {
+    /// Microseconds since the Unix epoch, UTC.
+    pub timestamp: i64,
+    /// The encoded extras (flags first, never `0x00`), or empty when the record has none.
+    extras: Bytes,
+}
+
+/// The parts of a [`RecordMeta`], for building one field by field and for taking one apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct MetaParts {
     /// Microseconds since the Unix epoch, UTC.
     pub timestamp: i64,
     /// Whose clock `timestamp` is.
@@ -122,11 +149,10 @@ pub struct RecordMeta {
     pub headers: Option<Vec<Header>>,
 }
 
-impl RecordMeta {
-    /// A record created at `timestamp` (microseconds since the epoch, UTC), with no key and
-    /// no headers.
+impl MetaParts {
+    /// A record created at `timestamp`, with no key and no headers.
     pub const fn created(timestamp: i64) -> Self {
-        RecordMeta {
+        MetaParts {
             timestamp,
             timestamp_type: TimestampType::CreateTime,
             key: None,
@@ -134,157 +160,428 @@ impl RecordMeta {
         }
     }
 
-    /// A record that came without a timestamp, stamped when it was appended or received.
+    /// A record stamped when it was appended or received, with no key and no headers.
     pub const fn log_append(timestamp: i64) -> Self {
-        RecordMeta {
+        MetaParts {
             timestamp,
             timestamp_type: TimestampType::LogAppendTime,
             key: None,
             headers: None,
         }
     }
+}
+
+impl From<MetaParts> for RecordMeta {
+    fn from(p: MetaParts) -> Self {
+        RecordMeta::new(
+            p.timestamp,
+            p.timestamp_type,
+            p.key.as_deref(),
+            p.headers.as_deref(),
+        )
+    }
+}
+
+impl std::fmt::Debug for RecordMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("RecordMeta");
+        d.field("timestamp", &self.timestamp)
+            .field("timestamp_type", &self.timestamp_type());
+        if let Some(key) = self.key() {
+            d.field("key", &Bytes::copy_from_slice(key));
+        }
+        if let Some(headers) = self.headers() {
+            let list: Vec<_> = headers
+                .map(|h| {
+                    (
+                        String::from_utf8_lossy(h.name),
+                        h.value.map(Bytes::copy_from_slice),
+                    )
+                })
+                .collect();
+            d.field("headers", &list);
+        }
+        d.finish()
+    }
+}
+
+/// The extras of a record with a log-append time and nothing else.
+const LOG_APPEND_ONLY: &[u8] = &[FLAG_LOG_APPEND_TIME];
+
+impl RecordMeta {
+    /// A record created at `timestamp` (microseconds since the epoch, UTC), with no key and
+    /// no headers.
+    pub const fn created(timestamp: i64) -> Self {
+        RecordMeta {
+            timestamp,
+            extras: Bytes::new(),
+        }
+    }
+
+    /// A record that came without a timestamp, stamped when it was appended or received.
+    pub const fn log_append(timestamp: i64) -> Self {
+        RecordMeta {
+            timestamp,
+            extras: Bytes::from_static(LOG_APPEND_ONLY),
+        }
+    }
+
+    /// A record's metadata from its parts, encoded into a buffer of its own (of the extras'
+    /// size). Header names are UTF-8 by construction ([`Header::new`] takes a `&str`).
+    pub fn new(
+        timestamp: i64,
+        timestamp_type: TimestampType,
+        key: Option<&[u8]>,
+        headers: Option<&[Header]>,
+    ) -> Self {
+        let exact = match (key, headers) {
+            (None, None) => 0,
+            _ => extras_len_of(key, headers),
+        };
+        let mut buf = BytesMut::with_capacity(exact);
+        Self::encode_in(&mut buf, timestamp, timestamp_type, key, headers)
+    }
+
+    /// As [`new`](Self::new), encoding the extras at the end of `buf` and splitting them off:
+    /// many records' metadata built one after the other share `buf`'s allocations (blocks of
+    /// [`EXTRAS_BLOCK`] bytes, or one record's extras when larger).
+    pub fn encode_in(
+        buf: &mut BytesMut,
+        timestamp: i64,
+        timestamp_type: TimestampType,
+        key: Option<&[u8]>,
+        headers: Option<&[Header]>,
+    ) -> Self {
+        let headers = headers.map(|hs| {
+            hs.iter().map(|h| HeaderRef {
+                name: &h.name,
+                value: h.value.as_deref(),
+            })
+        });
+        Self::encode_refs_in(buf, timestamp, timestamp_type, key, headers)
+    }
+
+    /// As [`encode_in`](Self::encode_in), the headers given as borrowed [`HeaderRef`]s (from
+    /// wherever the caller holds them: Arrow arrays, say). The names must be UTF-8: callers
+    /// check them (a reader refuses a record whose names are not).
+    pub fn encode_refs_in<'h>(
+        buf: &mut BytesMut,
+        timestamp: i64,
+        timestamp_type: TimestampType,
+        key: Option<&[u8]>,
+        headers: Option<impl ExactSizeIterator<Item = HeaderRef<'h>> + Clone>,
+    ) -> Self {
+        let flags = flags_of(timestamp_type, key.is_some(), headers.is_some());
+        let extras = match flags {
+            0 => Bytes::new(),
+            FLAG_LOG_APPEND_TIME => Bytes::from_static(LOG_APPEND_ONLY),
+            _ => {
+                let key_len = key.map_or(0, |k| 4 + k.len());
+                let headers_len = headers.clone().map_or(0, |hs| {
+                    4 + hs
+                        .map(|h| MIN_HEADER_LEN + h.name.len() + h.value.map_or(0, <[u8]>::len))
+                        .sum::<usize>()
+                });
+                let need = 1 + key_len + headers_len;
+                if buf.capacity() - buf.len() < need {
+                    // A new block for this record and the next ones (once split off, a block
+                    // is shared and never grown in place).
+                    buf.reserve(need.max(EXTRAS_BLOCK));
+                }
+                put_extras_of(buf, flags, key, headers);
+                buf.split().freeze()
+            }
+        };
+        RecordMeta { timestamp, extras }
+    }
+
+    /// The same record with another timestamp and timestamp type (key and headers kept).
+    pub fn restamped(&self, timestamp: i64, timestamp_type: TimestampType) -> Self {
+        if self.timestamp_type() == timestamp_type {
+            return RecordMeta {
+                timestamp,
+                extras: self.extras.clone(),
+            };
+        }
+        let headers = self.headers_vec();
+        RecordMeta::new(timestamp, timestamp_type, self.key(), headers.as_deref())
+    }
+
+    /// The parts (key and headers copied out of the extras).
+    pub fn parts(&self) -> MetaParts {
+        MetaParts {
+            timestamp: self.timestamp,
+            timestamp_type: self.timestamp_type(),
+            key: self.key().map(|k| self.extras.slice_ref(k)),
+            headers: self.headers_vec(),
+        }
+    }
 
     /// The flags byte of the extras; `0` when the record needs none.
+    #[inline]
     pub fn flags(&self) -> u8 {
-        let mut flags = 0;
-        if self.key.is_some() {
-            flags |= FLAG_KEY;
+        self.extras.first().copied().unwrap_or(0)
+    }
+
+    /// Whose clock `timestamp` is.
+    #[inline]
+    pub fn timestamp_type(&self) -> TimestampType {
+        if self.flags() & FLAG_LOG_APPEND_TIME != 0 {
+            TimestampType::LogAppendTime
+        } else {
+            TimestampType::CreateTime
         }
-        if self.headers.is_some() {
-            flags |= FLAG_HEADERS;
-        }
-        if self.timestamp_type == TimestampType::LogAppendTime {
-            flags |= FLAG_LOG_APPEND_TIME;
-        }
-        flags
     }
 
     /// Whether the record needs extras (a key, headers or a log-append time).
+    #[inline]
     pub fn has_extras(&self) -> bool {
-        self.flags() != 0
+        !self.extras.is_empty()
+    }
+
+    /// The encoded extras (empty when the record has none): what
+    /// [`put_extras`](Self::put_extras) writes.
+    #[inline]
+    pub fn extras(&self) -> &[u8] {
+        &self.extras
+    }
+
+    /// Where the header count starts in the extras (after the flags and the key).
+    #[inline]
+    fn after_key(&self) -> usize {
+        if self.flags() & FLAG_KEY != 0 {
+            5 + be_u32(&self.extras[1..5]) as usize
+        } else {
+            1
+        }
+    }
+
+    /// The key: `None` when the record has none.
+    #[inline]
+    pub fn key(&self) -> Option<&[u8]> {
+        (self.flags() & FLAG_KEY != 0).then(|| &self.extras[5..self.after_key()])
+    }
+
+    /// The key as a shared handle on the extras' buffer (no copy).
+    pub fn key_bytes(&self) -> Option<Bytes> {
+        self.key().map(|k| self.extras.slice_ref(k))
+    }
+
+    /// How many headers the record has (`None` when it has no list).
+    #[inline]
+    pub fn header_count(&self) -> Option<usize> {
+        (self.flags() & FLAG_HEADERS != 0).then(|| {
+            let at = self.after_key();
+            be_u32(&self.extras[at..at + 4]) as usize
+        })
+    }
+
+    /// The headers in order, borrowed from the extras: `None` when the record has no list.
+    pub fn headers(&self) -> Option<Headers<'_>> {
+        let count = self.header_count()?;
+        let at = self.after_key() + 4;
+        Some(Headers {
+            rest: &self.extras[at..],
+            left: count,
+        })
+    }
+
+    /// The headers, copied into a list of their own.
+    pub fn headers_vec(&self) -> Option<Vec<Header>> {
+        self.headers().map(|hs| {
+            hs.map(|h| Header {
+                name: self.extras.slice_ref(h.name),
+                value: h.value.map(|v| self.extras.slice_ref(v)),
+            })
+            .collect()
+        })
     }
 
     /// The bytes of the key, header names and header values: what, beside the value, counts
-    /// against a record size limit.
+    /// against a record size limit. Found from the extras' length without walking them.
+    #[inline]
     pub fn payload_len(&self) -> usize {
-        payload_len(self.key.as_ref(), self.headers.as_deref())
+        let flags = self.flags();
+        if flags == 0 {
+            return 0;
+        }
+        let mut framing = 1;
+        if flags & FLAG_KEY != 0 {
+            framing += 4;
+        }
+        if let Some(n) = self.header_count() {
+            framing += 4 + n * MIN_HEADER_LEN;
+        }
+        self.extras.len() - framing
     }
 
     /// Length of the extras (0 when [`has_extras`](Self::has_extras) is false).
+    #[inline]
     pub fn extras_len(&self) -> usize {
-        if !self.has_extras() {
-            return 0;
-        }
-        let key = self.key.as_ref().map_or(0, |k| 4 + k.len());
-        let headers = self.headers.as_deref().map_or(0, |hs| {
-            4 + hs
-                .iter()
-                .map(|h| 4 + h.name.len() + 4 + h.value.as_ref().map_or(0, Bytes::len))
-                .sum::<usize>()
-        });
-        1 + key + headers
+        self.extras.len()
     }
 
     /// Appends the timestamp (8 bytes).
+    #[inline]
     pub fn put_timestamp(&self, out: &mut BytesMut) {
         out.put_i64(self.timestamp);
     }
 
-    /// Appends the extras (nothing when the record needs none). Lengths over `u32::MAX`
-    /// cannot be encoded: callers check [`payload_len`](Self::payload_len) against their
-    /// record limit first, which is far below it.
+    /// Appends the extras (nothing when the record needs none).
+    #[inline]
     pub fn put_extras(&self, out: &mut BytesMut) {
-        let flags = self.flags();
-        if flags == 0 {
-            return;
-        }
-        out.reserve(self.extras_len());
-        out.put_u8(flags);
-        if let Some(key) = &self.key {
-            out.put_u32(key.len() as u32);
-            out.put_slice(key);
-        }
-        if let Some(headers) = &self.headers {
-            out.put_u32(headers.len() as u32);
-            for h in headers {
-                out.put_u32(h.name.len() as u32);
-                out.put_slice(&h.name);
-                match &h.value {
-                    Some(v) => {
-                        out.put_u32(v.len() as u32);
-                        out.put_slice(v);
-                    }
-                    None => out.put_u32(NULL_VALUE),
-                }
-            }
-        }
+        out.put_slice(&self.extras);
     }
 
     /// Reads a timestamp (8 bytes).
+    #[inline]
     pub fn read_timestamp(r: &mut Reader) -> Result<i64, DecodeError> {
         Ok(r.u64("timestamp")? as i64)
     }
 
-    /// Reads the extras of a record stamped `timestamp`; key, names and values share `r`'s
-    /// buffer (no copy). Flags `0x00` (a record without extras in a run where others have
-    /// some) read as a create-time record with neither key nor headers. Checked against
-    /// `limits.max_headers` before a list is reserved, and the reservation never exceeds what
-    /// the bytes left could hold.
+    /// Reads the extras of a record stamped `timestamp`, checked whole (flags, lengths, UTF-8
+    /// names, `limits.max_headers`) and then kept as one slice of `r`'s buffer (no copy).
+    /// Flags `0x00` (a record without extras in a run where others have some) read as a
+    /// create-time record with neither key nor headers.
     pub fn read_extras(
         r: &mut Reader,
         timestamp: i64,
         limits: &Limits,
     ) -> Result<RecordMeta, DecodeError> {
-        let flags = r.u8("record flags")?;
-        if flags & !FLAGS_KNOWN != 0 {
-            return Err(MalformedError::RecordFlags { flags }.into());
-        }
-        let key = if flags & FLAG_KEY != 0 {
-            Some(r.long_bytes("key")?)
-        } else {
-            None
-        };
-        let headers = if flags & FLAG_HEADERS != 0 {
-            let count = r.u32("header count")?;
-            if usize::try_from(count).map_or(true, |n| n > limits.max_headers) {
-                return Err(LimitError::TooManyHeaders {
-                    count,
-                    max: limits.max_headers,
-                }
-                .into());
-            }
-            let mut headers =
-                Vec::with_capacity((count as usize).min(r.remaining() / MIN_HEADER_LEN));
-            for _ in 0..count {
-                let name = r.long_bytes("header name")?;
-                if std::str::from_utf8(&name).is_err() {
-                    return Err(MalformedError::HeaderName.into());
-                }
-                let len = r.u32("header value length")?;
-                let value = if len == NULL_VALUE {
-                    None
-                } else {
-                    let len = usize::try_from(len).unwrap_or(usize::MAX);
-                    Some(r.take(len, "header value")?)
-                };
-                headers.push(Header { name, value });
-            }
-            Some(headers)
-        } else {
-            None
-        };
-        let timestamp_type = if flags & FLAG_LOG_APPEND_TIME != 0 {
-            TimestampType::LogAppendTime
-        } else {
-            TimestampType::CreateTime
-        };
+        let (flags, extras) = r.walked(|s| check_extras(s, limits))?;
         Ok(RecordMeta {
             timestamp,
-            timestamp_type,
-            key,
-            headers,
+            extras: if flags == 0 { Bytes::new() } else { extras },
         })
     }
+}
+
+/// The headers of a [`RecordMeta`], borrowed, in order.
+#[derive(Debug, Clone)]
+pub struct Headers<'a> {
+    rest: &'a [u8],
+    left: usize,
+}
+
+impl<'a> Iterator for Headers<'a> {
+    type Item = HeaderRef<'a>;
+
+    fn next(&mut self) -> Option<HeaderRef<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // Checked when the extras were built or read: the lengths fit.
+        let mut s = SliceReader::new(self.rest);
+        let name = s.long_bytes("header name").ok()?;
+        let len = s.u32("header value length").ok()?;
+        let value = if len == NULL_VALUE {
+            None
+        } else {
+            Some(s.take(len as usize, "header value").ok()?)
+        };
+        self.rest = &self.rest[self.rest.len() - s.remaining()..];
+        Some(HeaderRef { name, value })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Headers<'_> {}
+
+#[inline]
+fn be_u32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn flags_of(timestamp_type: TimestampType, key: bool, headers: bool) -> u8 {
+    let mut flags = 0;
+    if key {
+        flags |= FLAG_KEY;
+    }
+    if headers {
+        flags |= FLAG_HEADERS;
+    }
+    if timestamp_type == TimestampType::LogAppendTime {
+        flags |= FLAG_LOG_APPEND_TIME;
+    }
+    flags
+}
+
+/// Length of the extras of a record with `key` and `headers` (and some flag set).
+fn extras_len_of(key: Option<&[u8]>, headers: Option<&[Header]>) -> usize {
+    let key = key.map_or(0, |k| 4 + k.len());
+    let headers = headers.map_or(0, |hs| {
+        4 + hs
+            .iter()
+            .map(|h| MIN_HEADER_LEN + h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
+            .sum::<usize>()
+    });
+    1 + key + headers
+}
+
+/// Writes extras. Lengths over `u32::MAX` cannot be encoded: callers check
+/// [`payload_len`] against their record limit first, which is far below it.
+fn put_extras_of<'h>(
+    out: &mut BytesMut,
+    flags: u8,
+    key: Option<&[u8]>,
+    headers: Option<impl ExactSizeIterator<Item = HeaderRef<'h>>>,
+) {
+    out.put_u8(flags);
+    if let Some(key) = key {
+        out.put_u32(key.len() as u32);
+        out.put_slice(key);
+    }
+    if let Some(headers) = headers {
+        out.put_u32(headers.len() as u32);
+        for h in headers {
+            out.put_u32(h.name.len() as u32);
+            out.put_slice(h.name);
+            match h.value {
+                Some(v) => {
+                    out.put_u32(v.len() as u32);
+                    out.put_slice(v);
+                }
+                None => out.put_u32(NULL_VALUE),
+            }
+        }
+    }
+}
+
+/// Walks one record's extras, checking them; returns the flags.
+fn check_extras(s: &mut SliceReader<'_>, limits: &Limits) -> Result<u8, DecodeError> {
+    let flags = s.u8("record flags")?;
+    if flags & !FLAGS_KNOWN != 0 {
+        return Err(MalformedError::RecordFlags { flags }.into());
+    }
+    if flags & FLAG_KEY != 0 {
+        s.long_bytes("key")?;
+    }
+    if flags & FLAG_HEADERS != 0 {
+        let count = s.u32("header count")?;
+        if usize::try_from(count).map_or(true, |n| n > limits.max_headers) {
+            return Err(LimitError::TooManyHeaders {
+                count,
+                max: limits.max_headers,
+            }
+            .into());
+        }
+        for _ in 0..count {
+            let name = s.long_bytes("header name")?;
+            // Names are mostly short ASCII: checked without the general decoder.
+            if !name.is_ascii() && std::str::from_utf8(name).is_err() {
+                return Err(MalformedError::HeaderName.into());
+            }
+            let len = s.u32("header value length")?;
+            if len != NULL_VALUE {
+                s.take(usize::try_from(len).unwrap_or(usize::MAX), "header value")?;
+            }
+        }
+    }
+    Ok(flags)
 }
 
 #[cfg(test)]
@@ -318,23 +615,23 @@ mod tests {
     #[test]
     fn empty_and_absent_keys_and_headers_stay_apart() {
         let cases = [
-            RecordMeta {
+            RecordMeta::from(MetaParts {
                 key: Some(Bytes::new()),
-                ..RecordMeta::created(-5)
-            },
-            RecordMeta {
+                ..MetaParts::created(-5)
+            }),
+            RecordMeta::from(MetaParts {
                 headers: Some(vec![]),
-                ..RecordMeta::created(0)
-            },
-            RecordMeta {
+                ..MetaParts::created(0)
+            }),
+            RecordMeta::from(MetaParts {
                 key: Some(Bytes::from_static(b"user-42")),
                 headers: Some(vec![
                     Header::new("trace-id", Some(Bytes::from_static(b"abc"))),
                     Header::new("", Some(Bytes::new())),
                     Header::new("schema", None),
                 ]),
-                ..RecordMeta::log_append(i64::MAX)
-            },
+                ..MetaParts::log_append(i64::MAX)
+            }),
             RecordMeta::log_append(i64::MIN),
         ];
         for meta in cases {
@@ -344,11 +641,11 @@ mod tests {
 
     #[test]
     fn the_byte_layout_is_the_documented_one() {
-        let meta = RecordMeta {
+        let meta = RecordMeta::from(MetaParts {
             key: Some(Bytes::from_static(b"k")),
             headers: Some(vec![Header::new("h", None)]),
-            ..RecordMeta::created(0x0102_0304_0506_0708)
-        };
+            ..MetaParts::created(0x0102_0304_0506_0708)
+        });
         let mut out = BytesMut::new();
         meta.put_timestamp(&mut out);
         meta.put_extras(&mut out);
@@ -403,5 +700,90 @@ mod tests {
             ),
             Err(DecodeError::Malformed(MalformedError::Wire(_)))
         ));
+    }
+
+    #[test]
+    fn key_headers_and_sizes_read_from_the_extras_as_they_were_given() {
+        let headers = vec![
+            Header::new("trace-id", Some(Bytes::from_static(b"abc"))),
+            Header::new("", Some(Bytes::new())),
+            Header::new("schema", None),
+        ];
+        let parts = MetaParts {
+            key: Some(Bytes::from_static(b"user-42")),
+            headers: Some(headers.clone()),
+            ..MetaParts::created(9)
+        };
+        let meta = RecordMeta::from(parts.clone());
+        assert_eq!(meta.key(), Some(&b"user-42"[..]));
+        assert_eq!(meta.header_count(), Some(3));
+        let read: Vec<HeaderRef<'_>> = meta.headers().unwrap().collect();
+        assert_eq!(
+            read[0],
+            HeaderRef {
+                name: b"trace-id",
+                value: Some(b"abc")
+            }
+        );
+        assert_eq!(
+            read[1],
+            HeaderRef {
+                name: b"",
+                value: Some(b"")
+            }
+        );
+        assert_eq!(
+            read[2],
+            HeaderRef {
+                name: b"schema",
+                value: None
+            }
+        );
+        assert_eq!(meta.parts(), parts);
+        assert_eq!(
+            meta.payload_len(),
+            payload_len(Some(b"user-42"), Some(&headers))
+        );
+        assert_eq!(meta.payload_len(), 7 + 8 + 3 + 6);
+        // No key, no list: none read, nothing counted.
+        let plain = RecordMeta::created(1);
+        assert_eq!(
+            (plain.key(), plain.header_count(), plain.payload_len()),
+            (None, None, 0)
+        );
+        assert!(plain.headers().is_none());
+        // Restamped keeps key and headers, whatever the new type.
+        let stamped = meta.restamped(5, TimestampType::LogAppendTime);
+        assert_eq!(stamped.timestamp_type(), TimestampType::LogAppendTime);
+        assert_eq!(
+            stamped.parts(),
+            MetaParts {
+                timestamp: 5,
+                timestamp_type: TimestampType::LogAppendTime,
+                ..parts
+            }
+        );
+        assert_eq!(
+            RecordMeta::created(3).restamped(4, TimestampType::LogAppendTime),
+            RecordMeta::log_append(4)
+        );
+        // Built one after another in one buffer: each holds its own extras.
+        let mut buf = BytesMut::new();
+        let a = RecordMeta::encode_in(&mut buf, 1, TimestampType::CreateTime, Some(b"a"), None);
+        let b = RecordMeta::encode_in(
+            &mut buf,
+            2,
+            TimestampType::CreateTime,
+            Some(b"bb"),
+            Some(&[]),
+        );
+        assert_eq!(
+            (a.key(), b.key(), b.header_count()),
+            (Some(&b"a"[..]), Some(&b"bb"[..]), Some(0))
+        );
+        assert_eq!(
+            b,
+            RecordMeta::new(2, TimestampType::CreateTime, Some(b"bb"), Some(&[]))
+        );
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use dafka_proto::message::{DirectMetaRecords, MetaRecord};
-use dafka_proto::record::{Header, RecordMeta, TimestampType};
+use dafka_proto::record::{Header, MetaParts, RecordMeta, TimestampType};
 use dafka_proto::{DirectRecords, Limits, Message, Topic};
 
 use common::{P1, S1_WRITER, find, id, unhex};
@@ -59,10 +59,10 @@ fn direct_meta_records_are_the_captured_header_with_timestamps_then_extras() {
         .collect();
     let metas = vec![
         RecordMeta::created(T0),
-        RecordMeta {
+        RecordMeta::from(MetaParts {
             key: Some(Bytes::new()),
-            ..RecordMeta::created(T0 + 1)
-        },
+            ..MetaParts::created(T0 + 1)
+        }),
         RecordMeta::log_append(T0 + 2),
     ];
     let run = DirectMetaRecords {
@@ -100,11 +100,11 @@ fn the_documented_example_is_what_goes_on_the_wire() {
             sequence: 7,
             content: Bytes::from_static(b"v"),
         },
-        meta: RecordMeta {
+        meta: RecordMeta::from(MetaParts {
             key: Some(Bytes::from_static(b"k1")),
             headers: Some(vec![Header::new("id", Some(Bytes::from_static(b"7")))]),
-            ..RecordMeta::created(T0)
-        },
+            ..MetaParts::created(T0)
+        }),
     };
     let expected = unhex(
         &format!(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::message::{DirectMetaRecords, MetaRecord};
-use dafka_proto::record::{Header, RecordMeta};
+use dafka_proto::record::{Header, MetaParts, RecordMeta};
 use dafka_proto::{
     Ack, CallerError, Fetch, Limits, Message, NodeId, PeerError, Producer, ProducerConfig,
     SendError, Topic,
@@ -536,11 +536,11 @@ fn store_refusals_are_kept_until_taken_or_acknowledged_past() {
 fn fetches_from_a_node_taking_metadata_are_answered_with_it() {
     let t0 = Instant::now();
     let mut p = Producer::new(config()).unwrap();
-    let keyed = RecordMeta {
+    let keyed = RecordMeta::from(MetaParts {
         key: Some(Bytes::from_static(b"user-1")),
         headers: Some(vec![Header::new("trace", None)]),
-        ..RecordMeta::created(77)
-    };
+        ..MetaParts::created(77)
+    });
     p.send(value(0), keyed.clone(), t0).unwrap();
     p.send(value(1), RecordMeta::created(78), t0).unwrap();
     drain(&mut p);
@@ -575,10 +575,10 @@ fn key_and_headers_count_against_the_record_limit() {
     let mut cfg = config();
     cfg.max_record = 10;
     let mut p = Producer::new(cfg).unwrap();
-    let meta = RecordMeta {
+    let meta = RecordMeta::from(MetaParts {
         key: Some(Bytes::from_static(b"12345")),
-        ..RecordMeta::created(0)
-    };
+        ..MetaParts::created(0)
+    });
     assert!(
         p.send(Bytes::from_static(b"12345"), meta.clone(), t0)
             .is_ok()

@@ -9,7 +9,7 @@ use dafka_proto::{
     message::{
         DirectMetaRecords, DirectTimeOffset, DirectTopics, MetaRecord, TimeQuery, TopicsQuery,
     },
-    record::{Header, RecordMeta, TimestampType},
+    record::{Header, MetaParts, RecordMeta, TimestampType},
 };
 use proptest::prelude::*;
 
@@ -49,16 +49,18 @@ fn meta() -> impl Strategy<Value = RecordMeta> {
             prop::option::of(content()),
             prop::option::of(prop::collection::vec(header, 0..4)),
         )
-            .prop_map(|(timestamp, log_append, key, headers)| RecordMeta {
-                timestamp,
-                timestamp_type: if log_append {
-                    TimestampType::LogAppendTime
-                } else {
-                    TimestampType::CreateTime
-                },
-                key,
-                headers,
-            }),
+            .prop_map(|(timestamp, log_append, key, headers)| RecordMeta::from(
+                MetaParts {
+                    timestamp,
+                    timestamp_type: if log_append {
+                        TimestampType::LogAppendTime
+                    } else {
+                        TimestampType::CreateTime
+                    },
+                    key,
+                    headers,
+                }
+            )),
     ]
 }
 
@@ -253,6 +255,9 @@ proptest! {
             _ => prop_assert_eq!(frames.len(), m.kind().frames()),
         }
         prop_assert_eq!(frames[0].len(), m.header_len());
+        // Taking the message, into a shared buffer after another's header: the same frames.
+        let mut buf = bytes::BytesMut::from(&b"before"[..]);
+        prop_assert_eq!(m.clone().into_frames_in(&mut buf), frames.clone());
         prop_assert_eq!(Message::decode(&frames, &Limits::DEFAULT), Ok(m));
     }
 

@@ -65,13 +65,15 @@ pub mod zre_discovery;
 
 pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, OFFSETS_SETTLE, Position};
 pub use dafka_proto::{
-    Bounds, Header, NodeId, OffsetReset, RecordMeta, RefusalReason, TimestampType, Topic,
+    Bounds, Header, HeaderRef, MetaParts, NodeId, OffsetReset, RecordMeta, RefusalReason,
+    TimestampType, Topic,
 };
 pub use dafka_store::SyncPolicy;
 pub use error::Error;
 pub use node::{NodeConfig, NodeStats, TowerAddress};
 pub use producer::{
-    ProducerNode, ProducerOptions, ProducerRecord, REFUSAL_GRACE, RESUME_GRACE, now_us,
+    EncodedRecord, ProducerNode, ProducerOptions, ProducerRecord, REFUSAL_GRACE, RESUME_GRACE,
+    now_us,
 };
 pub use security::ClusterKeys;
 pub use store::{StoreNode, StoreOptions};

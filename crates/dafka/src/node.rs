@@ -584,7 +584,11 @@ pub(crate) fn publish(
 ) -> Option<dafka_zmtp::Error> {
     PUBLISH_SCRATCH.with_borrow_mut(|(messages_in, batch)| {
         let mut refused = None;
-        messages_in.extend(messages);
+        // Each header's length computed once (a DIRECT-META-RECORDS' walks its run).
+        messages_in.extend(messages.into_iter().map(|m| {
+            let len = m.header_len();
+            (m, len)
+        }));
         if messages_in.is_empty() {
             return refused;
         }
@@ -592,15 +596,14 @@ pub(crate) fn publish(
         // headers are encoded into shared blocks of at most HEADER_BLOCK bytes: small enough
         // for the allocator to recycle once their frames are sent, where one block for the
         // whole batch (a few hundred KiB) went back to the kernel and was faulted in again.
-        let mut left: usize = messages_in.iter().map(Message::header_len).sum();
+        let mut left: usize = messages_in.iter().map(|(_, len)| len).sum();
         let mut headers = BytesMut::new();
-        for m in messages_in.drain(..) {
-            let len = m.header_len();
+        for (m, len) in messages_in.drain(..) {
             if headers.capacity() < len {
                 headers = BytesMut::with_capacity(left.min(HEADER_BLOCK).max(len));
             }
             left -= len;
-            batch.push_back(m.to_frames_in(&mut headers).into());
+            batch.push_back(m.into_frames_in(&mut headers).into());
         }
         while !batch.is_empty() {
             let before = batch.len();
@@ -628,7 +631,7 @@ pub(crate) fn log_refused(refused: Option<dafka_zmtp::Error>) {
 /// Gives back what a burst beyond [`TRANSMIT_CHUNK`] messages (a `close` or `flush` publishing
 /// every queued record) grew `publish`'s empty lists to: kept, they held 10-20 MB per thread
 /// (Python threads included) for the thread's life.
-fn shrink_scratch(messages: &mut Vec<Message>, batch: &mut VecDeque<dafka_zmtp::Message>) {
+fn shrink_scratch(messages: &mut Vec<WithLen>, batch: &mut VecDeque<dafka_zmtp::Message>) {
     if messages.capacity() > TRANSMIT_CHUNK {
         messages.shrink_to(TRANSMIT_CHUNK);
     }
@@ -637,6 +640,9 @@ fn shrink_scratch(messages: &mut Vec<Message>, batch: &mut VecDeque<dafka_zmtp::
     }
 }
 
+/// A message to publish and the length of its frame 1.
+type WithLen = (Message, usize);
+
 /// Largest block `publish` encodes frame-1 headers into.
 const HEADER_BLOCK: usize = 32 << 10;
 
@@ -644,7 +650,7 @@ thread_local! {
     /// `publish`'s two lists, kept (empty) between calls: a batch of 4096 messages takes a few
     /// hundred KiB, which the allocator would otherwise return to the kernel and fault in
     /// again, page by page, for every batch (a fifth of the producer's page faults each).
-    static PUBLISH_SCRATCH: std::cell::RefCell<(Vec<Message>, VecDeque<dafka_zmtp::Message>)> =
+    static PUBLISH_SCRATCH: std::cell::RefCell<(Vec<WithLen>, VecDeque<dafka_zmtp::Message>)> =
         const { std::cell::RefCell::new((Vec::new(), VecDeque::new())) };
 }
 

@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use dafka_proto::{
     Header, Kind, Message, NodeId, PeerError, Producer, ProducerConfig, RecordMeta, RefusalReason,
-    SendError, StoreRefusal, Topic, record::payload_len, subscription,
+    SendError, StoreRefusal, TimestampType, Topic, record::payload_len, subscription,
 };
 use dafka_zmtp::{Monitor, Socket, SocketEvent, SocketType};
 
@@ -131,23 +131,76 @@ impl ProducerRecord {
 
     /// The value and the metadata, stamped `now_us` unless a timestamp was given.
     fn into_parts(self, now_us: i64) -> (Bytes, RecordMeta) {
-        let meta = RecordMeta {
-            key: self.key,
-            headers: self.headers,
-            ..RecordMeta::created(self.timestamp.unwrap_or(now_us))
-        };
-        (self.value, meta)
+        let r = self.into_encoded();
+        let mut meta = r.meta;
+        if !r.timestamped {
+            meta.timestamp = now_us;
+        }
+        (r.value, meta)
+    }
+
+    /// The record with its extras encoded in a buffer of their own.
+    fn into_encoded(self) -> EncodedRecord {
+        let meta = RecordMeta::new(
+            self.timestamp.unwrap_or(0),
+            TimestampType::CreateTime,
+            self.key.as_deref(),
+            self.headers.as_deref(),
+        );
+        EncodedRecord {
+            value: self.value,
+            meta,
+            timestamped: self.timestamp.is_some(),
+        }
+    }
+
+    /// The record with its extras encoded at the end of `buf` (records encoded one after the
+    /// other share its allocation).
+    pub fn encode(&self, buf: &mut BytesMut) -> EncodedRecord {
+        let meta = RecordMeta::encode_in(
+            buf,
+            self.timestamp.unwrap_or(0),
+            TimestampType::CreateTime,
+            self.key.as_deref(),
+            self.headers.as_deref(),
+        );
+        EncodedRecord {
+            value: self.value.clone(),
+            meta,
+            timestamped: self.timestamp.is_some(),
+        }
     }
 
     /// Bytes it takes in the unacknowledged buffer: value, key and headers.
     fn len(&self) -> usize {
-        self.value.len() + payload_len(self.key.as_ref(), self.headers.as_deref())
+        self.value.len() + payload_len(self.key.as_deref(), self.headers.as_deref())
     }
 }
 
 impl From<Bytes> for ProducerRecord {
     fn from(value: Bytes) -> Self {
         ProducerRecord::new(value)
+    }
+}
+
+/// A record with its metadata already encoded (see [`RecordMeta::encode_refs_in`]): what
+/// [`ProducerNode::send_many_encoded`] takes from a caller that holds keys and headers in
+/// its own form (Arrow columns) and encodes them straight, with no [`Header`] list per record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedRecord {
+    /// The value.
+    pub value: Bytes,
+    /// Timestamp, key and headers.
+    pub meta: RecordMeta,
+    /// Whether `meta.timestamp` is the record's: when false, the producer's clock stamps it as
+    /// it is queued.
+    pub timestamped: bool,
+}
+
+impl EncodedRecord {
+    /// Bytes it takes in the unacknowledged buffer: value, key and headers.
+    fn len(&self) -> usize {
+        self.value.len() + self.meta.payload_len()
     }
 }
 
@@ -355,7 +408,8 @@ impl ProducerNode {
     /// is full, then fails with [`Error::SendTimeout`].
     pub async fn send(&self, record: impl Into<ProducerRecord>) -> Result<u64, Error> {
         let mut first = None;
-        self.send_each(std::iter::once(record.into()), &mut first)
+        let prepared = record.into().into_encoded();
+        self.send_each(std::iter::once(prepared), &mut first)
             .await?;
         first.ok_or(Error::Closed)
     }
@@ -402,7 +456,7 @@ impl ProducerNode {
         if shared.closed() {
             return Err(Error::Closed);
         }
-        if !fits(&producer, &record) {
+        if !fits(&producer, record.len()) {
             return Ok(Err(record));
         }
         let (value, meta) = record.into_parts(now_us());
@@ -432,7 +486,23 @@ impl ProducerNode {
         {
             let producer = self.shared.lock();
             for r in &records {
-                producer.check(r.value.len(), r.key.as_ref(), r.headers.as_deref())?;
+                producer.check(r.value.len(), r.key.as_deref(), r.headers.as_deref())?;
+            }
+        }
+        // Every record's extras encoded into one buffer, shared by them all.
+        let mut buf = BytesMut::new();
+        let encoded: Vec<EncodedRecord> = records.iter().map(|r| r.encode(&mut buf)).collect();
+        drop(records);
+        self.send_many_encoded(encoded).await
+    }
+
+    /// [`send_many`](Self::send_many) of records whose metadata is encoded already. Every
+    /// record's size and headers are checked first: one too large sends none.
+    pub async fn send_many_encoded(&self, records: Vec<EncodedRecord>) -> Result<u64, Error> {
+        {
+            let producer = self.shared.lock();
+            for r in &records {
+                producer.check_meta(r.value.len(), &r.meta)?;
             }
         }
         let mut first = None;
@@ -445,7 +515,7 @@ impl ProducerNode {
 
     async fn send_each(
         &self,
-        mut values: impl Iterator<Item = ProducerRecord>,
+        mut values: impl Iterator<Item = EncodedRecord>,
         first: &mut Option<u64>,
     ) -> Result<(), Error> {
         let shared = &self.shared;
@@ -462,19 +532,21 @@ impl ProducerNode {
                 let stamp = now_us();
                 let mut queued = 0;
                 let mut outcome = Ok(());
-                while let Some(value) = pending.take() {
+                while let Some(mut r) = pending.take() {
                     if shared.closed() {
                         return Err(Error::Closed);
                     }
-                    let (v, meta) = value.clone().into_parts(stamp);
-                    match producer.send(v, meta, t) {
+                    if !fits(&producer, r.len()) {
+                        pending = Some(r);
+                        break;
+                    }
+                    if !r.timestamped {
+                        r.meta.timestamp = stamp;
+                    }
+                    match producer.send(r.value, r.meta, t) {
                         Ok(offset) => {
                             first.get_or_insert(offset);
                             pending = values.next();
-                        }
-                        Err(SendError::Full { .. }) => {
-                            pending = Some(value);
-                            break;
                         }
                         Err(SendError::Caller(e)) => {
                             outcome = Err(e.into());
@@ -499,7 +571,7 @@ impl ProducerNode {
             };
             let deadline = tokio::time::Instant::now() + shared.send_timeout;
             let fits = wait_until(&shared.control.changed, Some(deadline), || {
-                shared.closed() || fits(&shared.lock(), value)
+                shared.closed() || fits(&shared.lock(), value.len())
             })
             .await;
             if shared.closed() {
@@ -768,11 +840,12 @@ fn store_refused(r: &StoreRefusal, unacked: usize) -> Error {
     }
 }
 
-/// Whether `record` fits in the unacknowledged buffer now.
-fn fits(producer: &Producer, record: &ProducerRecord) -> bool {
+/// Whether a record of `len` bytes (value, key and headers) fits in the unacknowledged buffer
+/// now.
+fn fits(producer: &Producer, len: usize) -> bool {
     let c = producer.config();
     producer.unacked_records() < c.max_unacked_records
-        && producer.unacked_bytes() + record.len() <= c.max_unacked_bytes
+        && producer.unacked_bytes() + len <= c.max_unacked_bytes
 }
 
 struct ProducerRole {

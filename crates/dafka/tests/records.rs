@@ -6,8 +6,8 @@ use bytes::Bytes;
 mod support;
 
 use dafka_node::{
-    ConsumerNode, ConsumerOptions, Header, OffsetReset, ProducerNode, ProducerRecord, RecordMeta,
-    StoreNode, SyncPolicy, TimestampType, TowerAddress,
+    ConsumerNode, ConsumerOptions, Header, MetaParts, OffsetReset, ProducerNode, ProducerRecord,
+    RecordMeta, StoreNode, SyncPolicy, TimestampType, TowerAddress,
 };
 use support::{PATIENCE, collect, fast, producer_options, store_with, tower};
 
@@ -85,13 +85,13 @@ async fn a_store_serves_each_record_with_the_metadata_it_was_sent_with() {
     for (r, s) in got.iter().zip(&sent) {
         assert_eq!(r.partition, partition);
         assert_eq!(r.value, s.value);
-        let want = RecordMeta {
+        let want = RecordMeta::from(MetaParts {
             key: s.key.clone(),
             headers: s.headers.clone(),
-            ..RecordMeta::created(s.timestamp.unwrap())
-        };
+            ..MetaParts::created(s.timestamp.unwrap())
+        });
         assert_eq!(r.meta, want, "offset {}", r.offset);
-        assert_eq!(r.meta.timestamp_type, TimestampType::CreateTime);
+        assert_eq!(r.meta.timestamp_type(), TimestampType::CreateTime);
     }
     consumer.close().await;
     s.close().await;

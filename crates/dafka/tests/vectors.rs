@@ -19,8 +19,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{C1, P1, S1_WRITER, S2_READER, find, id};
 use dafka_node::{
-    ConsumerNode, ConsumerOptions, Header, OffsetReset, ProducerNode, ProducerRecord, RecordMeta,
-    TimestampType,
+    ConsumerNode, ConsumerOptions, Header, MetaParts, OffsetReset, ProducerNode, ProducerRecord,
+    RecordMeta, TimestampType,
 };
 use dafka_proto::{Kind, Limits, Message, subscription};
 use dafka_zmtp::{Options, Socket, SocketType};
@@ -301,9 +301,9 @@ async fn consumer_speaks_the_reference_bytes() {
     // received, as a log-append time, and neither key nor headers.
     assert!(
         got.iter()
-            .all(|r| r.meta.timestamp_type == TimestampType::LogAppendTime
-                && r.meta.key.is_none()
-                && r.meta.headers.is_none())
+            .all(|r| r.meta.timestamp_type() == TimestampType::LogAppendTime
+                && r.meta.parts().key.is_none()
+                && r.meta.parts().headers.is_none())
     );
     assert!(
         consumer
@@ -405,9 +405,9 @@ async fn earliest_consumer_follows_the_reference_scenario() {
     // received, as a log-append time, and neither key nor headers.
     assert!(
         got.iter()
-            .all(|r| r.meta.timestamp_type == TimestampType::LogAppendTime
-                && r.meta.key.is_none()
-                && r.meta.headers.is_none())
+            .all(|r| r.meta.timestamp_type() == TimestampType::LogAppendTime
+                && r.meta.parts().key.is_none()
+                && r.meta.parts().headers.is_none())
     );
     let positions = consumer.positions();
     assert_eq!(positions.len(), 1);
@@ -445,17 +445,19 @@ async fn a_reference_consumer_gets_the_values_of_records_with_metadata() {
         .unwrap();
     // Both listen: ours (T and M) and the reference (M only).
     assert!(support::until(|| producer.live_readers() == 2).await);
-    let meta = |n: i64| RecordMeta {
-        key: Some(Bytes::from(format!("k{n}"))),
-        headers: Some(vec![Header::new("n", Some(Bytes::from(n.to_string())))]),
-        ..RecordMeta::created(1_764_000_000_000_000 + n)
+    let meta = |n: i64| {
+        RecordMeta::from(MetaParts {
+            key: Some(Bytes::from(format!("k{n}"))),
+            headers: Some(vec![Header::new("n", Some(Bytes::from(n.to_string())))]),
+            ..MetaParts::created(1_764_000_000_000_000 + n)
+        })
     };
     for n in 0..5 {
         let m = meta(n);
         let record = ProducerRecord {
             value: golden(n as u64),
-            key: m.key,
-            headers: m.headers,
+            key: m.parts().key,
+            headers: m.parts().headers,
             timestamp: Some(m.timestamp),
         };
         producer.send(record).await.unwrap();

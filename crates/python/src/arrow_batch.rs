@@ -26,10 +26,13 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BinaryBuilder, Int32Builder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
+    BinaryBuilder, Int32Builder, Int64Builder, ListBuilder, StringBuilder,
     TimestampMicrosecondBuilder,
 };
-use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_array::{
+    ArrayRef, BinaryArray, ListArray, RecordBatch, StringArray, StructArray, new_null_array,
+};
+use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use dafka_node::ConsumerRecord;
 use dafka_zmtp::Message;
@@ -177,7 +180,7 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
         offset.append_value(i64::try_from(r.offset).unwrap_or(i64::MAX));
         value.append_value(&r.value);
         ts.append_value(r.meta.timestamp);
-        ts_type.append_value(r.meta.timestamp_type.code());
+        ts_type.append_value(r.meta.timestamp_type().code());
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(topic.finish()),
@@ -187,7 +190,7 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
         Arc::new(ts.finish()),
         Arc::new(ts_type.finish()),
         key_column(records),
-        headers_column(records),
+        headers_column(records)?,
     ];
     RecordBatch::try_new(records_schema(), columns)
 }
@@ -195,53 +198,86 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
 /// The `key` column: all nulls at once when no record has a key (value-only records, the
 /// common case, cost nothing per row here).
 fn key_column(records: &[ConsumerRecord]) -> ArrayRef {
-    if records.iter().all(|r| r.meta.key.is_none()) {
+    if records.iter().all(|r| r.meta.key().is_none()) {
         return new_null_array(&DataType::Binary, records.len());
     }
     let bytes = records
         .iter()
-        .filter_map(|r| r.meta.key.as_ref())
-        .map(|k| k.len())
+        .filter_map(|r| r.meta.key())
+        .map(<[u8]>::len)
         .sum();
     let mut key = BinaryBuilder::with_capacity(records.len(), bytes);
     for r in records {
-        key.append_option(r.meta.key.as_ref());
+        key.append_option(r.meta.key());
     }
     Arc::new(key.finish())
 }
 
-/// The `headers` column: all nulls at once when no record has headers.
-fn headers_column(records: &[ConsumerRecord]) -> ArrayRef {
-    if records.iter().all(|r| r.meta.headers.is_none()) {
-        return new_null_array(&DataType::List(header_item()), records.len());
+/// An `i32` Arrow offset, or the error Arrow gives a column over 2 GiB.
+fn offset_of(len: usize) -> Result<i32, ArrowError> {
+    i32::try_from(len).map_err(|_| ArrowError::ComputeError("headers column over 2 GiB".into()))
+}
+
+/// The `headers` column: all nulls at once when no record has headers. Built straight from
+/// each record's encoded extras into the column's buffers (the names checked as UTF-8 once,
+/// over the whole names buffer, not one by one).
+fn headers_column(records: &[ConsumerRecord]) -> Result<ArrayRef, ArrowError> {
+    if records.iter().all(|r| r.meta.header_count().is_none()) {
+        return Ok(new_null_array(
+            &DataType::List(header_item()),
+            records.len(),
+        ));
     }
-    let builders: Vec<Box<dyn arrow_array::builder::ArrayBuilder>> = vec![
-        Box::new(StringBuilder::new()),
-        Box::new(BinaryBuilder::new()),
-    ];
-    let mut headers =
-        ListBuilder::new(StructBuilder::new(header_fields(), builders)).with_field(header_item());
+    let count: usize = records.iter().filter_map(|r| r.meta.header_count()).sum();
+    let mut lists = Vec::with_capacity(records.len() + 1);
+    let mut present = NullBufferBuilder::new(records.len());
+    let mut name_offsets = Vec::with_capacity(count + 1);
+    let mut names = Vec::new();
+    let mut value_offsets = Vec::with_capacity(count + 1);
+    let mut values = Vec::new();
+    let mut value_present = NullBufferBuilder::new(count);
+    lists.push(0i32);
+    name_offsets.push(0i32);
+    value_offsets.push(0i32);
+    let mut entries = 0;
     for r in records {
-        let Some(hs) = &r.meta.headers else {
-            headers.append(false);
-            continue;
-        };
-        let entries = headers.values();
-        for h in hs {
-            // Our decoders let only UTF-8 names through.
-            entries
-                .field_builder::<StringBuilder>(0)
-                .unwrap_or_else(|| unreachable!("the first header field is utf8"))
-                .append_value(h.name_str());
-            entries
-                .field_builder::<BinaryBuilder>(1)
-                .unwrap_or_else(|| unreachable!("the second header field is binary"))
-                .append_option(h.value.as_ref());
-            entries.append(true);
+        match r.meta.headers() {
+            Some(hs) => {
+                for h in hs {
+                    names.extend_from_slice(h.name);
+                    name_offsets.push(offset_of(names.len())?);
+                    value_present.append(h.value.is_some());
+                    values.extend_from_slice(h.value.unwrap_or_default());
+                    value_offsets.push(offset_of(values.len())?);
+                    entries += 1;
+                }
+                present.append_non_null();
+            }
+            None => present.append_null(),
         }
-        headers.append(true);
+        lists.push(offset_of(entries)?);
     }
-    Arc::new(headers.finish())
+    let names = StringArray::try_new(
+        OffsetBuffer::new(name_offsets.into()),
+        Buffer::from_vec(names),
+        None,
+    )?;
+    let values = BinaryArray::try_new(
+        OffsetBuffer::new(value_offsets.into()),
+        Buffer::from_vec(values),
+        value_present.finish(),
+    )?;
+    let entries = StructArray::try_new(
+        header_fields(),
+        vec![Arc::new(names), Arc::new(values)],
+        None,
+    )?;
+    Ok(Arc::new(ListArray::try_new(
+        header_item(),
+        OffsetBuffer::new(lists.into()),
+        Arc::new(entries),
+        present.finish(),
+    )?))
 }
 
 #[cfg(test)]

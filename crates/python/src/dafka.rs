@@ -399,7 +399,8 @@ impl PyProducer {
     ) -> PyResult<u64> {
         let values = records_in::records_of(values, keys, headers, timestamps)?;
         let node = self.node.get("producer")?;
-        runtime::wait_for(py, async move { node.send_many(values).await })?.map_err(errors::node)
+        runtime::wait_for(py, async move { node.send_many_encoded(values).await })?
+            .map_err(errors::node)
     }
 
     /// Awaitable `send`: resolves to the offset.
@@ -430,7 +431,7 @@ impl PyProducer {
     ) -> PyResult<Bound<'py, PyAny>> {
         let values = records_in::records_of(values, keys, headers, timestamps)?;
         let node = self.node.get("producer")?;
-        let send = async move { node.send_many(values).await };
+        let send = async move { node.send_many_encoded(values).await };
         dafka_async::awaitable(py, send, dafka_async::offset)
     }
 

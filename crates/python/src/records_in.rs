@@ -1,5 +1,6 @@
 //! Records a caller hands `Producer.send` and `Producer.send_many`, converted to
-//! [`ProducerRecord`]s before anything is sent: a bad value, key, header or timestamp raises
+//! [`ProducerRecord`]s (`send`) or [`EncodedRecord`]s (`send_many`: keys and headers encoded
+//! straight from the lists or Arrow columns into one shared buffer) before anything is sent: a bad value, key, header or timestamp raises
 //! `InvalidArgumentError` naming the row, and no record of the call goes out.
 //!
 //! | argument | Python | Arrow |
@@ -22,7 +23,8 @@ use arrow_data::ArrayData;
 use arrow_pyarrow::FromPyArrow;
 use arrow_schema::{DataType, TimeUnit};
 use bytes::Bytes;
-use dafka_node::{Header, ProducerRecord};
+use bytes::BytesMut;
+use dafka_node::{EncodedRecord, Header, HeaderRef, ProducerRecord, RecordMeta, TimestampType};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
@@ -54,7 +56,7 @@ pub(crate) fn records_of(
     keys: Option<&Bound<'_, PyAny>>,
     headers: Option<&Bound<'_, PyAny>>,
     timestamps: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Vec<ProducerRecord>> {
+) -> PyResult<Vec<EncodedRecord>> {
     if values.hasattr("column_names")? && values.hasattr("schema")? {
         if keys.is_some() || headers.is_some() || timestamps.is_some() {
             return Err(errors::invalid(
@@ -70,7 +72,16 @@ pub(crate) fn records_of(
         .map(|k| same_len(column(k, "keys", keys_in)?, n, "keys"))
         .transpose()?;
     let headers = headers
-        .map(|h| same_len(column(h, "headers", headers_in)?, n, "headers"))
+        .map(|h| {
+            let column = headers_column(h)?;
+            if column.len() != n {
+                return Err(errors::invalid(format!(
+                    "send_many: headers has {} entries for {n} values",
+                    column.len()
+                )));
+            }
+            Ok(column)
+        })
         .transpose()?;
     let timestamps = timestamps
         .map(|t| same_len(column(t, "timestamps", timestamps_in)?, n, "timestamps"))
@@ -80,7 +91,7 @@ pub(crate) fn records_of(
 
 /// The columns of a `RecordBatch` or `Table`: `value` (required), `key`, `headers`,
 /// `timestamp`; other columns (as Spark's `topic`, `partition`, ...) are ignored.
-fn table_records(table: &Bound<'_, PyAny>) -> PyResult<Vec<ProducerRecord>> {
+fn table_records(table: &Bound<'_, PyAny>) -> PyResult<Vec<EncodedRecord>> {
     let names: Vec<String> = table.getattr("column_names")?.extract()?;
     let get = |name: &str| -> PyResult<Option<ArrayRef>> {
         if !names.iter().any(|n| n == name) {
@@ -101,7 +112,7 @@ fn table_records(table: &Bound<'_, PyAny>) -> PyResult<Vec<ProducerRecord>> {
     let values = values_in(values.as_ref())?;
     let keys = get("key")?.map(|a| keys_in(a.as_ref())).transpose()?;
     let headers = get("headers")?
-        .map(|a| headers_in(a.as_ref()))
+        .map(|a| headers_in(a.as_ref()).map(Headers::Arrow))
         .transpose()?;
     let timestamps = get("timestamp")?
         .map(|a| timestamps_in(a.as_ref()))
@@ -109,24 +120,90 @@ fn table_records(table: &Bound<'_, PyAny>) -> PyResult<Vec<ProducerRecord>> {
     Ok(assemble(values, keys, headers, timestamps))
 }
 
+/// A `headers` argument: a list of lists of `Header`s (from Python), or an Arrow column read
+/// in place.
+enum Headers {
+    Lists(Vec<Option<Vec<Header>>>),
+    Arrow(ArrowHeaders),
+}
+
+impl Headers {
+    fn len(&self) -> usize {
+        match self {
+            Headers::Lists(l) => l.len(),
+            Headers::Arrow(a) => a.rows.len(),
+        }
+    }
+}
+
+/// An Arrow `headers` column: per row the range of its entries (`None`: a null list), and
+/// every entry's name (checked UTF-8) and value.
+struct ArrowHeaders {
+    rows: Vec<Option<(usize, usize)>>,
+    names: Flat,
+    values: Flat,
+}
+
+impl ArrowHeaders {
+    fn row(&self, i: usize) -> Option<impl ExactSizeIterator<Item = HeaderRef<'_>> + Clone> {
+        let (from, to) = self.rows[i]?;
+        Some((from..to).map(|j| HeaderRef {
+            name: self.names.get(j).unwrap_or_default(),
+            value: self.values.get(j),
+        }))
+    }
+}
+
+/// The records, each one's key and headers encoded straight into one buffer they share (no
+/// list of headers built per record).
 fn assemble(
     values: Vec<Bytes>,
     keys: Option<Vec<Option<Bytes>>>,
-    headers: Option<Vec<Option<Vec<Header>>>>,
+    headers: Option<Headers>,
     timestamps: Option<Vec<Option<i64>>>,
-) -> Vec<ProducerRecord> {
-    let mut keys = keys.map(Vec::into_iter);
-    let mut headers = headers.map(Vec::into_iter);
-    let mut timestamps = timestamps.map(Vec::into_iter);
+) -> Vec<EncodedRecord> {
+    let mut buf = BytesMut::new();
     values
         .into_iter()
-        .map(|value| ProducerRecord {
-            value,
-            key: keys.as_mut().and_then(Iterator::next).flatten(),
-            headers: headers.as_mut().and_then(Iterator::next).flatten(),
-            timestamp: timestamps.as_mut().and_then(Iterator::next).flatten(),
+        .enumerate()
+        .map(|(i, value)| {
+            let key = keys.as_ref().and_then(|k| k[i].as_deref());
+            let timestamp = timestamps.as_ref().and_then(|t| t[i]);
+            let at = timestamp.unwrap_or(0);
+            let meta = match &headers {
+                None => RecordMeta::encode_in(&mut buf, at, TimestampType::CreateTime, key, None),
+                Some(Headers::Lists(l)) => RecordMeta::encode_in(
+                    &mut buf,
+                    at,
+                    TimestampType::CreateTime,
+                    key,
+                    l[i].as_deref(),
+                ),
+                Some(Headers::Arrow(a)) => RecordMeta::encode_refs_in(
+                    &mut buf,
+                    at,
+                    TimestampType::CreateTime,
+                    key,
+                    a.row(i),
+                ),
+            };
+            EncodedRecord {
+                value,
+                meta,
+                timestamped: timestamp.is_some(),
+            }
         })
         .collect()
+}
+
+/// A `headers` argument as a list of header lists or, given as Arrow, read in place.
+fn headers_column(obj: &Bound<'_, PyAny>) -> PyResult<Headers> {
+    if let Some(array) = arrow_of(obj)? {
+        return headers_in(array.as_ref()).map(Headers::Arrow);
+    }
+    // Not Arrow (that is taken above): a list or iterable of header lists.
+    let not_arrow = |_: &dyn Array| Err(errors::invalid("send_many: headers"));
+    column(obj, "headers", not_arrow).map(Headers::Lists)
 }
 
 fn same_len<T>(column: Vec<T>, n: usize, what: &str) -> PyResult<Vec<T>> {
@@ -139,6 +216,18 @@ fn same_len<T>(column: Vec<T>, n: usize, what: &str) -> PyResult<Vec<T>> {
     Ok(column)
 }
 
+/// `obj` as an Arrow array when it is one (a chunked one combined).
+fn arrow_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<ArrayRef>> {
+    if !(obj.hasattr("__arrow_c_array__")? || obj.hasattr("_export_to_c")?) {
+        return Ok(None);
+    }
+    let mut obj = obj.clone();
+    if obj.hasattr("combine_chunks")? {
+        obj = obj.call_method0("combine_chunks")?;
+    }
+    Ok(Some(make_array(ArrayData::from_pyarrow_bound(&obj)?)))
+}
+
 /// A column given as an Arrow array (converted by `arrow`) or a list or iterable (each entry
 /// converted by `one`, its row named in the error).
 fn column<T>(
@@ -149,13 +238,8 @@ fn column<T>(
 where
     T: FromEntry,
 {
-    if obj.hasattr("__arrow_c_array__")? || obj.hasattr("_export_to_c")? {
-        let mut obj = obj.clone();
-        if obj.hasattr("combine_chunks")? {
-            obj = obj.call_method0("combine_chunks")?;
-        }
-        let data = ArrayData::from_pyarrow_bound(&obj)?;
-        return arrow(make_array(data).as_ref());
+    if let Some(array) = arrow_of(obj)? {
+        return arrow(array.as_ref());
     }
     let entry = |(i, v): (usize, PyResult<Bound<'_, PyAny>>)| {
         T::from_entry(&v?).map_err(|e| at_row(e, what, i))
@@ -334,50 +418,87 @@ pub(crate) fn timestamp_of(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     )))
 }
 
-/// The rows of a binary or string array as `Bytes` (one copy of the array's data, shared by
-/// the rows), `None` for nulls.
-fn binary_rows(array: &dyn Array, what: &str) -> PyResult<Vec<Option<Bytes>>> {
+/// A binary or string array's bytes (one copy of its data) and each row's range in them,
+/// `None` for a null row.
+struct Flat {
+    data: Bytes,
+    rows: Vec<Option<(usize, usize)>>,
+    /// Whether the array was a string one (its rows UTF-8 already).
+    utf8: bool,
+}
+
+impl Flat {
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        self.rows[i].map(|(a, b)| &self.data[a..b])
+    }
+
+    /// The rows as `Bytes` sharing the one copy.
+    fn into_rows(self) -> Vec<Option<Bytes>> {
+        let data = self.data;
+        self.rows
+            .into_iter()
+            .map(|r| r.map(|(a, b)| data.slice(a..b)))
+            .collect()
+    }
+}
+
+/// [`Flat`] of a binary or string array.
+fn flat(array: &dyn Array, what: &str) -> PyResult<Flat> {
     macro_rules! rows {
-        ($a:expr) => {{
+        ($a:expr, $utf8:expr) => {{
             let a = $a;
             let o = a.value_offsets();
             let (base, end) = (o[0] as usize, o[o.len() - 1] as usize);
-            let all = Bytes::copy_from_slice(&a.value_data()[base..end]);
-            Ok(o.windows(2)
-                .enumerate()
-                .map(|(i, w)| {
-                    a.is_valid(i)
-                        .then(|| all.slice(w[0] as usize - base..w[1] as usize - base))
-                })
-                .collect())
+            Ok(Flat {
+                data: Bytes::copy_from_slice(&a.value_data()[base..end]),
+                rows: o
+                    .windows(2)
+                    .enumerate()
+                    .map(|(i, w)| {
+                        a.is_valid(i)
+                            .then(|| (w[0] as usize - base, w[1] as usize - base))
+                    })
+                    .collect(),
+                utf8: $utf8,
+            })
         }};
     }
     let any = array.as_any();
     match array.data_type() {
         DataType::Binary => rows!(
             any.downcast_ref::<BinaryArray>()
-                .unwrap_or_else(|| unreachable!())
+                .unwrap_or_else(|| unreachable!()),
+            false
         ),
         DataType::LargeBinary => {
             rows!(
                 any.downcast_ref::<LargeBinaryArray>()
-                    .unwrap_or_else(|| unreachable!())
+                    .unwrap_or_else(|| unreachable!()),
+                false
             )
         }
         DataType::Utf8 => rows!(
             any.downcast_ref::<StringArray>()
-                .unwrap_or_else(|| unreachable!())
+                .unwrap_or_else(|| unreachable!()),
+            true
         ),
         DataType::LargeUtf8 => {
             rows!(
                 any.downcast_ref::<LargeStringArray>()
-                    .unwrap_or_else(|| unreachable!())
+                    .unwrap_or_else(|| unreachable!()),
+                true
             )
         }
         other => Err(errors::invalid(format!(
             "send_many: {what} must be a binary or string Arrow array, not {other}"
         ))),
     }
+}
+
+/// The rows of a binary or string array as `Bytes` (one copy of the array's data, shared by
+/// the rows), `None` for nulls.
+fn binary_rows(array: &dyn Array, what: &str) -> PyResult<Vec<Option<Bytes>>> {
+    flat(array, what).map(Flat::into_rows)
 }
 
 fn values_in(array: &dyn Array) -> PyResult<Vec<Bytes>> {
@@ -397,8 +518,9 @@ fn keys_in(array: &dyn Array) -> PyResult<Vec<Option<Bytes>>> {
     binary_rows(array, "keys")
 }
 
-/// `list<struct<key: string, value: binary>>`: Spark's (and Kafka's) headers column.
-fn headers_in(array: &dyn Array) -> PyResult<Vec<Option<Vec<Header>>>> {
+/// `list<struct<key: string, value: binary>>`: Spark's (and Kafka's) headers column, read in
+/// place (names checked UTF-8, none null).
+fn headers_in(array: &dyn Array) -> PyResult<ArrowHeaders> {
     let shape = || {
         errors::invalid(format!(
             "send_many: headers must be an Arrow list<struct<key: string, value: binary>>, not \
@@ -425,29 +547,31 @@ fn headers_in(array: &dyn Array) -> PyResult<Vec<Option<Vec<Header>>>> {
             .find_map(|n| entries.column_by_name(n))
             .ok_or_else(shape)
     };
-    let names = binary_rows(field(&["key", "name"])?.as_ref(), "header names")?;
-    let values = binary_rows(field(&["value"])?.as_ref(), "header values")?;
+    let names = flat(field(&["key", "name"])?.as_ref(), "header names")?;
+    let values = flat(field(&["value"])?.as_ref(), "header values")?;
     let mut rows = Vec::with_capacity(array.len());
     for (row, w) in offsets.windows(2).enumerate() {
         if array.is_null(row) {
             rows.push(None);
             continue;
         }
-        let mut headers = Vec::with_capacity(w[1] - w[0]);
         for i in w[0]..w[1] {
-            let Some(name) = names[i].clone().filter(|n| std::str::from_utf8(n).is_ok()) else {
+            let ok = names
+                .get(i)
+                .is_some_and(|n| names.utf8 || n.is_ascii() || std::str::from_utf8(n).is_ok());
+            if !ok {
                 return Err(errors::invalid(format!(
                     "send_many: headers[{row}]: a header name must be a UTF-8 string, not null"
                 )));
-            };
-            headers.push(Header {
-                name,
-                value: values[i].clone(),
-            });
+            }
         }
-        rows.push(Some(headers));
+        rows.push(Some((w[0], w[1])));
     }
-    Ok(rows)
+    Ok(ArrowHeaders {
+        rows,
+        names,
+        values,
+    })
 }
 
 /// A `timestamp` array of any unit (converted to microseconds), or `int64` microseconds.

@@ -788,6 +788,7 @@ pub const MIN_BODY_LEN: usize = 1;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dafka_proto::record::MetaParts;
 
     #[test]
     fn header_bytes() {
@@ -965,14 +966,14 @@ mod tests {
     #[test]
     fn record_with_extras_bytes() {
         use dafka_proto::record::Header;
-        let meta = RecordMeta {
+        let meta = RecordMeta::from(MetaParts {
             key: Some(Bytes::from_static(b"k")),
             headers: Some(vec![
                 Header::new("h", None),
                 Header::new("e", Some(Bytes::new())),
             ]),
-            ..RecordMeta::log_append(-2)
-        };
+            ..MetaParts::log_append(-2)
+        });
         let mut buf = BytesMut::new();
         encode_record(&mut buf, 7, 1, &meta, b"v");
         let body: &[u8] = &[
@@ -1028,14 +1029,14 @@ mod tests {
     #[test]
     fn any_byte_of_a_record_with_extras_under_a_good_crc() {
         use dafka_proto::record::Header;
-        let meta = RecordMeta {
+        let meta = RecordMeta::from(MetaParts {
             key: Some(Bytes::from_static(b"ke")),
             headers: Some(vec![
                 Header::new("h", None),
                 Header::new("v", Some(Bytes::from_static(b"x"))),
             ]),
-            ..RecordMeta::log_append(7)
-        };
+            ..MetaParts::log_append(7)
+        });
         let mut buf = BytesMut::new();
         encode_record(&mut buf, 1, 2, &meta, b"val");
         let good = buf.to_vec();
@@ -1180,11 +1181,11 @@ mod tests {
         let mut buf = BytesMut::new();
         encode_record(&mut buf, 1, 2, &RecordMeta::created(3), b"value");
         let good = buf.split().freeze();
-        let meta = RecordMeta {
+        let meta = RecordMeta::from(MetaParts {
             key: Some(Bytes::from_static(b"key")),
             headers: Some(vec![dafka_proto::record::Header::new("h", None)]),
-            ..RecordMeta::created(3)
-        };
+            ..MetaParts::created(3)
+        });
         encode_record(&mut buf, 1, 2, &meta, b"value");
         let extras = buf.split().freeze();
         encode_record_v1(&mut buf, 1, 2, 3, b"value");

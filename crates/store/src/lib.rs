@@ -40,7 +40,7 @@ mod types;
 
 use std::fmt;
 
-pub use dafka_proto::record::{Header, RecordMeta, TimestampType};
+pub use dafka_proto::record::{Header, HeaderRef, MetaParts, RecordMeta, TimestampType};
 pub use error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
 pub use file::{Dir, DirLock, FsDir, LOCK_FILE, MemDir, MemFile, SegmentFile};
 pub use recovery::{Damage, DamageKind, RecoveryReport};

@@ -35,6 +35,7 @@ use crate::format::{
 };
 use crate::types::{Config, Partition, Segment};
 use crate::{PartitionId, PartitionKey};
+use dafka_proto::record::RecordMeta;
 
 /// What opening the store found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -218,8 +219,7 @@ fn walk(file: &dyn SegmentFile, name: &str, end: u64) -> Result<Vec<Item>, OpenE
             // segment is done (the timestamp is all recovery needs of a record's metadata).
             Ok((Entry::Record(mut r), size)) => {
                 r.value = bytes::Bytes::new();
-                r.meta.key = None;
-                r.meta.headers = None;
+                r.meta = RecordMeta::new(r.meta.timestamp, r.meta.timestamp_type(), None, None);
                 items.push(Item::Good {
                     pos,
                     entry: Entry::Record(r),

@@ -31,6 +31,8 @@ use crate::{PartitionId, PartitionKey};
 /// a store's CPU serving Spark, in `clear_page` under `pread`; gone from the profile with
 /// 256 KiB pieces).
 const READ_CHUNK_MAX: usize = 256 << 10;
+/// Most records [`Store::read`] reserves room for up front.
+const READ_RESERVE: usize = 1024;
 
 /// The batch being formed by appenders.
 struct Pending {
@@ -705,7 +707,8 @@ impl Store {
         drop(st);
 
         let chunk = max_bytes.clamp(64 << 10, READ_CHUNK_MAX);
-        let mut out = Vec::new();
+        // Sized once for a usual read (a reader's chunk of records), not grown record by record.
+        let mut out = Vec::with_capacity(max_records.min(READ_RESERVE));
         let mut next = from;
         let mut bytes = 0usize;
         for (base, name, file, len, skips) in segments {
@@ -933,16 +936,17 @@ impl Store {
 /// UTF-8.
 fn check_records(records: &[AppendRecord<'_>], max: usize) -> Result<(), AppendError> {
     for r in records {
-        if let Some(headers) = &r.meta.headers {
+        if let Some(headers) = r.meta.headers() {
             if headers.len() > MAX_HEADERS {
                 return Err(AppendError::TooManyHeaders {
                     count: headers.len(),
                     max: MAX_HEADERS,
                 });
             }
+            // Mostly short ASCII names: checked without the general decoder first.
             if headers
-                .iter()
-                .any(|h| std::str::from_utf8(&h.name).is_err())
+                .into_iter()
+                .any(|h| !h.name.is_ascii() && std::str::from_utf8(h.name).is_err())
             {
                 return Err(AppendError::HeaderNameNotUtf8);
             }

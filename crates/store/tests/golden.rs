@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dafka_store::{
-    AppendRecord, Config, Header, PartitionId, ReadError, RecordMeta, Store, TimestampType,
+    AppendRecord, Config, Header, MetaParts, PartitionId, ReadError, RecordMeta, Store,
+    TimestampType,
 };
 
 use common::{key, read_all, records, stamp, value};
@@ -111,34 +112,34 @@ fn v2_meta(b: u64, k: u64) -> RecordMeta {
     match (b * 3 + k) % 8 {
         0 => RecordMeta::created(ts),
         1 => RecordMeta::log_append(ts),
-        2 => RecordMeta {
+        2 => RecordMeta::from(MetaParts {
             key: Some(Bytes::new()),
-            ..RecordMeta::created(ts)
-        },
-        3 => RecordMeta {
+            ..MetaParts::created(ts)
+        }),
+        3 => RecordMeta::from(MetaParts {
             key: text(format!("key-{b}-{k}")),
-            ..RecordMeta::created(ts)
-        },
-        4 => RecordMeta {
+            ..MetaParts::created(ts)
+        }),
+        4 => RecordMeta::from(MetaParts {
             headers: Some(Vec::new()),
-            ..RecordMeta::created(ts)
-        },
-        5 => RecordMeta {
+            ..MetaParts::created(ts)
+        }),
+        5 => RecordMeta::from(MetaParts {
             headers: Some(vec![
                 Header::new("trace-id", text(format!("{b:04x}{k:04x}"))),
                 Header::new("null", None),
                 Header::new("empty", Some(Bytes::new())),
             ]),
-            ..RecordMeta::created(ts)
-        },
-        6 => RecordMeta {
+            ..MetaParts::created(ts)
+        }),
+        6 => RecordMeta::from(MetaParts {
             key: text(format!("k{b}")),
             headers: Some(vec![
                 Header::new("", None),
                 Header::new("é", text("ü".into())),
             ]),
-            ..RecordMeta::log_append(ts)
-        },
+            ..MetaParts::log_append(ts)
+        }),
         _ => RecordMeta::created(-ts / 1_000_000),
     }
 }
@@ -334,7 +335,7 @@ fn golden_v1_is_read() {
     check(&store, &v1_plan());
     for info in store.partitions() {
         for r in read_all(&store, info.id) {
-            assert_eq!(r.meta.timestamp_type, TimestampType::LogAppendTime);
+            assert_eq!(r.meta.timestamp_type(), TimestampType::LogAppendTime);
         }
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use dafka_store::format::MAX_HEADERS;
 use dafka_store::{
-    AppendError, AppendRecord, Config, Dir, FsDir, Header, MemDir, PartitionId, Record, RecordMeta,
-    Store,
+    AppendError, AppendRecord, Config, Dir, FsDir, Header, MemDir, MetaParts, PartitionId, Record,
+    RecordMeta, Store,
 };
 use proptest::prelude::*;
 
@@ -36,47 +36,47 @@ fn shapes() -> Vec<(RecordMeta, Vec<u8>)> {
         RecordMeta::created(i64::MIN),
         RecordMeta::log_append(i64::MAX),
         // An empty key is not an absent one.
-        RecordMeta {
+        RecordMeta::from(MetaParts {
             key: Some(Bytes::new()),
-            ..RecordMeta::created(t)
-        },
-        RecordMeta {
+            ..MetaParts::created(t)
+        }),
+        RecordMeta::from(MetaParts {
             key: Some(bytes(1, 16)),
-            ..RecordMeta::created(t)
-        },
+            ..MetaParts::created(t)
+        }),
         // A key of 1 MiB: with an empty value, exactly the default record limit.
-        RecordMeta {
+        RecordMeta::from(MetaParts {
             key: Some(bytes(2, MIB)),
-            ..RecordMeta::created(t)
-        },
+            ..MetaParts::created(t)
+        }),
         // An empty header list is not an absent one.
-        RecordMeta {
+        RecordMeta::from(MetaParts {
             headers: Some(Vec::new()),
-            ..RecordMeta::created(t)
-        },
-        RecordMeta {
+            ..MetaParts::created(t)
+        }),
+        RecordMeta::from(MetaParts {
             headers: Some(vec![
                 Header::new("null", None),
                 Header::new("empty", Some(Bytes::new())),
                 Header::new("", Some(bytes(3, 5))),
                 Header::new("null", None), // names repeat, as Kafka allows
             ]),
-            ..RecordMeta::log_append(t)
-        },
+            ..MetaParts::log_append(t)
+        }),
         // A large header value, and the most headers a store keeps.
-        RecordMeta {
+        RecordMeta::from(MetaParts {
             key: Some(Bytes::new()),
             headers: Some(vec![Header::new("large", Some(bytes(4, MIB / 2)))]),
-            ..RecordMeta::created(t)
-        },
-        RecordMeta {
+            ..MetaParts::created(t)
+        }),
+        RecordMeta::from(MetaParts {
             headers: Some(
                 (0..MAX_HEADERS)
                     .map(|i| Header::new(&format!("h{i}"), (i % 3 != 0).then(|| bytes(5, i % 7))))
                     .collect(),
             ),
-            ..RecordMeta::created(t)
-        },
+            ..MetaParts::created(t)
+        }),
     ];
     metas
         .into_iter()
@@ -154,10 +154,10 @@ fn every_shape_of_metadata_round_trips() {
 fn a_reads_byte_budget_counts_metadata() {
     let store = Store::open(Arc::new(MemDir::new()), Config::default()).unwrap();
     let p = store.declare(&key(1)).unwrap();
-    let heavy = RecordMeta {
+    let heavy = RecordMeta::from(MetaParts {
         key: Some(bytes(9, 1000)),
-        ..RecordMeta::created(1)
-    };
+        ..MetaParts::created(1)
+    });
     let light = RecordMeta::created(1);
     let records: Vec<AppendRecord<'_>> = (0..10)
         .map(|o| AppendRecord {
@@ -198,10 +198,12 @@ fn records_that_would_not_read_back_are_refused() {
             },
         ])
     };
-    let sized = |key: usize, name: &str, header: usize| RecordMeta {
-        key: Some(bytes(1, key)),
-        headers: Some(vec![Header::new(name, Some(bytes(2, header)))]),
-        ..RecordMeta::created(0)
+    let sized = |key: usize, name: &str, header: usize| {
+        RecordMeta::from(MetaParts {
+            key: Some(bytes(1, key)),
+            headers: Some(vec![Header::new(name, Some(bytes(2, header)))]),
+            ..MetaParts::created(0)
+        })
     };
     // 40 + 10 + 5 + 45 = 100: kept; one more byte anywhere: refused.
     assert!(matches!(
@@ -215,21 +217,21 @@ fn records_that_would_not_read_back_are_refused() {
         append(&sized(40, "abcdef", 10), &[0; 45]),
         Err(AppendError::RecordTooLarge { size: 101, .. })
     ));
-    let many = RecordMeta {
+    let many = RecordMeta::from(MetaParts {
         headers: Some(vec![Header::new("", None); MAX_HEADERS + 1]),
-        ..RecordMeta::created(0)
-    };
+        ..MetaParts::created(0)
+    });
     assert!(matches!(
         append(&many, b""),
         Err(AppendError::TooManyHeaders { count, max }) if count == MAX_HEADERS + 1 && max == MAX_HEADERS
     ));
-    let not_utf8 = RecordMeta {
+    let not_utf8 = RecordMeta::from(MetaParts {
         headers: Some(vec![Header {
             name: Bytes::from_static(b"\xFF"),
             value: None,
         }]),
-        ..RecordMeta::created(0)
-    };
+        ..MetaParts::created(0)
+    });
     assert!(matches!(
         append(&not_utf8, b""),
         Err(AppendError::HeaderNameNotUtf8)
@@ -250,11 +252,11 @@ fn meta_strategy() -> impl Strategy<Value = RecordMeta> {
     let headers = prop::option::of(prop::collection::vec(header, 0..5));
     (any::<i64>(), any::<bool>(), key, headers).prop_map(|(ts, append_time, key, headers)| {
         let base = if append_time {
-            RecordMeta::log_append(ts)
+            MetaParts::log_append(ts)
         } else {
-            RecordMeta::created(ts)
+            MetaParts::created(ts)
         };
-        RecordMeta {
+        RecordMeta::from(MetaParts {
             key: key.map(Bytes::from),
             headers: headers.map(|hs| {
                 hs.into_iter()
@@ -262,7 +264,7 @@ fn meta_strategy() -> impl Strategy<Value = RecordMeta> {
                     .collect()
             }),
             ..base
-        }
+        })
     })
 }
 

@@ -11,8 +11,8 @@ use bytes::Bytes;
 
 use dafka_store::format::{self, COMMIT_SIZE, DURABLE_POINT_FILE, HEADER_LEN};
 use dafka_store::{
-    AppendRecord, Config, DamageKind, Dir, Header, MemDir, OpenError, PartitionId, ReadError,
-    RecordMeta, Store,
+    AppendRecord, Config, DamageKind, Dir, Header, MemDir, MetaParts, OpenError, PartitionId,
+    ReadError, RecordMeta, Store,
 };
 
 use common::{append_one, key, read_all, stamp, value};
@@ -45,17 +45,17 @@ struct Written {
 /// null) with a log-append time, or none.
 fn last_meta(i: usize) -> RecordMeta {
     match i % 3 {
-        0 => RecordMeta {
+        0 => RecordMeta::from(MetaParts {
             key: Some(Bytes::from(vec![i as u8; 3])),
-            ..RecordMeta::created(9 + i as i64)
-        },
-        1 => RecordMeta {
+            ..MetaParts::created(9 + i as i64)
+        }),
+        1 => RecordMeta::from(MetaParts {
             headers: Some(vec![
                 Header::new("h", None),
                 Header::new("v", Some(Bytes::from_static(b"x"))),
             ]),
-            ..RecordMeta::log_append(9)
-        },
+            ..MetaParts::log_append(9)
+        }),
         _ => RecordMeta::created(9),
     }
 }
@@ -631,10 +631,10 @@ fn extras_that_do_not_decode_are_damage() {
     let dir = MemDir::new();
     let store = Store::open(Arc::new(dir.clone()), Config::default()).unwrap();
     let p = store.declare(&key(1)).unwrap();
-    let keyed = RecordMeta {
+    let keyed = RecordMeta::from(MetaParts {
         key: Some(Bytes::from_static(b"key")),
-        ..RecordMeta::created(2)
-    };
+        ..MetaParts::created(2)
+    });
     let plain = RecordMeta::created(1);
     let metas = [&plain, &keyed, &plain];
     let records: Vec<AppendRecord<'_>> = (0..3u64)

@@ -75,15 +75,7 @@ impl Reader {
 
     #[inline]
     fn need(&self, n: usize, what: &'static str) -> Result<(), ReadError> {
-        if self.rest.len() < n {
-            Err(ReadError::Truncated {
-                what,
-                needed: n,
-                available: self.rest.len(),
-            })
-        } else {
-            Ok(())
-        }
+        need(self.rest.len(), n, what)
     }
 
     /// One byte.
@@ -204,6 +196,21 @@ impl Reader {
         Ok(out)
     }
 
+    /// Reads a field whose length is known only by walking it: `walk` reads it from a
+    /// [`SliceReader`] over what is left (borrowed: no shared `Bytes` handle per inner field),
+    /// and what it consumed is then split off as one zero-copy [`Bytes`], returned beside
+    /// `walk`'s result. On an error nothing is consumed.
+    #[inline]
+    pub fn walked<T, E>(
+        &mut self,
+        walk: impl FnOnce(&mut SliceReader<'_>) -> Result<T, E>,
+    ) -> Result<(T, Bytes), E> {
+        let mut s = SliceReader::new(&self.rest);
+        let out = walk(&mut s)?;
+        let used = self.rest.len() - s.remaining();
+        Ok((out, self.rest.split_to(used)))
+    }
+
     /// Everything that is left.
     #[inline]
     pub fn rest(self) -> Bytes {
@@ -213,14 +220,102 @@ impl Reader {
     /// Fails if any byte is left.
     #[inline]
     pub fn finish(self, what: &'static str) -> Result<(), ReadError> {
-        if self.rest.is_empty() {
-            Ok(())
-        } else {
-            Err(ReadError::TrailingBytes {
-                what,
-                count: self.rest.len(),
-            })
-        }
+        finished(self.rest.len(), what)
+    }
+}
+
+/// Fails unless `n` bytes of `available` are there.
+#[inline]
+fn need(available: usize, n: usize, what: &'static str) -> Result<(), ReadError> {
+    if available < n {
+        Err(ReadError::Truncated {
+            what,
+            needed: n,
+            available,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Fails if `left` bytes are left over.
+#[inline]
+fn finished(left: usize, what: &'static str) -> Result<(), ReadError> {
+    if left == 0 {
+        Ok(())
+    } else {
+        Err(ReadError::TrailingBytes { what, count: left })
+    }
+}
+
+/// The borrowing twin of [`Reader`], over a `&[u8]`: the same checks and errors, fields
+/// returned as sub-slices. For walking a field whose inner parts are validated and not kept
+/// apart ([`Reader::walked`]), or for reading bytes already held elsewhere.
+#[derive(Debug, Clone)]
+pub struct SliceReader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> SliceReader<'a> {
+    /// Reads `body` from its start.
+    #[inline]
+    pub fn new(body: &'a [u8]) -> Self {
+        SliceReader { rest: body }
+    }
+
+    /// Bytes not read yet.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.rest.len()
+    }
+
+    /// Exactly `n` bytes.
+    #[inline]
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ReadError> {
+        need(self.rest.len(), n, what)?;
+        let (field, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Ok(field)
+    }
+
+    /// Exactly `N` bytes, as an array.
+    #[inline]
+    pub fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], ReadError> {
+        let field = self.take(N, what)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(field);
+        Ok(out)
+    }
+
+    /// One byte.
+    #[inline]
+    pub fn u8(&mut self, what: &'static str) -> Result<u8, ReadError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    /// A big-endian `u32`.
+    #[inline]
+    pub fn u32(&mut self, what: &'static str) -> Result<u32, ReadError> {
+        Ok(u32::from_be_bytes(self.array(what)?))
+    }
+
+    /// A big-endian `u64`.
+    #[inline]
+    pub fn u64(&mut self, what: &'static str) -> Result<u64, ReadError> {
+        Ok(u64::from_be_bytes(self.array(what)?))
+    }
+
+    /// A field prefixed by its 4-byte big-endian length, checked against what is left.
+    #[inline]
+    pub fn long_bytes(&mut self, what: &'static str) -> Result<&'a [u8], ReadError> {
+        let len = self.u32(what)?;
+        self.take(usize::try_from(len).unwrap_or(usize::MAX), what)
+    }
+
+    /// Fails if any byte is left.
+    #[inline]
+    pub fn finish(self, what: &'static str) -> Result<(), ReadError> {
+        finished(self.rest.len(), what)
     }
 }
 
@@ -365,5 +460,38 @@ mod tests {
         );
         // Nothing is consumed by a failed read.
         assert_eq!(r.remaining(), 3);
+    }
+
+    #[test]
+    fn a_walked_field_is_split_off_whole_and_a_failed_walk_consumes_nothing() {
+        let mut r = Reader::new(Bytes::from_static(b"\x00\x00\x00\x02hi\x07tail"));
+        let (text, field) = r.walked(|s| s.long_bytes("f").map(<[u8]>::to_vec)).unwrap();
+        assert_eq!(text, b"hi");
+        assert_eq!(&field[..], b"\x00\x00\x00\x02hi");
+        let failed: Result<((), Bytes), ReadError> = r.walked(|s| {
+            s.u8("one")?;
+            s.u64("too long").map(drop)
+        });
+        assert_eq!(
+            failed,
+            Err(ReadError::Truncated {
+                what: "too long",
+                needed: 8,
+                available: 4
+            })
+        );
+        assert_eq!(r.remaining(), 5);
+        let mut s = SliceReader::new(b"\x00\x00\x00\x09ab");
+        assert!(matches!(
+            s.long_bytes("l"),
+            Err(ReadError::Truncated { needed: 9, .. })
+        ));
+        assert_eq!(
+            SliceReader::new(b"x").finish("f"),
+            Err(ReadError::TrailingBytes {
+                what: "f",
+                count: 1
+            })
+        );
     }
 }
