@@ -582,13 +582,37 @@ pub(crate) fn publish(
     publisher: &Socket,
     messages: impl IntoIterator<Item = Message>,
 ) -> Option<dafka_zmtp::Error> {
+    publish_with(publisher, |out| {
+        for m in messages {
+            out.push(m);
+        }
+    })
+}
+
+/// The messages a [`publish_with`] filler pushes, each with its frame 1's length (computed
+/// once: a DIRECT-META-RECORDS' walks its run).
+pub(crate) struct Outbox<'a>(&'a mut Vec<WithLen>);
+
+impl Outbox<'_> {
+    /// Queues `m` to publish.
+    #[inline]
+    pub(crate) fn push(&mut self, m: Message) {
+        let len = m.header_len();
+        self.0.push((m, len));
+    }
+}
+
+/// [`publish`] of the messages `fill` pushes: a caller that makes them in a loop pushes each
+/// straight into the batch (a chain of iterator adapters moved every message, over a hundred
+/// bytes, several times).
+#[must_use]
+pub(crate) fn publish_with(
+    publisher: &Socket,
+    fill: impl FnOnce(&mut Outbox<'_>),
+) -> Option<dafka_zmtp::Error> {
     PUBLISH_SCRATCH.with_borrow_mut(|(messages_in, batch)| {
         let mut refused = None;
-        // Each header's length computed once (a DIRECT-META-RECORDS' walks its run).
-        messages_in.extend(messages.into_iter().map(|m| {
-            let len = m.header_len();
-            (m, len)
-        }));
+        fill(&mut Outbox(messages_in));
         if messages_in.is_empty() {
             return refused;
         }

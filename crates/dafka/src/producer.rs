@@ -30,7 +30,7 @@ use dafka_zmtp::{Monitor, Socket, SocketEvent, SocketType};
 use crate::error::Error;
 use crate::node::{
     Control, LogLimiter, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK,
-    TowerWait, log_refused, new_node_id, now, publish, take_up_to, wait_until,
+    Outbox, TowerWait, log_refused, new_node_id, now, publish_with, take_up_to, wait_until,
 };
 
 /// Settings of a [`ProducerNode`] beyond those every node has.
@@ -253,20 +253,18 @@ impl Shared {
         producer: &mut Producer,
         had_timer: bool,
     ) -> Option<dafka_zmtp::Error> {
-        let mut other = false;
-        let records = std::iter::from_fn(|| {
-            if other {
-                return None;
+        let plain = self.plain();
+        let refused = publish_with(&self.publisher, |out| {
+            while let Some(m) = producer.poll_transmit() {
+                let record = matches!(m, Message::MetaRecord(_));
+                push_with_plain(out, m, plain);
+                if !record {
+                    // A HEAD or FETCH answer: the task sends the rest.
+                    self.control.wake.notify_one();
+                    break;
+                }
             }
-            let m = producer.poll_transmit()?;
-            if !matches!(m, Message::MetaRecord(_)) {
-                // A HEAD or FETCH answer: the task sends the rest.
-                other = true;
-                self.control.wake.notify_one();
-            }
-            Some(m)
         });
-        let refused = publish(&self.publisher, self.with_plain(records));
         if !had_timer {
             self.control.wake.notify_one();
         }
@@ -277,18 +275,24 @@ impl Shared {
         self.control.stopping()
     }
 
-    /// `messages`, each META-RECORD followed by the same record as RECORD while a peer takes
-    /// RECORDs only (a reference consumer or store). Our nodes subscribed to both take the
-    /// first and drop the second as a duplicate.
-    fn with_plain(&self, messages: impl Iterator<Item = Message>) -> impl Iterator<Item = Message> {
-        let plain = self.plain_readers.load(Ordering::Relaxed);
-        messages.flat_map(move |m| {
-            let record = match &m {
-                Message::MetaRecord(r) if plain => Some(Message::Record(r.record.clone())),
-                _ => None,
-            };
-            std::iter::once(m).chain(record)
-        })
+    /// Whether a peer takes RECORDs only (a reference consumer or store): then every
+    /// META-RECORD is followed by the same record as RECORD ([`push_with_plain`]).
+    fn plain(&self) -> bool {
+        self.plain_readers.load(Ordering::Relaxed)
+    }
+}
+
+/// Queues `m` and, when it is a META-RECORD and `plain` (a peer takes RECORDs only), the same
+/// record as RECORD after it. Our nodes subscribed to both take the first and drop the second
+/// as a duplicate.
+fn push_with_plain(out: &mut Outbox<'_>, m: Message, plain: bool) {
+    let record = match &m {
+        Message::MetaRecord(r) if plain => Some(Message::Record(r.record.clone())),
+        _ => None,
+    };
+    out.push(m);
+    if let Some(r) = record {
+        out.push(r);
     }
 }
 
@@ -939,10 +943,12 @@ impl Role for ProducerRole {
             let refused = if out.is_empty() {
                 None
             } else {
-                publish(
-                    &self.shared.publisher,
-                    self.shared.with_plain(out.drain(..)),
-                )
+                let plain = self.shared.plain();
+                publish_with(&self.shared.publisher, |o| {
+                    for m in out.drain(..) {
+                        push_with_plain(o, m, plain);
+                    }
+                })
             };
             (more, refused)
         };
