@@ -559,24 +559,40 @@ impl Consumer {
         self.partitions.iter().map(|((t, n), p)| (t, n, p.next))
     }
 
-    /// Handles a message from the consumer's SUB socket.
-    pub fn handle_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+    /// [`handle_message`](Self::handle_message) taking the message: the records of RECORD,
+    /// META-RECORD, DIRECT-RECORD, DIRECT-RECORDS and DIRECT-META-RECORDS move into the
+    /// deliveries (no reference count taken and dropped per record).
+    pub fn handle(&mut self, message: Message, now: Instant) -> Result<(), PeerError> {
         match message {
             Message::Record(r) => self.on_record(r, None, now),
-            Message::MetaRecord(m) => self.on_record(&m.record, Some(&m.meta), now),
+            Message::MetaRecord(m) => self.on_record(m.record, Some(m.meta), now),
             Message::DirectRecord(d) => {
                 self.check_to(Kind::DirectRecord, &d.to)?;
-                self.on_record(&d.record, None, now)
+                self.on_record(d.record, None, now)
             }
             Message::DirectRecords(d) => {
                 self.check_to(Kind::DirectRecords, &d.to)?;
-                self.on_run(&d.topic, d.producer, d.first, &d.contents, None, now)
+                let records = d.contents.into_iter().map(|c| (c, None));
+                self.on_run(&d.topic, d.producer, d.first, records, now)
             }
             Message::DirectMetaRecords(DirectMetaRecords { run: d, metas }) => {
                 self.check_to(Kind::DirectMetaRecords, &d.to)?;
-                let metas = Some(&metas[..]);
-                self.on_run(&d.topic, d.producer, d.first, &d.contents, metas, now)
+                let records = d.contents.into_iter().zip(metas.into_iter().map(Some));
+                self.on_run(&d.topic, d.producer, d.first, records, now)
             }
+            other => self.handle_message(&other, now),
+        }
+    }
+
+    /// Handles a message from the consumer's SUB socket. [`handle`](Self::handle) taking the
+    /// message: the records it delivers are cloned.
+    pub fn handle_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+        match message {
+            Message::Record(_)
+            | Message::MetaRecord(_)
+            | Message::DirectRecord(_)
+            | Message::DirectRecords(_)
+            | Message::DirectMetaRecords(_) => self.handle(message.clone(), now),
             Message::Head(h) => self.on_head(&h.topic, h.producer, h.sequence, now),
             Message::DirectHead(d) => {
                 self.check_to(Kind::DirectHead, &d.to)?;
@@ -1172,9 +1188,8 @@ impl Consumer {
         // Records held from `to` on are now next in line.
         if let Some(held) = p.reorder.remove(&to) {
             self.reorder_bytes -= held.len();
-            let metas = held.meta.as_ref().map(std::slice::from_ref);
-            let content = std::slice::from_ref(&held.content);
-            return self.on_run(&key.0, key.1, to, content, metas, now);
+            let one = std::iter::once((held.content, held.meta));
+            return self.on_run(&key.0, key.1, to, one, now);
         }
         self.refetch(&key, now);
         Ok(())
@@ -1182,20 +1197,13 @@ impl Consumer {
 
     fn on_record(
         &mut self,
-        record: &Record,
-        meta: Option<&RecordMeta>,
+        record: Record,
+        meta: Option<RecordMeta>,
         now: Instant,
     ) -> Result<(), PeerError> {
-        let content = std::slice::from_ref(&record.content);
-        let metas = meta.map(std::slice::from_ref);
-        self.on_run(
-            &record.topic,
-            record.producer,
-            record.sequence,
-            content,
-            metas,
-            now,
-        )
+        let first = record.sequence;
+        let one = std::iter::once((record.content, meta));
+        self.on_run(&record.topic, record.producer, first, one, now)
     }
 
     /// Records `first`, `first + 1`, ... of one partition: one (RECORD, META-RECORD,
@@ -1207,11 +1215,10 @@ impl Consumer {
         topic: &Topic,
         producer: NodeId,
         first: u64,
-        contents: &[Bytes],
-        metas: Option<&[RecordMeta]>,
+        records: impl ExactSizeIterator<Item = (Bytes, Option<RecordMeta>)>,
         now: Instant,
     ) -> Result<(), PeerError> {
-        let Some(last) = (contents.len() as u64)
+        let Some(last) = (records.len() as u64)
             .checked_sub(1)
             .and_then(|n| first.checked_add(n))
         else {
@@ -1236,7 +1243,7 @@ impl Consumer {
             None => match self.partitions.get_mut(&key) {
                 Some(p) => p,
                 None => {
-                    self.dropped += contents.len() as u64;
+                    self.dropped += records.len() as u64;
                     return Ok(());
                 }
             },
@@ -1244,18 +1251,14 @@ impl Consumer {
         p.head = Some(p.head.map_or(last, |h| h.max(last)));
         // Nothing at or past a range's end, nor at u64::MAX (no offset could follow it).
         let end = p.until.unwrap_or(u64::MAX);
-        for (i, (seq, content)) in (first..=last).zip(contents).enumerate() {
+        for (seq, (content, meta)) in (first..=last).zip(records) {
             if seq < p.next || seq >= end || p.reorder.contains_key(&seq) {
                 self.dropped += 1;
                 continue;
             }
-            let meta = metas.and_then(|m| m.get(i)).cloned();
             if seq > p.next {
                 let room = self.config.max_reorder_bytes - self.reorder_bytes;
-                let held = Held {
-                    content: content.clone(),
-                    meta,
-                };
+                let held = Held { content, meta };
                 if p.reorder.len() < self.config.max_reorder && held.len() <= room {
                     self.reorder_bytes += held.len();
                     p.reorder.insert(seq, held);
@@ -1265,10 +1268,7 @@ impl Consumer {
                 }
                 continue;
             }
-            let mut next = Held {
-                content: content.clone(),
-                meta,
-            };
+            let mut next = Held { content, meta };
             loop {
                 self.deliveries.push_back(Delivery {
                     topic: topic.clone(),

@@ -853,7 +853,7 @@ impl Message {
                         time: r.u64("time")? as i64,
                     })
                 } else if kind == Kind::MetaRecord {
-                    let meta = read_metas(&mut r, 1, limits)?.pop().unwrap_or_default();
+                    let meta = read_meta(&mut r, limits)?;
                     Message::MetaRecord(MetaRecord {
                         record: Record {
                             producer,
@@ -1132,6 +1132,27 @@ fn put_metas(out: &mut BytesMut, metas: &[RecordMeta]) {
             }
         }
     }
+}
+
+/// [`read_metas`] of one record (a META-RECORD's), without a list.
+fn read_meta(r: &mut Reader, limits: &Limits) -> Result<RecordMeta, DecodeError> {
+    if r.remaining() < TIMESTAMP_LEN {
+        return Err(MalformedError::MetaCount {
+            kind: "records",
+            records: 1,
+        }
+        .into());
+    }
+    let timestamp = RecordMeta::read_timestamp(r)?;
+    if r.remaining() == 0 {
+        return Ok(RecordMeta::created(timestamp));
+    }
+    let meta = RecordMeta::read_extras(r, timestamp, limits)?;
+    // One encoding per message: extras are there only when the record needs them.
+    if !meta.has_extras() {
+        return Err(MalformedError::RecordFlags { flags: 0x00 }.into());
+    }
+    Ok(meta)
 }
 
 /// Reads the metadata of `count` records: their timestamps, then, if frame 1 goes on, the

@@ -371,28 +371,36 @@ impl StoreWriter {
 
     /// Handles a message from the writer's SUB: RECORD, META-RECORD, DIRECT-RECORD and
     /// DIRECT-META-RECORDS to it, HEAD. Anything else is not for a writer and is ignored.
+    /// [`handle`](Self::handle) taking the message: what it keeps is cloned.
     pub fn handle_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+        self.handle(message.clone(), now)
+    }
+
+    /// [`handle_message`](Self::handle_message) taking the message: the records move into
+    /// the appends (no reference count taken and dropped per record).
+    pub fn handle(&mut self, message: Message, now: Instant) -> Result<(), PeerError> {
         match message {
             Message::Record(r) => self.on_record(r, None, now),
-            Message::MetaRecord(m) => self.on_record(&m.record, Some(&m.meta), now),
+            Message::MetaRecord(m) => self.on_record(m.record, Some(m.meta), now),
             Message::DirectRecord(d) => {
                 self.check_to(Kind::DirectRecord, &d.to)?;
-                self.on_record(&d.record, None, now)
+                self.on_record(d.record, None, now)
             }
             Message::DirectMetaRecords(DirectMetaRecords { run, metas }) => {
                 self.check_to(Kind::DirectMetaRecords, &run.to)?;
-                for ((offset, content), meta) in (run.first..).zip(&run.contents).zip(metas) {
+                let records = (run.first..).zip(run.contents).zip(metas);
+                for ((offset, content), meta) in records {
                     let record = Record {
                         producer: run.producer,
                         topic: run.topic.clone(),
                         sequence: offset,
-                        content: content.clone(),
+                        content,
                     };
-                    self.on_record(&record, Some(meta), now)?;
+                    self.on_record(record, Some(meta), now)?;
                 }
                 Ok(())
             }
-            Message::Head(h) => self.on_head(h, now),
+            Message::Head(h) => self.on_head(&h, now),
             _ => Ok(()),
         }
     }
@@ -425,8 +433,8 @@ impl StoreWriter {
 
     fn on_record(
         &mut self,
-        record: &Record,
-        meta: Option<&RecordMeta>,
+        record: Record,
+        meta: Option<RecordMeta>,
         now: Instant,
     ) -> Result<(), PeerError> {
         let key = (record.topic.clone(), record.producer);
@@ -439,23 +447,24 @@ impl StoreWriter {
         let p = retry::partition_entry(&mut self.partitions, key, max, || WriterPartition::new(0))
             .ok_or(PeerError::PartitionLimit { max })?;
         p.head = Some(p.head.map_or(record.sequence, |h| h.max(record.sequence)));
-        let append = || Append {
-            record: record.clone(),
-            meta: meta.cloned(),
-        };
-        if record.sequence == p.accepted && !full {
+        let sequence = record.sequence;
+        let into = if sequence == p.accepted && !full {
             p.accepted += 1;
-            self.appends.push_back(append());
-        } else if record.sequence < p.accepted && !full && p.unhole(record.sequence) {
+            Some(&mut self.appends)
+        } else if sequence < p.accepted && !full && p.unhole(sequence) {
             // A record the engine lost to damage, from another store (or its producer).
-            self.fills.push_back(append());
+            Some(&mut self.fills)
         } else {
             // Behind: a duplicate. Ahead (or no room): dropped, FETCHed again below.
             self.dropped += 1;
-        }
+            None
+        };
         let part = (&record.topic, record.producer);
         let fetch = (self.config.fetch_retry, self.config.id);
         retry::refetch_in(p, part, now, fetch, &mut self.transmit);
+        if let Some(queue) = into {
+            queue.push_back(Append { record, meta });
+        }
         Ok(())
     }
 

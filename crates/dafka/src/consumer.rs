@@ -566,9 +566,9 @@ struct ConsumerRole {
 }
 
 impl Role for ConsumerRole {
-    fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
+    fn on_message(&mut self, message: Message, now: Instant) -> Result<(), PeerError> {
         let mut state = self.shared.lock();
-        let result = state.consumer.handle_message(message, now);
+        let result = state.consumer.handle(message, now);
         let before = state.records.len();
         while let Some(d) = state.consumer.poll_record() {
             let meta = match d.meta {

@@ -468,8 +468,9 @@ impl LogLimiter {
 /// the subscriptions reaching an XPUB publisher and the timer, and hands back messages to
 /// publish. Implementations lock their shared state inside each call.
 pub(crate) trait Role: Send + 'static {
-    /// A message from the subscriber.
-    fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError>;
+    /// A message from the subscriber (the role's to keep: what it holds on to moves out of
+    /// it).
+    fn on_message(&mut self, message: Message, now: Instant) -> Result<(), PeerError>;
     /// A subscription (`0x01` + prefix) that reached an XPUB publisher.
     fn on_subscription(&mut self, _prefix: &[u8], _now: Instant) {}
     /// A cancelled subscription (`0x00` + prefix) that reached an XPUB publisher: a
@@ -949,7 +950,7 @@ impl Plumbing {
     fn on_input<R: Role>(&mut self, role: &mut R, frames: &[Bytes], now: Instant) {
         match Message::decode(frames, &self.config.limits) {
             Ok(m) => {
-                if let Err(e) = role.on_message(&m, now) {
+                if let Err(e) = role.on_message(m, now) {
                     self.stats.refused.fetch_add(1, Ordering::Relaxed);
                     if self.log.allow(now) {
                         tracing::warn!(error = %e, "message refused");

@@ -29,8 +29,8 @@ use dafka_zmtp::{Monitor, Socket, SocketEvent, SocketType};
 
 use crate::error::Error;
 use crate::node::{
-    Control, LogLimiter, NodeConfig, NodeStats, NodeTask, Plumbing, Role, TRANSMIT_CHUNK,
-    Outbox, TowerWait, log_refused, new_node_id, now, publish_with, take_up_to, wait_until,
+    Control, LogLimiter, NodeConfig, NodeStats, NodeTask, Outbox, Plumbing, Role, TRANSMIT_CHUNK,
+    TowerWait, log_refused, new_node_id, now, publish_with, take_up_to, wait_until,
 };
 
 /// Settings of a [`ProducerNode`] beyond those every node has.
@@ -156,7 +156,7 @@ impl ProducerRecord {
 
     /// The record with its extras encoded at the end of `buf` (records encoded one after the
     /// other share its allocation).
-    pub fn encode(&self, buf: &mut BytesMut) -> EncodedRecord {
+    pub fn encode_into(self, buf: &mut BytesMut) -> EncodedRecord {
         let meta = RecordMeta::encode_in(
             buf,
             self.timestamp.unwrap_or(0),
@@ -165,7 +165,7 @@ impl ProducerRecord {
             self.headers.as_deref(),
         );
         EncodedRecord {
-            value: self.value.clone(),
+            value: self.value,
             meta,
             timestamped: self.timestamp.is_some(),
         }
@@ -285,6 +285,7 @@ impl Shared {
 /// Queues `m` and, when it is a META-RECORD and `plain` (a peer takes RECORDs only), the same
 /// record as RECORD after it. Our nodes subscribed to both take the first and drop the second
 /// as a duplicate.
+#[inline]
 fn push_with_plain(out: &mut Outbox<'_>, m: Message, plain: bool) {
     let record = match &m {
         Message::MetaRecord(r) if plain => Some(Message::Record(r.record.clone())),
@@ -493,11 +494,15 @@ impl ProducerNode {
                 producer.check(r.value.len(), r.key.as_deref(), r.headers.as_deref())?;
             }
         }
-        // Every record's extras encoded into one buffer, shared by them all.
+        // Each record's extras encoded as it is sent, into blocks shared by them all.
         let mut buf = BytesMut::new();
-        let encoded: Vec<EncodedRecord> = records.iter().map(|r| r.encode(&mut buf)).collect();
-        drop(records);
-        self.send_many_encoded(encoded).await
+        let mut first = None;
+        let encoded = records.into_iter().map(|r| r.encode_into(&mut buf));
+        self.send_each(encoded, &mut first).await?;
+        Ok(match first {
+            Some(f) => f,
+            None => self.shared.lock().next_offset(),
+        })
     }
 
     /// [`send_many`](Self::send_many) of records whose metadata is encoded already. Every
@@ -867,10 +872,10 @@ impl Role for ProducerRole {
         self.shared.lock().handle_unsubscription(prefix);
     }
 
-    fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
+    fn on_message(&mut self, message: Message, _now: Instant) -> Result<(), PeerError> {
         let (result, refusals, failing) = {
             let mut producer = self.shared.lock();
-            let result = producer.handle_message(message, None);
+            let result = producer.handle_message(&message, None);
             let refusals: Vec<StoreRefusal> =
                 std::iter::from_fn(|| producer.poll_refusal()).collect();
             (result, refusals, producer.failure().is_some())

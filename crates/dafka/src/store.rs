@@ -435,8 +435,8 @@ impl WriterRole {
 }
 
 impl Role for WriterRole {
-    fn on_message(&mut self, message: &Message, now: Instant) -> Result<(), PeerError> {
-        lock(&self.writer).handle_message(message, now)
+    fn on_message(&mut self, message: Message, now: Instant) -> Result<(), PeerError> {
+        lock(&self.writer).handle(message, now)
     }
 
     fn on_timeout(&mut self, now: Instant) {
@@ -545,8 +545,8 @@ struct ReaderRole {
 }
 
 impl Role for ReaderRole {
-    fn on_message(&mut self, message: &Message, _now: Instant) -> Result<(), PeerError> {
-        self.reader.handle_message(message, &self.log)
+    fn on_message(&mut self, message: Message, _now: Instant) -> Result<(), PeerError> {
+        self.reader.handle_message(&message, &self.log)
     }
 
     fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {
