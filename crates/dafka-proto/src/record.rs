@@ -448,7 +448,28 @@ impl RecordMeta {
         timestamp: i64,
         limits: &Limits,
     ) -> Result<RecordMeta, DecodeError> {
-        let (flags, extras) = r.walked(|s| check_extras(s, limits))?;
+        Self::read_extras_with(r, timestamp, limits, true)
+    }
+
+    /// [`read_extras`](Self::read_extras) of bytes whose header names were checked as UTF-8
+    /// when they were written and that are known intact since (a store's own segment entry,
+    /// its CRC checked): every length is still checked against what is there, the names are
+    /// not decoded again. A reader of what is served checks them.
+    pub fn read_stored_extras(
+        r: &mut Reader,
+        timestamp: i64,
+        limits: &Limits,
+    ) -> Result<RecordMeta, DecodeError> {
+        Self::read_extras_with(r, timestamp, limits, false)
+    }
+
+    fn read_extras_with(
+        r: &mut Reader,
+        timestamp: i64,
+        limits: &Limits,
+        check_names: bool,
+    ) -> Result<RecordMeta, DecodeError> {
+        let (flags, extras) = r.walked(|s| check_extras(s, limits, check_names))?;
         Ok(RecordMeta {
             timestamp,
             extras: if flags == 0 { Bytes::new() } else { extras },
@@ -551,8 +572,14 @@ fn put_extras_of<'h>(
     }
 }
 
-/// Walks one record's extras, checking them; returns the flags.
-fn check_extras(s: &mut SliceReader<'_>, limits: &Limits) -> Result<u8, DecodeError> {
+/// Walks one record's extras, checking them (the names' UTF-8 with `check_names`); returns
+/// the flags.
+#[inline]
+fn check_extras(
+    s: &mut SliceReader<'_>,
+    limits: &Limits,
+    check_names: bool,
+) -> Result<u8, DecodeError> {
     let flags = s.u8("record flags")?;
     if flags & !FLAGS_KNOWN != 0 {
         return Err(MalformedError::RecordFlags { flags }.into());
@@ -572,7 +599,7 @@ fn check_extras(s: &mut SliceReader<'_>, limits: &Limits) -> Result<u8, DecodeEr
         for _ in 0..count {
             let name = s.long_bytes("header name")?;
             // Names are mostly short ASCII: checked without the general decoder.
-            if !name.is_ascii() && std::str::from_utf8(name).is_err() {
+            if check_names && !name.is_ascii() && std::str::from_utf8(name).is_err() {
                 return Err(MalformedError::HeaderName.into());
             }
             let len = s.u32("header value length")?;
@@ -785,5 +812,29 @@ mod tests {
             b,
             RecordMeta::new(2, TimestampType::CreateTime, Some(b"bb"), Some(&[]))
         );
+    }
+
+    #[test]
+    fn stored_extras_skip_the_names_utf8_and_nothing_else() {
+        let read = |bytes: &'static [u8], stored: bool| {
+            let mut r = Reader::new(Bytes::from_static(bytes));
+            if stored {
+                RecordMeta::read_stored_extras(&mut r, 0, &Limits::DEFAULT)
+            } else {
+                RecordMeta::read_extras(&mut r, 0, &Limits::DEFAULT)
+            }
+        };
+        let bad_name = b"\x02\x00\x00\x00\x01\x00\x00\x00\x01\xFF\xFF\xFF\xFF\xFF";
+        assert!(read(bad_name, false).is_err());
+        assert_eq!(read(bad_name, true).unwrap().header_count(), Some(1));
+        // Lengths, flags and limits are checked all the same.
+        for bad in [
+            &b"\x01\x00\x00\x00\x09k"[..],
+            b"\x08",
+            b"\x02\xFF\xFF\xFF\xF0",
+        ] {
+            let mut r = Reader::new(Bytes::from_static(bad));
+            assert!(RecordMeta::read_stored_extras(&mut r, 0, &Limits::DEFAULT).is_err());
+        }
     }
 }

@@ -725,8 +725,8 @@ pub fn record_parts(
 #[inline(never)]
 fn record_extras(bytes: Bytes, timestamp: i64) -> Result<(RecordMeta, Bytes), FormatError> {
     let mut r = Reader::new(bytes);
-    let meta =
-        RecordMeta::read_extras(&mut r, timestamp, &META_LIMITS).map_err(FormatError::BadMeta)?;
+    let meta = RecordMeta::read_stored_extras(&mut r, timestamp, &META_LIMITS)
+        .map_err(FormatError::BadMeta)?;
     Ok((meta, r.rest()))
 }
 
