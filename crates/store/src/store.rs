@@ -31,8 +31,6 @@ use crate::{PartitionId, PartitionKey};
 /// a store's CPU serving Spark, in `clear_page` under `pread`; gone from the profile with
 /// 256 KiB pieces).
 const READ_CHUNK_MAX: usize = 256 << 10;
-/// Most records [`Store::read`] reserves room for up front.
-const READ_RESERVE: usize = 1024;
 
 /// The batch being formed by appenders.
 struct Pending {
@@ -707,8 +705,9 @@ impl Store {
         drop(st);
 
         let chunk = max_bytes.clamp(64 << 10, READ_CHUNK_MAX);
-        // Sized once for a usual read (a reader's chunk of records), not grown record by record.
-        let mut out = Vec::with_capacity(max_records.min(READ_RESERVE));
+        // Grown as records come (reserving a whole chunk's worth up front took fresh pages
+        // from the kernel on every read, a page fault each few records).
+        let mut out = Vec::new();
         let mut next = from;
         let mut bytes = 0usize;
         for (base, name, file, len, skips) in segments {
