@@ -757,18 +757,7 @@ impl Message {
     /// The frames of the ZeroMQ multipart message: frame 1, then the content for RECORD and
     /// DIRECT-RECORD (shared, not copied).
     pub fn to_frames(&self) -> Vec<Bytes> {
-        self.to_frames_in(&mut BytesMut::with_capacity(self.header_len()))
-    }
-
-    /// [`to_frames`](Self::to_frames) with frame 1 encoded at the end of `buf` and split off
-    /// it: encoding many messages into one buffer reserved for all their headers
-    /// ([`header_len`](Self::header_len) each) makes one allocation for all of them, and
-    /// their frames share it (a clone per subscriber is a reference count, not a copy).
-    pub fn to_frames_in(&self, buf: &mut BytesMut) -> Vec<Bytes> {
-        let start = buf.len();
-        self.encode_header(buf);
-        // `split` leaves `buf` empty with the rest of its capacity for the next message.
-        let header = buf.split().split_off(start).freeze();
+        let header = self.header_frame(&mut BytesMut::with_capacity(self.header_len()));
         let contents = self.contents();
         let mut frames = Vec::with_capacity(1 + contents.len());
         frames.push(header);
@@ -776,12 +765,13 @@ impl Message {
         frames
     }
 
-    /// [`to_frames_in`](Self::to_frames_in) taking the message: its contents move into the
-    /// frames (no reference count taken and dropped per record).
+    /// [`to_frames`](Self::to_frames) taking the message, with frame 1 encoded at the end of
+    /// `buf`: encoding many messages into one buffer reserved for all their headers
+    /// ([`header_len`](Self::header_len) each) makes one allocation for all of them, and
+    /// their frames share it (a clone per subscriber is a reference count, not a copy); the
+    /// contents move into the frames (no reference count taken and dropped per record).
     pub fn into_frames_in(self, buf: &mut BytesMut) -> Vec<Bytes> {
-        let start = buf.len();
-        self.encode_header(buf);
-        let header = buf.split().split_off(start).freeze();
+        let header = self.header_frame(buf);
         match self {
             Message::DirectRecords(DirectRecords { contents, .. })
             | Message::DirectMetaRecords(DirectMetaRecords {
@@ -798,6 +788,14 @@ impl Message {
             | Message::MetaRecord(MetaRecord { record: r, .. }) => vec![header, r.content],
             _ => vec![header],
         }
+    }
+
+    /// Frame 1 encoded at the end of `buf` and split off it (`split` leaves `buf` empty with
+    /// the rest of its capacity for the next message).
+    fn header_frame(&self, buf: &mut BytesMut) -> Bytes {
+        let start = buf.len();
+        self.encode_header(buf);
+        buf.split().split_off(start).freeze()
     }
 
     /// Decodes one ZeroMQ multipart message. Frame 1 must be used up exactly; the content

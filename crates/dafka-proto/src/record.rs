@@ -46,7 +46,7 @@ const FLAGS_KNOWN: u8 = FLAG_KEY | FLAG_HEADERS | FLAG_LOG_APPEND_TIME;
 const NULL_VALUE: u32 = 0xFFFF_FFFF;
 /// The block [`RecordMeta::encode_in`] allocates for the extras of records encoded one after
 /// the other.
-pub const EXTRAS_BLOCK: usize = 16 * 1024;
+const EXTRAS_BLOCK: usize = 16 * 1024;
 /// Length of the timestamp field.
 pub const TIMESTAMP_LEN: usize = 8;
 /// The fewest bytes a header takes in the extras (two lengths), so a count can be checked
@@ -103,13 +103,14 @@ impl Header {
 /// The bytes of a key, header names and header values: what, beside the value, counts against
 /// a record size limit.
 pub fn payload_len(key: Option<&[u8]>, headers: Option<&[Header]>) -> usize {
-    let key = key.map_or(0, <[u8]>::len);
-    let headers = headers.map_or(0, |hs| {
-        hs.iter()
-            .map(|h| h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
-            .sum()
-    });
-    key + headers
+    payload_of(key, headers.map(refs))
+}
+
+/// Whether `name` may name a header: UTF-8 (mostly short ASCII, checked without the general
+/// decoder first). What every encoder's caller and every decoder checks.
+#[inline]
+pub fn is_header_name(name: &[u8]) -> bool {
+    name.is_ascii() || std::str::from_utf8(name).is_ok()
 }
 
 /// A header as a record holds it: borrowed from its encoded extras.
@@ -234,17 +235,20 @@ impl RecordMeta {
         key: Option<&[u8]>,
         headers: Option<&[Header]>,
     ) -> Self {
-        let exact = match (key, headers) {
-            (None, None) => 0,
-            _ => extras_len_of(key, headers),
-        };
-        let mut buf = BytesMut::with_capacity(exact);
-        Self::encode_in(&mut buf, timestamp, timestamp_type, key, headers)
+        let headers = headers.map(refs);
+        Self::encode(
+            &mut BytesMut::new(),
+            0,
+            timestamp,
+            timestamp_type,
+            key,
+            headers,
+        )
     }
 
     /// As [`new`](Self::new), encoding the extras at the end of `buf` and splitting them off:
     /// many records' metadata built one after the other share `buf`'s allocations (blocks of
-    /// [`EXTRAS_BLOCK`] bytes, or one record's extras when larger).
+    /// 16 KiB, or one record's extras when larger).
     pub fn encode_in(
         buf: &mut BytesMut,
         timestamp: i64,
@@ -252,20 +256,29 @@ impl RecordMeta {
         key: Option<&[u8]>,
         headers: Option<&[Header]>,
     ) -> Self {
-        let headers = headers.map(|hs| {
-            hs.iter().map(|h| HeaderRef {
-                name: &h.name,
-                value: h.value.as_deref(),
-            })
-        });
-        Self::encode_refs_in(buf, timestamp, timestamp_type, key, headers)
+        let headers = headers.map(refs);
+        Self::encode(buf, EXTRAS_BLOCK, timestamp, timestamp_type, key, headers)
     }
 
     /// As [`encode_in`](Self::encode_in), the headers given as borrowed [`HeaderRef`]s (from
-    /// wherever the caller holds them: Arrow arrays, say). The names must be UTF-8: callers
-    /// check them (a reader refuses a record whose names are not).
+    /// wherever the caller holds them: Arrow arrays, say). The names must be UTF-8
+    /// ([`is_header_name`]): callers check them (a reader refuses a record whose names are
+    /// not).
     pub fn encode_refs_in<'h>(
         buf: &mut BytesMut,
+        timestamp: i64,
+        timestamp_type: TimestampType,
+        key: Option<&[u8]>,
+        headers: Option<impl ExactSizeIterator<Item = HeaderRef<'h>> + Clone>,
+    ) -> Self {
+        Self::encode(buf, EXTRAS_BLOCK, timestamp, timestamp_type, key, headers)
+    }
+
+    /// Encodes the extras at the end of `buf`, reserving at least `block` bytes when it has
+    /// no room left for them (0: exactly what they take), and splits them off.
+    fn encode<'h>(
+        buf: &mut BytesMut,
+        block: usize,
         timestamp: i64,
         timestamp_type: TimestampType,
         key: Option<&[u8]>,
@@ -276,35 +289,18 @@ impl RecordMeta {
             0 => Bytes::new(),
             FLAG_LOG_APPEND_TIME => Bytes::from_static(LOG_APPEND_ONLY),
             _ => {
-                let key_len = key.map_or(0, |k| 4 + k.len());
-                let headers_len = headers.clone().map_or(0, |hs| {
-                    4 + hs
-                        .map(|h| MIN_HEADER_LEN + h.name.len() + h.value.map_or(0, <[u8]>::len))
-                        .sum::<usize>()
-                });
-                let need = 1 + key_len + headers_len;
+                let count = headers.as_ref().map(ExactSizeIterator::len);
+                let need = framing(flags, count) + payload_of(key, headers.clone());
                 if buf.capacity() - buf.len() < need {
                     // A new block for this record and the next ones (once split off, a block
                     // is shared and never grown in place).
-                    buf.reserve(need.max(EXTRAS_BLOCK));
+                    buf.reserve(need.max(block));
                 }
                 put_extras_of(buf, flags, key, headers);
                 buf.split().freeze()
             }
         };
         RecordMeta { timestamp, extras }
-    }
-
-    /// The same record with another timestamp and timestamp type (key and headers kept).
-    pub fn restamped(&self, timestamp: i64, timestamp_type: TimestampType) -> Self {
-        if self.timestamp_type() == timestamp_type {
-            return RecordMeta {
-                timestamp,
-                extras: self.extras.clone(),
-            };
-        }
-        let headers = self.headers_vec();
-        RecordMeta::new(timestamp, timestamp_type, self.key(), headers.as_deref())
     }
 
     /// The parts (key and headers copied out of the extras).
@@ -339,13 +335,6 @@ impl RecordMeta {
         !self.extras.is_empty()
     }
 
-    /// The encoded extras (empty when the record has none): what
-    /// [`put_extras`](Self::put_extras) writes.
-    #[inline]
-    pub fn extras(&self) -> &[u8] {
-        &self.extras
-    }
-
     /// Where the header count starts in the extras (after the flags and the key).
     #[inline]
     fn after_key(&self) -> usize {
@@ -360,11 +349,6 @@ impl RecordMeta {
     #[inline]
     pub fn key(&self) -> Option<&[u8]> {
         (self.flags() & FLAG_KEY != 0).then(|| &self.extras[5..self.after_key()])
-    }
-
-    /// The key as a shared handle on the extras' buffer (no copy).
-    pub fn key_bytes(&self) -> Option<Bytes> {
-        self.key().map(|k| self.extras.slice_ref(k))
     }
 
     /// How many headers the record has (`None` when it has no list).
@@ -387,7 +371,7 @@ impl RecordMeta {
     }
 
     /// The headers, copied into a list of their own.
-    pub fn headers_vec(&self) -> Option<Vec<Header>> {
+    fn headers_vec(&self) -> Option<Vec<Header>> {
         self.headers().map(|hs| {
             hs.map(|h| Header {
                 name: self.extras.slice_ref(h.name),
@@ -401,18 +385,10 @@ impl RecordMeta {
     /// against a record size limit. Found from the extras' length without walking them.
     #[inline]
     pub fn payload_len(&self) -> usize {
-        let flags = self.flags();
-        if flags == 0 {
-            return 0;
+        match self.flags() {
+            0 => 0,
+            flags => self.extras.len() - framing(flags, self.header_count()),
         }
-        let mut framing = 1;
-        if flags & FLAG_KEY != 0 {
-            framing += 4;
-        }
-        if let Some(n) = self.header_count() {
-            framing += 4 + n * MIN_HEADER_LEN;
-        }
-        self.extras.len() - framing
     }
 
     /// Length of the extras (0 when [`has_extras`](Self::has_extras) is false).
@@ -531,16 +507,31 @@ fn flags_of(timestamp_type: TimestampType, key: bool, headers: bool) -> u8 {
     flags
 }
 
-/// Length of the extras of a record with `key` and `headers` (and some flag set).
-fn extras_len_of(key: Option<&[u8]>, headers: Option<&[Header]>) -> usize {
-    let key = key.map_or(0, |k| 4 + k.len());
+/// What extras with `flags` and `header_count` headers take beside the key, names and values:
+/// the flags byte, the key's length, the header count and two lengths per header.
+fn framing(flags: u8, header_count: Option<usize>) -> usize {
+    let key = if flags & FLAG_KEY != 0 { 4 } else { 0 };
+    1 + key + header_count.map_or(0, |n| 4 + n * MIN_HEADER_LEN)
+}
+
+/// The bytes of `key` and of the headers' names and values.
+fn payload_of<'h>(
+    key: Option<&[u8]>,
+    headers: Option<impl Iterator<Item = HeaderRef<'h>>>,
+) -> usize {
     let headers = headers.map_or(0, |hs| {
-        4 + hs
-            .iter()
-            .map(|h| MIN_HEADER_LEN + h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
-            .sum::<usize>()
+        hs.map(|h| h.name.len() + h.value.map_or(0, <[u8]>::len))
+            .sum()
     });
-    1 + key + headers
+    key.map_or(0, <[u8]>::len) + headers
+}
+
+/// `headers` borrowed as [`HeaderRef`]s.
+fn refs(headers: &[Header]) -> impl ExactSizeIterator<Item = HeaderRef<'_>> + Clone {
+    headers.iter().map(|h| HeaderRef {
+        name: &h.name,
+        value: h.value.as_deref(),
+    })
 }
 
 /// Writes extras. Lengths over `u32::MAX` cannot be encoded: callers check
@@ -598,8 +589,7 @@ fn check_extras(
         }
         for _ in 0..count {
             let name = s.long_bytes("header name")?;
-            // Names are mostly short ASCII: checked without the general decoder.
-            if check_names && !name.is_ascii() && std::str::from_utf8(name).is_err() {
+            if check_names && !is_header_name(name) {
                 return Err(MalformedError::HeaderName.into());
             }
             let len = s.u32("header value length")?;
@@ -779,21 +769,6 @@ mod tests {
             (None, None, 0)
         );
         assert!(plain.headers().is_none());
-        // Restamped keeps key and headers, whatever the new type.
-        let stamped = meta.restamped(5, TimestampType::LogAppendTime);
-        assert_eq!(stamped.timestamp_type(), TimestampType::LogAppendTime);
-        assert_eq!(
-            stamped.parts(),
-            MetaParts {
-                timestamp: 5,
-                timestamp_type: TimestampType::LogAppendTime,
-                ..parts
-            }
-        );
-        assert_eq!(
-            RecordMeta::created(3).restamped(4, TimestampType::LogAppendTime),
-            RecordMeta::log_append(4)
-        );
         // Built one after another in one buffer: each holds its own extras.
         let mut buf = BytesMut::new();
         let a = RecordMeta::encode_in(&mut buf, 1, TimestampType::CreateTime, Some(b"a"), None);

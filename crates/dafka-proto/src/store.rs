@@ -1118,10 +1118,10 @@ impl StoreReader {
                     let runs = metas || bits & LISTENS_RUNS != 0;
                     let mut run = Run::default();
                     let mut expected = answer.next;
-                    // Room for a run's records, as many as fit in a batch if all were the size
-                    // of the first.
+                    // Room for a run's records at its start: as many as fit in a batch if all
+                    // were the size of the first.
                     let first_len = records.first().map_or(1, |(_, c, _)| c.len().max(1));
-                    let mut reserve = records.len().min(self.config.batch_bytes / first_len + 1);
+                    let per_run = records.len().min(self.config.batch_bytes / first_len + 1);
                     for (offset, content, meta) in records {
                         // Only the contiguous run from the offset asked for: an answer never
                         // skips a record.
@@ -1144,14 +1144,12 @@ impl StoreReader {
                         if !run.contents.is_empty()
                             && run.bytes + content.len() > self.config.batch_bytes
                         {
-                            // The next run is likely as long as this one: room for it at once.
-                            reserve = run.contents.len();
                             self.chunk.push_back(run.take(answer, offset));
                         }
                         if run.contents.is_empty() {
-                            run.contents.reserve(reserve);
+                            run.contents.reserve(per_run);
                             if metas {
-                                run.metas.reserve(reserve);
+                                run.metas.reserve(per_run);
                             }
                         }
                         run.bytes += content.len();

@@ -64,6 +64,7 @@ mod tower;
 pub mod zre_discovery;
 
 pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, OFFSETS_SETTLE, Position};
+pub use dafka_proto::record::is_header_name;
 pub use dafka_proto::{
     Bounds, Header, HeaderRef, MetaParts, NodeId, OffsetReset, RecordMeta, RefusalReason,
     TimestampType, Topic,

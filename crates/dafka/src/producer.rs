@@ -129,41 +129,19 @@ impl ProducerRecord {
         }
     }
 
-    /// The value and the metadata, stamped `now_us` unless a timestamp was given.
-    fn into_parts(self, now_us: i64) -> (Bytes, RecordMeta) {
-        let r = self.into_encoded();
-        let mut meta = r.meta;
-        if !r.timestamped {
-            meta.timestamp = now_us;
-        }
-        (r.value, meta)
-    }
-
-    /// The record with its extras encoded in a buffer of their own.
-    fn into_encoded(self) -> EncodedRecord {
-        let meta = RecordMeta::new(
+    /// The record with its extras encoded at the end of `buf` when given (records encoded one
+    /// after the other share its blocks), else in a buffer of their own.
+    fn encode(self, buf: Option<&mut BytesMut>) -> EncodedRecord {
+        let (t, key, headers) = (
             self.timestamp.unwrap_or(0),
-            TimestampType::CreateTime,
             self.key.as_deref(),
             self.headers.as_deref(),
         );
-        EncodedRecord {
-            value: self.value,
-            meta,
-            timestamped: self.timestamp.is_some(),
-        }
-    }
-
-    /// The record with its extras encoded at the end of `buf` (records encoded one after the
-    /// other share its allocation).
-    pub fn encode_into(self, buf: &mut BytesMut) -> EncodedRecord {
-        let meta = RecordMeta::encode_in(
-            buf,
-            self.timestamp.unwrap_or(0),
-            TimestampType::CreateTime,
-            self.key.as_deref(),
-            self.headers.as_deref(),
-        );
+        let create = TimestampType::CreateTime;
+        let meta = match buf {
+            Some(buf) => RecordMeta::encode_in(buf, t, create, key, headers),
+            None => RecordMeta::new(t, create, key, headers),
+        };
         EncodedRecord {
             value: self.value,
             meta,
@@ -201,6 +179,15 @@ impl EncodedRecord {
     /// Bytes it takes in the unacknowledged buffer: value, key and headers.
     fn len(&self) -> usize {
         self.value.len() + self.meta.payload_len()
+    }
+
+    /// Its value and metadata, stamped `now_us` unless it has its timestamp.
+    fn stamped(self, now_us: i64) -> (Bytes, RecordMeta) {
+        let mut meta = self.meta;
+        if !self.timestamped {
+            meta.timestamp = now_us;
+        }
+        (self.value, meta)
     }
 }
 
@@ -413,9 +400,8 @@ impl ProducerNode {
     /// is full, then fails with [`Error::SendTimeout`].
     pub async fn send(&self, record: impl Into<ProducerRecord>) -> Result<u64, Error> {
         let mut first = None;
-        let prepared = record.into().into_encoded();
-        self.send_each(std::iter::once(prepared), &mut first)
-            .await?;
+        let encoded = record.into().encode(None);
+        self.send_each(std::iter::once(encoded), &mut first).await?;
         first.ok_or(Error::Closed)
     }
 
@@ -464,7 +450,7 @@ impl ProducerNode {
         if !fits(&producer, record.len()) {
             return Ok(Err(record));
         }
-        let (value, meta) = record.into_parts(now_us());
+        let (value, meta) = record.encode(None).stamped(now_us());
         let offset = match producer.send(value, meta, now()) {
             Ok(offset) => offset,
             Err(SendError::Caller(e)) => return Err(e.into()),
@@ -496,13 +482,8 @@ impl ProducerNode {
         }
         // Each record's extras encoded as it is sent, into blocks shared by them all.
         let mut buf = BytesMut::new();
-        let mut first = None;
-        let encoded = records.into_iter().map(|r| r.encode_into(&mut buf));
-        self.send_each(encoded, &mut first).await?;
-        Ok(match first {
-            Some(f) => f,
-            None => self.shared.lock().next_offset(),
-        })
+        self.send_checked(records.into_iter().map(|r| r.encode(Some(&mut buf))))
+            .await
     }
 
     /// [`send_many`](Self::send_many) of records whose metadata is encoded already. Every
@@ -514,8 +495,17 @@ impl ProducerNode {
                 producer.check_meta(r.value.len(), &r.meta)?;
             }
         }
+        self.send_checked(records.into_iter()).await
+    }
+
+    /// Sends records already checked; the offset of the first (the next offset when there is
+    /// none).
+    async fn send_checked(
+        &self,
+        records: impl Iterator<Item = EncodedRecord>,
+    ) -> Result<u64, Error> {
         let mut first = None;
-        self.send_each(records.into_iter(), &mut first).await?;
+        self.send_each(records, &mut first).await?;
         Ok(match first {
             Some(f) => f,
             None => self.shared.lock().next_offset(),
@@ -541,7 +531,7 @@ impl ProducerNode {
                 let stamp = now_us();
                 let mut queued = 0;
                 let mut outcome = Ok(());
-                while let Some(mut r) = pending.take() {
+                while let Some(r) = pending.take() {
                     if shared.closed() {
                         return Err(Error::Closed);
                     }
@@ -549,10 +539,8 @@ impl ProducerNode {
                         pending = Some(r);
                         break;
                     }
-                    if !r.timestamped {
-                        r.meta.timestamp = stamp;
-                    }
-                    match producer.send(r.value, r.meta, t) {
+                    let (value, meta) = r.stamped(stamp);
+                    match producer.send(value, meta, t) {
                         Ok(offset) => {
                             first.get_or_insert(offset);
                             pending = values.next();

@@ -24,7 +24,9 @@ use arrow_pyarrow::FromPyArrow;
 use arrow_schema::{DataType, TimeUnit};
 use bytes::Bytes;
 use bytes::BytesMut;
-use dafka_node::{EncodedRecord, Header, HeaderRef, ProducerRecord, RecordMeta, TimestampType};
+use dafka_node::{
+    EncodedRecord, Header, HeaderRef, ProducerRecord, RecordMeta, TimestampType, is_header_name,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
@@ -72,14 +74,9 @@ pub(crate) fn records_of(
         .map(|k| same_len(column(k, "keys", keys_in)?, n, "keys"))
         .transpose()?;
     let headers = headers
-        .map(|h| {
+        .map(|h| -> PyResult<Headers> {
             let column = headers_column(h)?;
-            if column.len() != n {
-                return Err(errors::invalid(format!(
-                    "send_many: headers has {} entries for {n} values",
-                    column.len()
-                )));
-            }
+            check_len(column.len(), n, "headers")?;
             Ok(column)
         })
         .transpose()?;
@@ -207,13 +204,18 @@ fn headers_column(obj: &Bound<'_, PyAny>) -> PyResult<Headers> {
 }
 
 fn same_len<T>(column: Vec<T>, n: usize, what: &str) -> PyResult<Vec<T>> {
-    if column.len() != n {
+    check_len(column.len(), n, what)?;
+    Ok(column)
+}
+
+/// Fails unless a column of `len` entries has one per value (`n`).
+fn check_len(len: usize, n: usize, what: &str) -> PyResult<()> {
+    if len != n {
         return Err(errors::invalid(format!(
-            "send_many: {what} has {} entries for {n} values",
-            column.len()
+            "send_many: {what} has {len} entries for {n} values"
         )));
     }
-    Ok(column)
+    Ok(())
 }
 
 /// `obj` as an Arrow array when it is one (a chunked one combined).
@@ -558,7 +560,7 @@ fn headers_in(array: &dyn Array) -> PyResult<ArrowHeaders> {
         for i in w[0]..w[1] {
             let ok = names
                 .get(i)
-                .is_some_and(|n| names.utf8 || n.is_ascii() || std::str::from_utf8(n).is_ok());
+                .is_some_and(|n| names.utf8 || is_header_name(n));
             if !ok {
                 return Err(errors::invalid(format!(
                     "send_many: headers[{row}]: a header name must be a UTF-8 string, not null"

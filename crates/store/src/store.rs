@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
-use dafka_proto::record::RecordMeta;
+use dafka_proto::record::{RecordMeta, is_header_name};
 
 use crate::chunk::ChunkReader;
 use crate::error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
@@ -942,11 +942,7 @@ fn check_records(records: &[AppendRecord<'_>], max: usize) -> Result<(), AppendE
                     max: MAX_HEADERS,
                 });
             }
-            // Mostly short ASCII names: checked without the general decoder first.
-            if headers
-                .into_iter()
-                .any(|h| !h.name.is_ascii() && std::str::from_utf8(h.name).is_err())
-            {
+            if headers.into_iter().any(|h| !is_header_name(h.name)) {
                 return Err(AppendError::HeaderNameNotUtf8);
             }
         }
