@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::BytesMut;
 use dafka_proto::record::{RecordMeta, is_header_name};
 
-use crate::chunk::ChunkReader;
+use crate::chunk::{ChunkPool, ChunkReader};
 use crate::error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
 use crate::file::{Dir, FsDir, SegmentFile};
 use crate::format::{
@@ -178,6 +178,8 @@ struct Shared {
     recovery: RecoveryReport,
     /// The durable-point file (see [`format::DurablePoint`]).
     point: Arc<dyn SegmentFile>,
+    /// Read chunks to reuse ([`Store::read`]).
+    chunks: ChunkPool,
 }
 
 impl Shared {
@@ -317,6 +319,7 @@ impl Store {
             dir,
             recovery: recovered.report,
             point: recovered.point,
+            chunks: ChunkPool::default(),
         });
         let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
@@ -715,7 +718,7 @@ impl Store {
                 file: name.clone(),
                 source,
             };
-            let mut reader = ChunkReader::new(&*file, len, chunk);
+            let mut reader = ChunkReader::pooled(&*file, &name, len, chunk, &self.shared.chunks);
             let mut pos = start.saturating_sub(base).max(HEADER_LEN as u64);
             let wanted = partition.0.to_be_bytes();
             // Damaged bytes found at open, to jump over (they hold no whole entry): one
