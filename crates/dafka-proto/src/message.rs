@@ -771,22 +771,25 @@ impl Message {
     /// their frames share it (a clone per subscriber is a reference count, not a copy); the
     /// contents move into the frames (no reference count taken and dropped per record).
     pub fn into_frames_in(self, buf: &mut BytesMut) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        self.into_frames_with(buf, &mut frames);
+        frames
+    }
+
+    /// [`into_frames_in`](Self::into_frames_in) appending the frames to `out`: straight into
+    /// the transport's message, with no list of frames allocated and freed per message.
+    pub fn into_frames_with(self, buf: &mut BytesMut, out: &mut impl Extend<Bytes>) {
         let header = self.header_frame(buf);
         match self {
             Message::DirectRecords(DirectRecords { contents, .. })
             | Message::DirectMetaRecords(DirectMetaRecords {
                 run: DirectRecords { contents, .. },
                 ..
-            }) => {
-                let mut frames = Vec::with_capacity(1 + contents.len());
-                frames.push(header);
-                frames.extend(contents);
-                frames
-            }
+            }) => out.extend(std::iter::once(header).chain(contents)),
             Message::Record(r)
             | Message::DirectRecord(DirectRecord { record: r, .. })
-            | Message::MetaRecord(MetaRecord { record: r, .. }) => vec![header, r.content],
-            _ => vec![header],
+            | Message::MetaRecord(MetaRecord { record: r, .. }) => out.extend([header, r.content]),
+            _ => out.extend([header]),
         }
     }
 

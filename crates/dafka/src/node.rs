@@ -590,16 +590,38 @@ pub(crate) fn publish(
     })
 }
 
-/// The messages a [`publish_with`] filler pushes, each with its frame 1's length (computed
-/// once: a DIRECT-META-RECORDS' walks its run).
-pub(crate) struct Outbox<'a>(&'a mut Vec<WithLen>);
+/// Where a [`publish_with`] filler pushes its messages: each is encoded into the batch as it
+/// comes (a list of messages, over a hundred bytes each, moved twice more every message).
+pub(crate) struct Outbox<'a> {
+    batch: &'a mut VecDeque<dafka_zmtp::Message>,
+    /// The block the next frame 1 is encoded into.
+    headers: BytesMut,
+    /// The size of the last block taken.
+    block: usize,
+}
 
 impl Outbox<'_> {
     /// Queues `m` to publish.
     #[inline]
     pub(crate) fn push(&mut self, m: Message) {
         let len = m.header_len();
-        self.0.push((m, len));
+        if self.headers.capacity() < len {
+            self.new_block(len);
+        }
+        let mut frames = dafka_zmtp::Message::new();
+        m.into_frames_with(&mut self.headers, &mut frames);
+        self.batch.push_back(frames);
+    }
+
+    /// Frame-1 headers are encoded into shared blocks, twice as large as the last each time up
+    /// to HEADER_BLOCK: small enough for the allocator to recycle once their frames are sent
+    /// (one block for a whole batch, a few hundred KiB, went back to the kernel and was
+    /// faulted in again), and a lone message does not hold a large block while it waits in a
+    /// subscriber's queue.
+    #[cold]
+    fn new_block(&mut self, len: usize) {
+        self.block = (self.block * 2).clamp(FIRST_HEADER_BLOCK, HEADER_BLOCK);
+        self.headers = BytesMut::with_capacity(self.block.max(len));
     }
 }
 
@@ -611,25 +633,14 @@ pub(crate) fn publish_with(
     publisher: &Socket,
     fill: impl FnOnce(&mut Outbox<'_>),
 ) -> Option<dafka_zmtp::Error> {
-    PUBLISH_SCRATCH.with_borrow_mut(|(messages_in, batch)| {
+    PUBLISH_SCRATCH.with_borrow_mut(|batch| {
         let mut refused = None;
-        fill(&mut Outbox(messages_in));
-        if messages_in.is_empty() {
-            return refused;
-        }
-        // One batch: the PUB/XPUB takes it under one lock, one per subscriber pipe. The frame-1
-        // headers are encoded into shared blocks of at most HEADER_BLOCK bytes: small enough
-        // for the allocator to recycle once their frames are sent, where one block for the
-        // whole batch (a few hundred KiB) went back to the kernel and was faulted in again.
-        let mut left: usize = messages_in.iter().map(|(_, len)| len).sum();
-        let mut headers = BytesMut::new();
-        for (m, len) in messages_in.drain(..) {
-            if headers.capacity() < len {
-                headers = BytesMut::with_capacity(left.min(HEADER_BLOCK).max(len));
-            }
-            left -= len;
-            batch.push_back(m.into_frames_in(&mut headers).into());
-        }
+        fill(&mut Outbox {
+            batch,
+            headers: BytesMut::new(),
+            block: 0,
+        });
+        // One batch: the PUB/XPUB takes it under one lock, one per subscriber pipe.
         while !batch.is_empty() {
             let before = batch.len();
             if let Err(e) = publisher.try_send_many(batch) {
@@ -641,7 +652,9 @@ pub(crate) fn publish_with(
             }
         }
         batch.clear();
-        shrink_scratch(messages_in, batch);
+        if batch.capacity() > TRANSMIT_CHUNK {
+            batch.shrink_to(TRANSMIT_CHUNK);
+        }
         refused
     })
 }
@@ -656,27 +669,16 @@ pub(crate) fn log_refused(refused: Option<dafka_zmtp::Error>) {
 /// Gives back what a burst beyond [`TRANSMIT_CHUNK`] messages (a `close` or `flush` publishing
 /// every queued record) grew `publish`'s empty lists to: kept, they held 10-20 MB per thread
 /// (Python threads included) for the thread's life.
-fn shrink_scratch(messages: &mut Vec<WithLen>, batch: &mut VecDeque<dafka_zmtp::Message>) {
-    if messages.capacity() > TRANSMIT_CHUNK {
-        messages.shrink_to(TRANSMIT_CHUNK);
-    }
-    if batch.capacity() > TRANSMIT_CHUNK {
-        batch.shrink_to(TRANSMIT_CHUNK);
-    }
-}
-
-/// A message to publish and the length of its frame 1.
-type WithLen = (Message, usize);
-
-/// Largest block `publish` encodes frame-1 headers into.
+/// Largest block `publish` encodes frame-1 headers into, and the first (of a lone message).
 const HEADER_BLOCK: usize = 32 << 10;
+const FIRST_HEADER_BLOCK: usize = 512;
 
 thread_local! {
-    /// `publish`'s two lists, kept (empty) between calls: a batch of 4096 messages takes a few
+    /// `publish`'s batch, kept (empty) between calls: a batch of 4096 messages takes a few
     /// hundred KiB, which the allocator would otherwise return to the kernel and fault in
     /// again, page by page, for every batch (a fifth of the producer's page faults each).
-    static PUBLISH_SCRATCH: std::cell::RefCell<(Vec<WithLen>, VecDeque<dafka_zmtp::Message>)> =
-        const { std::cell::RefCell::new((Vec::new(), VecDeque::new())) };
+    static PUBLISH_SCRATCH: std::cell::RefCell<VecDeque<dafka_zmtp::Message>> =
+        const { std::cell::RefCell::new(VecDeque::new()) };
 }
 
 /// The sockets of a node and its discovery machine, owned by its task.
@@ -1123,9 +1125,8 @@ mod tests {
         let burst = 5 * TRANSMIT_CHUNK;
         log_refused(publish(&publisher, std::iter::repeat_n(head, burst)));
         // A current-thread runtime: the test's thread is the one `publish` ran on.
-        let (messages, batch) = PUBLISH_SCRATCH.with_borrow(|(m, b)| (m.capacity(), b.capacity()));
-        assert!(messages <= TRANSMIT_CHUNK, "{messages} messages kept");
-        assert!(batch <= TRANSMIT_CHUNK, "{batch} frames kept");
+        let batch = PUBLISH_SCRATCH.with_borrow(VecDeque::capacity);
+        assert!(batch <= TRANSMIT_CHUNK, "{batch} messages kept");
         publisher.close_in_background_with(Some(Duration::ZERO));
     }
 

@@ -217,10 +217,35 @@ impl From<Vec<Bytes>> for Message {
 impl FromIterator<Bytes> for Message {
     fn from_iter<I: IntoIterator<Item = Bytes>>(iter: I) -> Self {
         let mut m = Message::new();
-        for frame in iter {
-            m.push(frame);
-        }
+        m.extend(iter);
         m
+    }
+}
+
+/// Appends frames: one or two stay inline; more are collected in one allocation sized from
+/// the iterator's lower bound.
+impl Extend<Bytes> for Message {
+    fn extend<I: IntoIterator<Item = Bytes>>(&mut self, frames: I) {
+        let frames = frames.into_iter();
+        let total = self.len() + frames.size_hint().0;
+        if total > 2 {
+            let mut v = Vec::with_capacity(total);
+            match std::mem::replace(&mut self.repr, Repr::Empty) {
+                Repr::Empty => {}
+                Repr::One(a) => v.push(a),
+                Repr::Two([a, b]) => v.extend([a, b]),
+                Repr::Many(mut old) => {
+                    old.reserve(total - old.len());
+                    v = old;
+                }
+            }
+            v.extend(frames);
+            self.repr = Repr::Many(v);
+            return;
+        }
+        for frame in frames {
+            self.push(frame);
+        }
     }
 }
 
@@ -236,6 +261,25 @@ impl<'a> IntoIterator for &'a Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extend_keeps_two_frames_inline_and_sizes_many_once() {
+        let mut m = Message::new();
+        m.extend([Bytes::from_static(b"h"), Bytes::from_static(b"c")]);
+        assert!(matches!(m.repr, Repr::Two(_)));
+        let mut m = Message::from(Bytes::from_static(b"h"));
+        m.extend((0..100u8).map(|i| Bytes::from(vec![i])));
+        let Repr::Many(v) = &m.repr else {
+            panic!("not many")
+        };
+        assert_eq!(v.capacity(), 101);
+        assert_eq!(m.len(), 101);
+        assert_eq!(&m.frames()[0][..], b"h");
+        assert_eq!(&m.frames()[100][..], &[99]);
+        let mut m = Message::new();
+        m.extend(std::iter::once(Bytes::from_static(b"one")));
+        assert_eq!(m, Message::from(Bytes::from_static(b"one")));
+    }
 
     fn b(s: &'static str) -> Bytes {
         Bytes::from_static(s.as_bytes())
