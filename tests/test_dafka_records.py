@@ -172,3 +172,33 @@ def test_the_record_limit_counts_the_key_and_the_headers(cluster: dafka.LocalClu
             dafka.InvalidArgumentError, match="is over the maximum of 1048576 bytes"
         ):
             p.send(b"v", headers={"h": b"k" * MIB})
+
+
+def test_a_partition_reader_leaves_the_headers_column_null_when_asked(
+    cluster: dafka.LocalCluster,
+) -> None:
+    """`PartitionReader.poll(headers=False)` (the Spark source without includeHeaders): the
+    same schema and rows, the headers column all nulls; the default builds it."""
+    t = unique_topic("meta-noheaders")
+    with dafka.Producer(t, towers=cluster.towers) as p:
+        for i in range(3):
+            p.send(b"v%d" % i, key=b"k%d" % i, headers={"trace": b"t%d" % i})
+        p.flush(timeout=30)
+        partition = p.partition
+    batches: dict[bool, pa.RecordBatch] = {}
+    for headers in (False, True):
+        with dafka.PartitionReader(cluster.towers) as reader:
+            reader.assign(t, partition, 0, 3)
+            got: list[pa.RecordBatch] = []
+            deadline = time.monotonic() + 20
+            while sum(b.num_rows for b in got) < 3 and time.monotonic() < deadline:
+                got.append(reader.poll(timeout=0.5, headers=headers))
+            batches[headers] = pa.Table.from_batches(got).combine_chunks().to_batches()[0]
+    without, with_ = batches[False], batches[True]
+    assert without.schema == with_.schema
+    assert without.column("key").to_pylist() == [b"k0", b"k1", b"k2"]
+    assert without.column("headers").null_count == 3
+    assert with_.column("headers").to_pylist() == [
+        [{"key": "trace", "value": b"t%d" % i}] for i in range(3)
+    ]
+    assert without.drop_columns(["headers"]).equals(with_.drop_columns(["headers"]))

@@ -992,7 +992,7 @@ def _read(part: DafkaPartition, o: _Options) -> Iterator[pa.RecordBatch]:
             # below this position was polled already, so the offsets from `expected` up to
             # it were skipped, never delivered.
             position = reader.position(part.topic, part.partition)
-            batch = reader.poll(max_records=want, timeout=0.5)
+            batch = reader.poll(max_records=want, timeout=0.5, headers=o.include_headers)
             if batch.num_rows == 0:
                 if position is not None and position > expected:
                     if o.fail_on_data_loss:

@@ -274,6 +274,82 @@ pub struct MetaRecord {
     pub meta: RecordMeta,
 }
 
+/// A META-RECORD borrowed from where its parts are kept (a producer's unacknowledged
+/// records): encoded straight into frames with no [`Message`] built, moved and dropped per
+/// record, and only the content's reference count taken. The same bytes as
+/// [`Message::MetaRecord`].
+#[derive(Debug, Clone, Copy)]
+pub struct MetaRecordRef<'a> {
+    /// The producer: the partition.
+    pub producer: &'a NodeId,
+    /// The topic.
+    pub topic: &'a Topic,
+    /// The record's offset.
+    pub sequence: u64,
+    /// The value.
+    pub content: &'a Bytes,
+    /// Its metadata.
+    pub meta: &'a RecordMeta,
+}
+
+impl MetaRecordRef<'_> {
+    /// Length of frame 1 in bytes.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        // kind, topic prefix, NUL, version; address, subject, sequence; timestamp, extras.
+        1 + self.topic.len()
+            + 2
+            + 1
+            + NODE_ID_HEX_LEN
+            + 1
+            + self.topic.len()
+            + 8
+            + TIMESTAMP_LEN
+            + self.meta.extras_len()
+    }
+
+    /// Appends frame 1 to `out`.
+    #[inline]
+    pub fn encode_header(&self, out: &mut BytesMut) {
+        out.put_u8(Kind::MetaRecord.id());
+        out.put_slice(self.topic.as_bytes());
+        out.put_u8(PREFIX_END);
+        out.put_u8(VERSION);
+        self.put_fields(out);
+    }
+
+    /// Frame 1's fields after the version: address, subject, sequence, timestamp, extras.
+    #[inline]
+    fn put_fields(&self, out: &mut BytesMut) {
+        put_position(out, self.producer, self.topic, self.sequence);
+        self.meta.put_timestamp(out);
+        self.meta.put_extras(out);
+    }
+
+    /// Appends the frames to `out`: frame 1 encoded at the end of `buf` and split off it (as
+    /// [`Message::into_frames_in`]), then the content.
+    #[inline]
+    pub fn frames_with(&self, buf: &mut BytesMut, out: &mut impl Extend<Bytes>) {
+        let start = buf.len();
+        self.encode_header(buf);
+        let header = buf.split().split_off(start).freeze();
+        out.extend([header, self.content.clone()]);
+    }
+}
+
+impl MetaRecord {
+    /// Borrowed, to encode.
+    pub fn as_ref(&self) -> MetaRecordRef<'_> {
+        MetaRecordRef {
+            producer: &self.record.producer,
+            topic: &self.record.topic,
+            sequence: self.record.sequence,
+            content: &self.record.content,
+            meta: &self.meta,
+        }
+    }
+}
+
 /// An extension (not in 46/DAFKA, not sent by the reference): DIRECT-RECORDS with each
 /// record's metadata: DIRECT-META-RECORDS (`'V'`). Frame 1 is DIRECT-RECORDS' header, then
 /// the timestamps of the records in order (8 bytes each), then, only when at least one record
@@ -655,9 +731,7 @@ impl Message {
             | Message::HeadsQuery(HeadsQuery { topic, .. })
             | Message::HeadsEnd(HeadsEnd { topic, .. })
             | Message::DirectRecords(DirectRecords { topic, .. }) => ADDRESS + 1 + topic.len() + 8,
-            Message::MetaRecord(m) => {
-                ADDRESS + 1 + m.record.topic.len() + 8 + TIMESTAMP_LEN + m.meta.extras_len()
-            }
+            Message::MetaRecord(m) => return m.as_ref().header_len(),
             Message::DirectMetaRecords(m) => {
                 ADDRESS + 1 + m.run.topic.len() + 8 + metas_len(&m.metas)
             }
@@ -698,11 +772,7 @@ impl Message {
             | Message::DirectLowWater(DirectLowWater { low: h, .. }) => {
                 put_position(out, &h.producer, &h.topic, h.sequence)
             }
-            Message::MetaRecord(MetaRecord { record: r, meta }) => {
-                put_position(out, &r.producer, &r.topic, r.sequence);
-                meta.put_timestamp(out);
-                meta.put_extras(out);
-            }
+            Message::MetaRecord(m) => m.as_ref().put_fields(out),
             Message::DirectMetaRecords(DirectMetaRecords { run: d, metas }) => {
                 put_position(out, &d.producer, &d.topic, d.first);
                 put_metas(out, metas);

@@ -42,7 +42,7 @@ use crate::error::{CallerError, PeerError, SendError};
 use crate::id::{NodeId, Topic};
 use crate::message::{
     Ack, DirectHead, DirectMetaRecords, DirectRecord, DirectRecords, Fetch, GetHeads, Head, Kind,
-    Limits, Message, MetaRecord, Record, RefusalReason, StoreRefusal,
+    Limits, Message, MetaRecord, MetaRecordRef, Record, RefusalReason, StoreRefusal,
 };
 use crate::record::{Header, RecordMeta, payload_len};
 use crate::subscription;
@@ -534,8 +534,30 @@ impl Producer {
         }
     }
 
-    /// The next message to publish: RECORDs in offset order, then a due HEAD, then FETCH
-    /// answers.
+    /// The next record to publish as META-RECORD, borrowed: what [`poll_transmit`]
+    /// returns first, for a caller that encodes it straight into frames
+    /// ([`MetaRecordRef::frames_with`]) with no [`Message`] built per record.
+    ///
+    /// [`poll_transmit`]: Self::poll_transmit
+    pub fn poll_record(&mut self) -> Option<MetaRecordRef<'_>> {
+        if self.sent_upto >= self.next_offset {
+            return None;
+        }
+        let offset = self.sent_upto;
+        let index = usize::try_from(offset.checked_sub(self.base)?).ok()?;
+        self.sent_upto += 1;
+        let (content, meta) = self.unacked.get(index)?;
+        Some(MetaRecordRef {
+            producer: &self.config.id,
+            topic: &self.config.topic,
+            sequence: offset,
+            content,
+            meta,
+        })
+    }
+
+    /// The next message to publish: RECORDs in offset order (as META-RECORD), then a due
+    /// HEAD, then FETCH answers.
     pub fn poll_transmit(&mut self) -> Option<Message> {
         if self.sent_upto < self.next_offset {
             let offset = self.sent_upto;

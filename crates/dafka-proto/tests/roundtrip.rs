@@ -258,6 +258,14 @@ proptest! {
         // Taking the message, into a shared buffer after another's header: the same frames.
         let mut buf = bytes::BytesMut::from(&b"before"[..]);
         prop_assert_eq!(m.clone().into_frames_in(&mut buf), frames.clone());
+        if let Message::MetaRecord(r) = &m {
+            // Borrowed (a producer's fast path): the same bytes.
+            let r = r.as_ref();
+            prop_assert_eq!(r.header_len(), m.header_len());
+            let mut out = Vec::new();
+            r.frames_with(&mut buf, &mut out);
+            prop_assert_eq!(out, frames.clone());
+        }
         prop_assert_eq!(Message::decode(&frames, &Limits::DEFAULT), Ok(m));
     }
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use dafka_proto::{
     Action, BeaconMessage, Cause, Discovery, DiscoveryConfig, DiscoveryError, Limits, Message,
-    NodeBeacon, NodeId, PeerError, TowerBeacon,
+    MetaRecordRef, NodeBeacon, NodeId, PeerError, TowerBeacon,
 };
 use dafka_zmtp::local::LocalAlias;
 use dafka_zmtp::{Monitor, Options, Socket, SocketEvent, SocketType, Subscription};
@@ -604,13 +604,26 @@ impl Outbox<'_> {
     /// Queues `m` to publish.
     #[inline]
     pub(crate) fn push(&mut self, m: Message) {
-        let len = m.header_len();
-        if self.headers.capacity() < len {
-            self.new_block(len);
-        }
+        self.room(m.header_len());
         let mut frames = dafka_zmtp::Message::new();
         m.into_frames_with(&mut self.headers, &mut frames);
         self.batch.push_back(frames);
+    }
+
+    /// Queues a META-RECORD encoded from where its parts are kept.
+    #[inline]
+    pub(crate) fn push_record(&mut self, r: MetaRecordRef<'_>) {
+        self.room(r.header_len());
+        let mut frames = dafka_zmtp::Message::new();
+        r.frames_with(&mut self.headers, &mut frames);
+        self.batch.push_back(frames);
+    }
+
+    #[inline]
+    fn room(&mut self, len: usize) {
+        if self.headers.capacity() < len {
+            self.new_block(len);
+        }
     }
 
     /// Frame-1 headers are encoded into shared blocks, twice as large as the last each time up

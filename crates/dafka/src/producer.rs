@@ -242,6 +242,12 @@ impl Shared {
     ) -> Option<dafka_zmtp::Error> {
         let plain = self.plain();
         let refused = publish_with(&self.publisher, |out| {
+            if !plain {
+                // The records, each encoded from the producer's buffer (no message per record).
+                while let Some(r) = producer.poll_record() {
+                    out.push_record(r);
+                }
+            }
             while let Some(m) = producer.poll_transmit() {
                 let record = matches!(m, Message::MetaRecord(_));
                 push_with_plain(out, m, plain);

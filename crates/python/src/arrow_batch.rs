@@ -152,8 +152,12 @@ fn header_item() -> Arc<Field> {
     ))
 }
 
-/// One row per record, in the order given.
-pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, ArrowError> {
+/// One row per record, in the order given; with `headers` false the `headers` column is
+/// all nulls (a reader whose caller drops that column does not build it).
+pub(crate) fn records_batch(
+    records: &[ConsumerRecord],
+    headers: bool,
+) -> Result<RecordBatch, ArrowError> {
     let n = records.len();
     let bytes: usize = records.iter().map(|r| r.value.len()).sum();
     let mut topic = StringBuilder::with_capacity(n, n * 8);
@@ -190,7 +194,11 @@ pub(crate) fn records_batch(records: &[ConsumerRecord]) -> Result<RecordBatch, A
         Arc::new(ts.finish()),
         Arc::new(ts_type.finish()),
         key_column(records),
-        headers_column(records)?,
+        if headers {
+            headers_column(records)?
+        } else {
+            no_headers(records.len())
+        },
     ];
     RecordBatch::try_new(records_schema(), columns)
 }
@@ -213,6 +221,11 @@ fn key_column(records: &[ConsumerRecord]) -> ArrayRef {
     Arc::new(key.finish())
 }
 
+/// A `headers` column of `n` nulls.
+fn no_headers(n: usize) -> ArrayRef {
+    new_null_array(&DataType::List(header_item()), n)
+}
+
 /// An `i32` Arrow offset, or the error Arrow gives a column over 2 GiB.
 fn offset_of(len: usize) -> Result<i32, ArrowError> {
     i32::try_from(len).map_err(|_| ArrowError::ComputeError("headers column over 2 GiB".into()))
@@ -223,10 +236,7 @@ fn offset_of(len: usize) -> Result<i32, ArrowError> {
 /// over the whole names buffer, not one by one).
 fn headers_column(records: &[ConsumerRecord]) -> Result<ArrayRef, ArrowError> {
     if records.iter().all(|r| r.meta.header_count().is_none()) {
-        return Ok(new_null_array(
-            &DataType::List(header_item()),
-            records.len(),
-        ));
+        return Ok(no_headers(records.len()));
     }
     let count: usize = records.iter().filter_map(|r| r.meta.header_count()).sum();
     let mut lists = Vec::with_capacity(records.len() + 1);

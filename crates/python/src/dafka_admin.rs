@@ -229,9 +229,16 @@ impl PyPartitionReader {
 
     /// Records of the assigned partitions that arrived within `timeout` seconds, at most
     /// `max_records`, as a `pyarrow.RecordBatch` (possibly empty), in offset order per
-    /// partition. The schema is `dafka.Consumer.poll`'s.
-    #[pyo3(signature = (max_records = 10000, timeout = 1.0))]
-    fn poll(&self, py: Python<'_>, max_records: usize, timeout: f64) -> PyResult<Py<PyAny>> {
+    /// partition. The schema is `dafka.Consumer.poll`'s; with `headers=False` the `headers`
+    /// column is all nulls (not built, for a caller that drops it).
+    #[pyo3(signature = (max_records = 10000, timeout = 1.0, headers = true))]
+    fn poll(
+        &self,
+        py: Python<'_>,
+        max_records: usize,
+        timeout: f64,
+        headers: bool,
+    ) -> PyResult<Py<PyAny>> {
         if max_records == 0 {
             return Err(errors::invalid("max_records must be at least 1"));
         }
@@ -239,7 +246,7 @@ impl PyPartitionReader {
         let node = self.node.get("reader")?;
         let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
             .map_err(errors::node)?;
-        py.detach(|| records_batch(&records))
+        py.detach(|| records_batch(&records, headers))
             .map_err(arrow_batch::batch_error)?
             .to_pyarrow(py)
             .map(Bound::unbind)

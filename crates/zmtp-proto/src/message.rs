@@ -41,6 +41,7 @@ impl Message {
     }
 
     /// Appends a frame.
+    #[inline]
     pub fn push(&mut self, frame: Bytes) {
         match &mut self.repr {
             Repr::Empty => self.repr = Repr::One(frame),
@@ -225,6 +226,7 @@ impl FromIterator<Bytes> for Message {
 /// Appends frames: one or two stay inline; more are collected in one allocation sized from
 /// the iterator's lower bound.
 impl Extend<Bytes> for Message {
+    #[inline]
     fn extend<I: IntoIterator<Item = Bytes>>(&mut self, frames: I) {
         let frames = frames.into_iter();
         let total = self.len() + frames.size_hint().0;
