@@ -874,10 +874,21 @@ impl Message {
     /// Decodes one ZeroMQ multipart message. Frame 1 must be used up exactly; the content
     /// frame is kept as received (zero-copy) and checked against `limits.max_content`.
     pub fn decode(frames: &[Bytes], limits: &Limits) -> Result<Message, DecodeError> {
-        let Some(header) = frames.first() else {
+        Self::decode_from(frames, limits)
+    }
+
+    /// [`decode`](Self::decode) taking the frames: frame 1 and the contents move into the
+    /// message (each left empty in `frames`, whatever the outcome) instead of being cloned, so
+    /// the receive buffer they share is not reference-counted up and down once more per frame.
+    pub fn decode_taking(frames: &mut [Bytes], limits: &Limits) -> Result<Message, DecodeError> {
+        Self::decode_from(frames, limits)
+    }
+
+    fn decode_from(mut frames: impl Frames, limits: &Limits) -> Result<Message, DecodeError> {
+        if frames.len() == 0 {
             return Err(MalformedError::NoFrames.into());
-        };
-        let mut r = Reader::new(header.clone());
+        }
+        let mut r = Reader::new(frames.take(0));
         let id = r.u8("command id")?;
         let kind = Kind::from_id(id).ok_or(MalformedError::UnknownId { id })?;
         let frames_ok = match kind {
@@ -930,7 +941,7 @@ impl Message {
                             producer,
                             topic,
                             sequence,
-                            content: content(frames, limits)?,
+                            content: content(&mut frames, limits)?,
                         },
                         meta,
                     })
@@ -945,7 +956,7 @@ impl Message {
                         producer,
                         topic,
                         sequence,
-                        content: content(frames, limits)?,
+                        content: content(&mut frames, limits)?,
                     })
                 } else {
                     Message::Head(Head {
@@ -964,30 +975,33 @@ impl Message {
                         producer,
                         topic,
                         sequence,
-                        content: content(frames, limits)?,
+                        content: content(&mut frames, limits)?,
                     },
                 })
             }
             Kind::DirectRecords | Kind::DirectMetaRecords => {
                 let to = prefix.node()?;
                 let (producer, topic, first) = position(&mut r)?;
-                let contents = &frames[1..];
-                // The offsets must fit: `first + contents.len() - 1` is the last one.
-                if first.checked_add(contents.len() as u64 - 1).is_none() {
+                let count = frames.len() - 1;
+                // The offsets must fit: `first + count - 1` is the last one.
+                if first.checked_add(count as u64 - 1).is_none() {
                     return Err(MalformedError::OffsetOverflow.into());
                 }
-                for c in contents {
-                    check_content(c, limits)?;
-                }
+                let contents = (1..=count)
+                    .map(|i| {
+                        let c = frames.take(i);
+                        check_content(&c, limits).map(|()| c)
+                    })
+                    .collect::<Result<Vec<Bytes>, DecodeError>>()?;
                 let run = DirectRecords {
                     to,
                     producer,
                     topic,
                     first,
-                    contents: contents.to_vec(),
+                    contents,
                 };
                 if kind == Kind::DirectMetaRecords {
-                    let metas = read_metas(&mut r, contents.len(), limits)?;
+                    let metas = read_metas(&mut r, count, limits)?;
                     Message::DirectMetaRecords(DirectMetaRecords { run, metas })
                 } else {
                     Message::DirectRecords(run)
@@ -1306,11 +1320,41 @@ fn position(r: &mut Reader) -> Result<(NodeId, Topic, u64), DecodeError> {
     Ok((node, topic, sequence))
 }
 
-fn content(frames: &[Bytes], limits: &Limits) -> Result<Bytes, DecodeError> {
+fn content(frames: &mut impl Frames, limits: &Limits) -> Result<Bytes, DecodeError> {
     // The frame count was checked against the kind before any field was read.
-    let content = frames.get(1).cloned().unwrap_or_default();
+    let content = frames.take(1);
     check_content(&content, limits)?;
     Ok(content)
+}
+
+/// The frames a message is decoded from: borrowed (each frame used is cloned, a reference
+/// count) or taken (moved out).
+trait Frames {
+    fn len(&self) -> usize;
+    /// Frame `i` (< `len`), or an empty one.
+    fn take(&mut self, i: usize) -> Bytes;
+}
+
+impl Frames for &[Bytes] {
+    #[inline]
+    fn len(&self) -> usize {
+        <[Bytes]>::len(self)
+    }
+    #[inline]
+    fn take(&mut self, i: usize) -> Bytes {
+        self.get(i).cloned().unwrap_or_default()
+    }
+}
+
+impl Frames for &mut [Bytes] {
+    #[inline]
+    fn len(&self) -> usize {
+        <[Bytes]>::len(self)
+    }
+    #[inline]
+    fn take(&mut self, i: usize) -> Bytes {
+        self.get_mut(i).map(std::mem::take).unwrap_or_default()
+    }
 }
 
 fn check_content(content: &Bytes, limits: &Limits) -> Result<(), DecodeError> {

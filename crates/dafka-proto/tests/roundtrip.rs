@@ -292,7 +292,10 @@ proptest! {
             header[i] = byte;
         }
         frames[0] = Bytes::from(header);
-        if let Ok(decoded) = Message::decode(&frames, &Limits::DEFAULT) {
+        let decoded = Message::decode(&frames, &Limits::DEFAULT);
+        // Taking the frames (the node's receive path): the same outcome.
+        prop_assert_eq!(&Message::decode_taking(&mut frames.clone(), &Limits::DEFAULT), &decoded);
+        if let Ok(decoded) = decoded {
             prop_assert_eq!(decoded.to_frames(), frames);
         } else {
             prop_assert!(cut || header_changed(&m, &frames));
@@ -302,7 +305,9 @@ proptest! {
     #[test]
     fn arbitrary_frames_decode_to_what_they_encode(frames in frames()) {
         let limits = Limits::DEFAULT.with_max_content(256).with_max_topics(4);
-        if let Ok(m) = Message::decode(&frames, &limits) {
+        let decoded = Message::decode(&frames, &limits);
+        prop_assert_eq!(&Message::decode_taking(&mut frames.clone(), &limits), &decoded);
+        if let Ok(m) = decoded {
             prop_assert_eq!(m.to_frames(), frames.clone());
             if let Some(content) = m.content() {
                 prop_assert!(content.len() <= 256);

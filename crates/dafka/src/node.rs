@@ -962,8 +962,8 @@ impl Plumbing {
         self.stats.set_peers(self.discovery.peers());
     }
 
-    fn on_input<R: Role>(&mut self, role: &mut R, frames: &[Bytes], now: Instant) {
-        match Message::decode(frames, &self.config.limits) {
+    fn on_input<R: Role>(&mut self, role: &mut R, frames: &mut [Bytes], now: Instant) {
+        match Message::decode_taking(frames, &self.config.limits) {
             Ok(m) => {
                 if let Err(e) = role.on_message(m, now) {
                     self.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -1029,8 +1029,8 @@ impl Plumbing {
                 r = self.subscriber.recv_many(BATCH, &mut inbox), if reading => {
                     if r.is_err() { break; }
                     let t = now();
-                    for m in inbox.drain(..) {
-                        self.on_input(&mut role, m.frames(), t);
+                    for mut m in inbox.drain(..) {
+                        self.on_input(&mut role, m.frames_mut(), t);
                     }
                     role.after_input();
                 }

@@ -122,6 +122,16 @@ impl Message {
         }
     }
 
+    /// The frames, mutable in place (to take some out: the message keeps its shape).
+    pub fn frames_mut(&mut self) -> &mut [Bytes] {
+        match &mut self.repr {
+            Repr::Empty => &mut [],
+            Repr::One(first) => std::slice::from_mut(first),
+            Repr::Two(both) => both,
+            Repr::Many(v) => v,
+        }
+    }
+
     /// Consumes the message into its frames.
     pub fn into_frames(self) -> Vec<Bytes> {
         match self.repr {
