@@ -424,32 +424,35 @@ impl RecordMeta {
         timestamp: i64,
         limits: &Limits,
     ) -> Result<RecordMeta, DecodeError> {
-        Self::read_extras_with(r, timestamp, limits, true)
-    }
-
-    /// [`read_extras`](Self::read_extras) of bytes whose header names were checked as UTF-8
-    /// when they were written and that are known intact since (a store's own segment entry,
-    /// its CRC checked): every length is still checked against what is there, the names are
-    /// not decoded again. A reader of what is served checks them.
-    pub fn read_stored_extras(
-        r: &mut Reader,
-        timestamp: i64,
-        limits: &Limits,
-    ) -> Result<RecordMeta, DecodeError> {
-        Self::read_extras_with(r, timestamp, limits, false)
-    }
-
-    fn read_extras_with(
-        r: &mut Reader,
-        timestamp: i64,
-        limits: &Limits,
-        check_names: bool,
-    ) -> Result<RecordMeta, DecodeError> {
-        let (flags, extras) = r.walked(|s| check_extras(s, limits, check_names))?;
+        let (flags, extras) = r.walked(|s| check_extras(s, limits, true))?;
         Ok(RecordMeta {
             timestamp,
             extras: if flags == 0 { Bytes::new() } else { extras },
         })
+    }
+
+    /// The metadata and the rest (the value) of `buf[range]`, which starts with extras whose
+    /// header names were checked as UTF-8 when they were written and that are known intact
+    /// since (a store's own segment entry, its CRC checked): every length is still checked
+    /// against what is there, the names are not decoded again (a reader of what is served
+    /// checks them). The extras are walked borrowed and `buf` sliced twice: no reader and
+    /// no shared handle made per field. A range outside `buf` reads as empty (an error).
+    pub fn split_stored(
+        buf: &Bytes,
+        range: std::ops::Range<usize>,
+        timestamp: i64,
+        limits: &Limits,
+    ) -> Result<(RecordMeta, Bytes), DecodeError> {
+        let bytes = buf.get(range.clone()).unwrap_or_default();
+        let mut s = SliceReader::new(bytes);
+        let flags = check_extras(&mut s, limits, false)?;
+        let at = range.start + (bytes.len() - s.remaining());
+        let extras = if flags == 0 {
+            Bytes::new()
+        } else {
+            buf.slice(range.start..at)
+        };
+        Ok((RecordMeta { timestamp, extras }, buf.slice(at..range.end)))
     }
 }
 
@@ -792,10 +795,14 @@ mod tests {
     #[test]
     fn stored_extras_skip_the_names_utf8_and_nothing_else() {
         let read = |bytes: &'static [u8], stored: bool| {
-            let mut r = Reader::new(Bytes::from_static(bytes));
             if stored {
-                RecordMeta::read_stored_extras(&mut r, 0, &Limits::DEFAULT)
+                let buf = Bytes::from_static(bytes);
+                let (meta, rest) =
+                    RecordMeta::split_stored(&buf, 0..buf.len(), 0, &Limits::DEFAULT)?;
+                assert!(rest.is_empty());
+                Ok(meta)
             } else {
+                let mut r = Reader::new(Bytes::from_static(bytes));
                 RecordMeta::read_extras(&mut r, 0, &Limits::DEFAULT)
             }
         };
@@ -808,8 +815,10 @@ mod tests {
             b"\x08",
             b"\x02\xFF\xFF\xFF\xF0",
         ] {
-            let mut r = Reader::new(Bytes::from_static(bad));
-            assert!(RecordMeta::read_stored_extras(&mut r, 0, &Limits::DEFAULT).is_err());
+            let buf = Bytes::from_static(bad);
+            assert!(RecordMeta::split_stored(&buf, 0..buf.len(), 0, &Limits::DEFAULT).is_err());
+            // A range outside the buffer is an error, not a panic.
+            assert!(RecordMeta::split_stored(&buf, 1..99, 0, &Limits::DEFAULT).is_err());
         }
     }
 }

@@ -716,18 +716,20 @@ pub fn record_parts(
     }
     match header.plain_meta() {
         Some(meta) => Ok((meta, buf.slice(at..range.end))),
-        None => record_extras(buf.slice(at..range.end), header.timestamp),
+        None => record_extras(buf, at..range.end, header.timestamp),
     }
 }
 
-/// The metadata and value of a record with extras: `bytes` from its extras to its end. Out
-/// of line, so that the read path of records without extras stays small enough to inline.
+/// The metadata and value of a record with extras: `buf[range]` from its extras to its end.
+/// Out of line, so that the read path of records without extras stays small enough to
+/// inline.
 #[inline(never)]
-fn record_extras(bytes: Bytes, timestamp: i64) -> Result<(RecordMeta, Bytes), FormatError> {
-    let mut r = Reader::new(bytes);
-    let meta = RecordMeta::read_stored_extras(&mut r, timestamp, &META_LIMITS)
-        .map_err(FormatError::BadMeta)?;
-    Ok((meta, r.rest()))
+fn record_extras(
+    buf: &Bytes,
+    range: std::ops::Range<usize>,
+    timestamp: i64,
+) -> Result<(RecordMeta, Bytes), FormatError> {
+    RecordMeta::split_stored(buf, range, timestamp, &META_LIMITS).map_err(FormatError::BadMeta)
 }
 
 /// Decodes one whole entry: `entry` is exactly the prefix and the body (its length
