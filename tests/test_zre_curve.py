@@ -102,7 +102,9 @@ def test_cli_curve_flags() -> None:
     cli_public, cli_secret = curve_keypair()
     env = dict(os.environ, DAFKA_ZRE_CURVE_SECRET=cli_secret)
     cmd = [sys.executable, "-m", "dafka.cli", "zre", "G", "--name", "cli", "--interface", "lo"]
-    cmd += ["--port", str(port), "--interval", "0.1", "--allow-key", public]
+    # The `=` form: a Z85 key may start with '-' (1 in 85), which argparse would take for an
+    # option in `--allow-key KEY`.
+    cmd += ["--port", str(port), "--interval", "0.1", f"--allow-key={public}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     try:
@@ -119,7 +121,7 @@ def test_cli_curve_flags() -> None:
         proc.communicate(timeout=TIMEOUT)
     # --allow-key without a secret is a usage error.
     bad = subprocess.run(
-        [*cmd[:-2], "--allow-key", public],
+        cmd,
         capture_output=True,
         text=True,
         env={k: v for k, v in os.environ.items() if k != "DAFKA_ZRE_CURVE_SECRET"},

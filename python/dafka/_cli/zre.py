@@ -66,13 +66,15 @@ def register(subparsers: Any) -> None:
         "--curve-secret",
         metavar="Z85",
         help="CURVE mode (43/ZRE v3) with this secret key (40 Z85 characters; "
-        "default: $DAFKA_ZRE_CURVE_SECRET); plaintext nodes are ignored",
+        "default: $DAFKA_ZRE_CURVE_SECRET); plaintext nodes are ignored. A key starting "
+        "with '-' needs the = form: --curve-secret=KEY",
     )
     p.add_argument(
         "--allow-key",
         action="append",
         metavar="Z85",
-        help="CURVE mode: talk only to peers with this public key (repeat for more)",
+        help="CURVE mode: talk only to peers with this public key (repeat for more; "
+        "--allow-key=KEY for a key starting with '-')",
     )
     p.add_argument("--greet", metavar="TEXT", help="whisper Hello to peers, shout TEXT")
     p.add_argument("--count", type=int, help="stop after this many events")
