@@ -330,9 +330,7 @@ impl MetaRecordRef<'_> {
     /// [`Message::into_frames_in`]), then the content.
     #[inline]
     pub fn frames_with(&self, buf: &mut BytesMut, out: &mut impl Extend<Bytes>) {
-        let start = buf.len();
-        self.encode_header(buf);
-        let header = buf.split().split_off(start).freeze();
+        let header = split_encoded(buf, |b| self.encode_header(b));
         out.extend([header, self.content.clone()]);
     }
 }
@@ -866,9 +864,7 @@ impl Message {
     /// Frame 1 encoded at the end of `buf` and split off it (`split` leaves `buf` empty with
     /// the rest of its capacity for the next message).
     fn header_frame(&self, buf: &mut BytesMut) -> Bytes {
-        let start = buf.len();
-        self.encode_header(buf);
-        buf.split().split_off(start).freeze()
+        split_encoded(buf, |b| self.encode_header(b))
     }
 
     /// Decodes one ZeroMQ multipart message. Frame 1 must be used up exactly; the content
@@ -1274,6 +1270,15 @@ fn read_metas(
 /// A STORE-REFUSAL's detail as it goes on the wire: at most 255 bytes.
 fn detail_bytes(detail: &Bytes) -> &[u8] {
     &detail[..detail.len().min(0xFF)]
+}
+
+/// What `encode` appends to `buf`, split off it as a frame (`split` leaves `buf` empty with
+/// the rest of its capacity for the next one).
+#[inline]
+fn split_encoded(buf: &mut BytesMut, encode: impl FnOnce(&mut BytesMut)) -> Bytes {
+    let start = buf.len();
+    encode(buf);
+    buf.split().split_off(start).freeze()
 }
 
 fn put_position(out: &mut BytesMut, node: &NodeId, topic: &Topic, sequence: u64) {

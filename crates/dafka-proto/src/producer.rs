@@ -544,9 +544,8 @@ impl Producer {
             return None;
         }
         let offset = self.sent_upto;
-        let index = usize::try_from(offset.checked_sub(self.base)?).ok()?;
         self.sent_upto += 1;
-        let (content, meta) = self.unacked.get(index)?;
+        let (content, meta) = self.unacked_at(offset)?;
         Some(MetaRecordRef {
             producer: &self.config.id,
             topic: &self.config.topic,
@@ -627,9 +626,14 @@ impl Producer {
         }
     }
 
+    /// The unacknowledged record at `offset`, if still held.
+    fn unacked_at(&self, offset: u64) -> Option<&(Bytes, RecordMeta)> {
+        self.unacked
+            .get(usize::try_from(offset.checked_sub(self.base)?).ok()?)
+    }
+
     fn record(&self, offset: u64) -> Option<(Record, RecordMeta)> {
-        let index = usize::try_from(offset.checked_sub(self.base)?).ok()?;
-        let (content, meta) = self.unacked.get(index)?;
+        let (content, meta) = self.unacked_at(offset)?;
         let record = Record {
             producer: self.config.id,
             topic: self.config.topic.clone(),

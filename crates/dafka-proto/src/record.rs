@@ -425,10 +425,16 @@ impl RecordMeta {
         limits: &Limits,
     ) -> Result<RecordMeta, DecodeError> {
         let (flags, extras) = r.walked(|s| check_extras(s, limits, true))?;
-        Ok(RecordMeta {
+        Ok(Self::with_extras(timestamp, flags, || extras))
+    }
+
+    /// A record's metadata from its checked extras: none kept for flags `0x00`.
+    #[inline]
+    fn with_extras(timestamp: i64, flags: u8, extras: impl FnOnce() -> Bytes) -> RecordMeta {
+        RecordMeta {
             timestamp,
-            extras: if flags == 0 { Bytes::new() } else { extras },
-        })
+            extras: if flags == 0 { Bytes::new() } else { extras() },
+        }
     }
 
     /// The metadata and the rest (the value) of `buf[range]`, which starts with extras whose
@@ -447,12 +453,8 @@ impl RecordMeta {
         let mut s = SliceReader::new(bytes);
         let flags = check_extras(&mut s, limits, false)?;
         let at = range.start + (bytes.len() - s.remaining());
-        let extras = if flags == 0 {
-            Bytes::new()
-        } else {
-            buf.slice(range.start..at)
-        };
-        Ok((RecordMeta { timestamp, extras }, buf.slice(at..range.end)))
+        let meta = Self::with_extras(timestamp, flags, || buf.slice(range.start..at));
+        Ok((meta, buf.slice(at..range.end)))
     }
 }
 
