@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+# Free ports outside the ephemeral range (see tests/ports.py), re-exported to the other benches.
+from ports import free_tcp_port as free_port
+from ports import free_udp_port  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,12 +72,6 @@ def parse_size(tok: str) -> int | None:
 
 
 # --------------------------------------------------------------------------- running
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

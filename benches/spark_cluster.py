@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,9 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Self
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from ports import free_tcp_port as free_port  # outside the ephemeral range: see tests/ports.py
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = (
@@ -51,12 +53,6 @@ def _bench_module(name: str) -> Any:
     sys.modules[f"bench_{name}"] = mod
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get_json(url: str, timeout: float = 60.0) -> Any:

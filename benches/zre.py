@@ -23,7 +23,6 @@ import argparse
 import ipaddress
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,18 +32,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import splice_section
+from run import free_udp_port, splice_section
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "zre"
 # Messages in flight before the sender waits for the receiver's ack (below every send queue).
 WINDOW = 500
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def confine_pyre_to_loopback() -> None:

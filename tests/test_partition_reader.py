@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pyarrow as pa
 import pytest
 from conftest import Retained, unique_topic
+from ports import free_tcp_port
 
 import dafka
 
@@ -76,9 +76,7 @@ def test_a_range_ends_at_its_end_while_the_partition_grows(cluster: dafka.LocalC
 
 
 def test_offsets_fail_in_bounded_time_when_the_towers_are_unreachable() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_tcp_port()
     with dafka.PartitionReader(f"tcp://127.0.0.1:{port}") as reader:
         started = time.monotonic()
         with pytest.raises(dafka.TimeoutError, match="no store answered"):

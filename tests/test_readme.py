@@ -7,15 +7,16 @@ Each example's expected output is the one the README states ("This prints ...").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_tcp_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -47,12 +48,6 @@ def test_readme_shows_the_main_job_before_zmtp() -> None:
         text.index("dafka.zmtp.Socket"),
     ]
     assert order == sorted(order), order
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.slow
@@ -90,7 +85,7 @@ def test_readme_examples_run_from_the_wheel_in_a_fresh_venv(wheel: Path, tmp_pat
 
     # The CLI cluster, on a free port instead of 5556 and a store in tmp_path; the tower and
     # the store stay up (in the background, as written) for the Spark example.
-    port = _free_port()
+    port = free_tcp_port()
     script = cli.replace("5556", str(port)).replace("/tmp/dafka-store", str(tmp_path / "store"))
     # Output to files: the background tower and store keep a pipe open past the script's end.
     log, err = tmp_path / "cli.out", tmp_path / "cli.err"
@@ -106,14 +101,17 @@ def test_readme_examples_run_from_the_wheel_in_a_fresh_venv(wheel: Path, tmp_pat
     try:
         assert shell.wait(timeout=120) == 0, log.read_text() + err.read_text()
         lines = log.read_text().splitlines()
-        assert lines[0] == f"tcp://127.0.0.1:{port}", lines  # the tower's --towers string
+        # the tower's --towers string first
+        assert lines[:1] == [f"tcp://127.0.0.1:{port}"], log.read_text() + err.read_text()
         assert lines[-1] == _prints("--max-records 100000"), log.read_text() + err.read_text()
 
         spark_script = spark.replace("5556", str(port))
         out = run(["python", "-c", spark_script], cwd=elsewhere)
         assert out.strip().splitlines()[-1] == _prints('format("dafka")'), out
     finally:
-        os.killpg(shell.pid, signal.SIGTERM)
+        # The background tower and store; gone already if they failed (their error is above).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGTERM)
 
     out = run(["python", "-c", zmtp], cwd=elsewhere)
     assert out.splitlines() == [

@@ -5,24 +5,17 @@ close that returns at once while queued messages flush in the background."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from typing import Any
 
 import pytest
 import zmq
+from ports import free_tcp_port
 
 import dafka
 import dafka.zmtp as z
 from dafka.zmtp import Frame, Monitor, Poller, Socket
-
-
-def _unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_close_returns_at_once_with_a_message_queued_for_an_unreachable_peer() -> None:
@@ -46,7 +39,7 @@ def test_close_returns_at_once_with_a_message_queued_for_an_unreachable_peer() -
 
 
 def test_closed_socket_keeps_flushing_in_the_background() -> None:
-    port = _unused_port()
+    port = free_tcp_port()
     push = Socket("PUSH", reconnect_ivl=0.02)
     push.connect(f"tcp://127.0.0.1:{port}")
     push.send_multipart([b"sent", b"before the peer existed"])

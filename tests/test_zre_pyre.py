@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 import zmq
 from netns import Proc
+from ports import free_udp_port
 from pyre import Pyre, zbeacon
 from pyre.pyre_event import PyreEvent
 
@@ -63,12 +63,6 @@ def zre_peer(repo: Path) -> Path:
     binary = target / "debug" / "examples" / "zre_peer"
     assert binary.is_file(), binary
     return binary
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RustPeer(Proc):

@@ -1,20 +1,17 @@
-"""Helpers the ZRE tests share: a free UDP port for beacons, waiting for an event."""
+"""Helpers the ZRE tests share: a free UDP port for beacons (from `ports`), waiting for an event."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 
+from ports import free_udp_port
+
 from dafka.zre import Event, Node
 
+__all__ = ["TIMEOUT", "expect", "free_udp_port"]
+
 TIMEOUT = 10.0
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def expect(node: Node, match: Callable[[Event], bool], timeout: float = TIMEOUT) -> Event:
