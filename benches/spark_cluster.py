@@ -215,6 +215,7 @@ def jobs(spark: Any) -> list[dict[str, Any]]:
             "id": j["jobId"],
             "submitted": _epoch(j["submissionTime"]),
             "completed": _epoch(j["completionTime"]) if j.get("completionTime") else None,
+            "group": j.get("jobGroup"),
             "tasks": [],
         }
         for sid in j["stageIds"]:
@@ -374,6 +375,10 @@ def driver(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     spark = session(args.master, f"bench-{args.case}", free_port(), str(timing), args.daemon)
     out: dict[str, Any] = {"case": args.case, "session_s": time.perf_counter() - t0}
+    if getattr(args, "warm_up", False):
+        import dafka.spark
+
+        dafka.spark.warm_up(spark, args.towers)  # in the background; the first read follows
     try:
         if args.case == "dafka":
 
@@ -434,12 +439,17 @@ def driver(args: argparse.Namespace) -> int:
 
 
 WRAPPER = "dafka-spark-python"
+WARM_UP = "warm_up"
+# spark.python.daemon.module of the variants that are not one
+DAEMON_OF = {WRAPPER: "pyspark.daemon", WARM_UP: "pyspark.daemon"}
 # The ways a dafka application is run: Spark's defaults, spark.python.daemon.module set to
 # dafka's, Spark's Python (PYSPARK_PYTHON) being dafka-spark-python.
 VARIANTS = {
     "pyspark.daemon": "Spark's defaults",
     "dafka.spark_daemon": "`spark.python.daemon.module=dafka.spark_daemon`",
     WRAPPER: "`PYSPARK_PYTHON` and `PYSPARK_DRIVER_PYTHON` `=dafka-spark-python`",
+    WARM_UP: "`dafka-spark-python` as above, and `dafka.spark.warm_up(spark, towers)` at "
+    "session start (in the background; the read follows at once)",
 }
 
 
@@ -447,7 +457,7 @@ def run_app(args: argparse.Namespace, cluster: StandaloneCluster, case: str, **k
     """One application (a driver process) of `case`, with the variant `kw["daemon"]`."""
     variant = kw.get("daemon", args.daemon)
     env = cluster.env()
-    if variant == WRAPPER:
+    if variant in (WRAPPER, WARM_UP):
         # Both: the driver's Python workers (the source's lookup, creation, planning) run
         # PYSPARK_DRIVER_PYTHON, and a source Spark found by its lookup keeps that Python
         # for the executors' tasks too.
@@ -460,7 +470,8 @@ def run_app(args: argparse.Namespace, cluster: StandaloneCluster, case: str, **k
         "--table", kw.get("table", ""), "--reads", str(args.reads),
         "--stream-seconds", str(args.stream_seconds), "--size", str(args.size),
         "--partitions", str(args.partitions), "--window", str(args.window),
-        "--daemon", "pyspark.daemon" if variant == WRAPPER else variant,
+        "--daemon", DAEMON_OF.get(variant, variant),
+        *(["--warm-up"] if variant == WARM_UP else []),
         "--stream-records", str(getattr(args, "stream_records", 0)),
     ]  # fmt: skip
     t = time.perf_counter()
@@ -520,7 +531,8 @@ def main() -> int:
         choices=list(VARIANTS),
         help="how the dafka applications run (and the only way with --no-ab-daemon): "
         "spark.python.daemon.module pyspark.daemon (Spark's defaults) or dafka.spark_daemon, "
-        "or PYSPARK_PYTHON=dafka-spark-python",
+        "or PYSPARK_PYTHON=dafka-spark-python; warm_up: dafka-spark-python and "
+        "dafka.spark.warm_up at session start",
     )
     ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
     ap.add_argument("--raw-json", default=str(REPO / "bench-out/spark_cluster.json"))
@@ -534,6 +546,7 @@ def main() -> int:
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--table", help=argparse.SUPPRESS)
     ap.add_argument("--stream-records", type=int, default=300, help=argparse.SUPPRESS)
+    ap.add_argument("--warm-up", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.driver:
         return driver(args)
@@ -615,6 +628,21 @@ def _range(xs: list[float], digits: int = 1) -> str:
     return f"{statistics.median(xs):.{digits}f} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
 
 
+def first_read_tasks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The read tasks' first-batch events of one application (not a warm-up's), each marked
+    `cold` when it is the first task on its executor of the application's first read."""
+    tasks = [e for e in events if "launch_to_first_s" in e and not e.get("warm_up")]
+    if not tasks:
+        return []
+    first_stage = min(e["stage"] for e in tasks)
+    seen: set[str] = set()
+    for e in sorted(tasks, key=lambda e: e["launch"]):
+        e["cold"] = e["stage"] == first_stage and e["executor"] not in seen
+        if e["cold"]:
+            seen.add(e["executor"])
+    return tasks
+
+
 def summary(d: dict[str, Any]) -> dict[str, Any]:
     """Per path: cold and warm read seconds, cold CPU by process kind, first-batch times;
     the cold and warm ratios of each dafka application to the pyarrow one of its round."""
@@ -629,8 +657,9 @@ def summary(d: dict[str, Any]) -> dict[str, Any]:
         p["warm"].append(statistics.median(a["seconds"][1:]) if len(a["seconds"]) > 1 else None)
         p["cpu"].append(a["cpu"][0])
         start = a["spans"][0][0]
-        p["plan"].append(a["jobs"][0]["submitted"] - start if a.get("jobs") else None)
-        p["first"] += [e for e in a["first_batch"] if "launch_to_first_s" in e]
+        reads = [j for j in a.get("jobs", []) if j.get("group") != "dafka-warm-up"]
+        p["plan"].append(reads[0]["submitted"] - start if reads else None)
+        p["first"] += first_read_tasks(a["first_batch"])
     for p in out.values():
         p["warm"] = [w for w in p["warm"] if w is not None]
         p["warm_rows_per_s"] = rows / statistics.median(p["warm"]) if p["warm"] else None
@@ -716,18 +745,21 @@ def render(d: dict[str, Any]) -> str:
             lines.append(f"| {label} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
 
     def part(es: list[dict], a: str, b: str) -> str:
-        xs = [e[b] - e[a] for e in es if e.get(a) and e.get(b)]
+        # 0 where the second came first: a worker a warm-up started before the task
+        xs = [max(0.0, e[b] - e[a]) for e in es if e.get(a) and e.get(b)]
         return _range(xs, 2)
 
     lines += [
         "",
         "Task start (Spark's launch time of the task) to its first Arrow batch, every batch "
-        "read; cold: the first task of each executor's Python worker, warm: the tasks after "
-        "it. Then where a cold task's time goes: launch to the executor's Python daemon "
-        "started (the JVM deserializes the task, starts the daemon), daemon to the worker "
-        "forked, forked to the source's module imported (pyspark's worker, the task's "
-        "command from the JVM, unpickled), in `read()`: the reader started and a store "
-        "reached, then the first batch (s, median (range)):",
+        "read; cold: the first task on each executor of the application's first read (for "
+        "the paths without a warm-up, the first task of the executor's Python worker), "
+        "warm: the tasks after it. Then where a cold task's time goes: launch to the "
+        "executor's Python daemon started (the JVM deserializes the task, starts the "
+        "daemon), daemon to the worker forked, forked to the source's module imported "
+        "(pyspark's worker, the task's command from the JVM, unpickled; 0 where a warm-up "
+        "had started the worker before the task), in `read()`: the reader started and a "
+        "store reached, then the first batch (s, median (range)):",
         "",
         "| path | cold tasks | cold: launch -> first batch | warm tasks | warm: launch -> "
         "first batch | cold: launch -> daemon | daemon -> fork | fork -> imported | reader "
@@ -737,8 +769,8 @@ def render(d: dict[str, Any]) -> str:
     for key, label in labels.items():
         if key not in s or not s[key]["first"]:
             continue
-        cold = [e for e in s[key]["first"] if not e["cached"]]
-        warm = [e for e in s[key]["first"] if e["cached"]]
+        cold = [e for e in s[key]["first"] if e["cold"]]
+        warm = [e for e in s[key]["first"] if not e["cold"]]
         lines.append(
             f"| {label} | {len(cold)} | {_range([e['launch_to_first_s'] for e in cold], 2)} | "
             f"{len(warm)} | {_range([e['launch_to_first_s'] for e in warm], 2)} | "
@@ -772,7 +804,7 @@ def render(d: dict[str, Any]) -> str:
     for variant, q in ratios.items():
         key = f"dafka/{variant}"
         cold_ratio, warm_ratio = _med(q["cold"]), _med(q["warm"])
-        cf = _med([e["launch_to_first_s"] for e in s[key]["first"] if not e["cached"]])
+        cf = _med([e["launch_to_first_s"] for e in s[key]["first"] if e["cold"]])
         targets.append(
             f"- {VARIANTS.get(variant, variant)}: first read of a new application at most "
             f"1.5x `createDataFrame(pyarrow.Table)` cold: "

@@ -205,6 +205,15 @@ OPTIONS: tuple[_Option, ...] = (
     ),
     _Option("maxRecordsPerBatch", _READS, "65536", "most rows per Arrow batch handed to Spark"),
     _Option(
+        "warmUp",
+        frozenset({BATCH}),
+        "none",
+        "N: instead of a read, N tasks that read nothing and only start the executors' Python "
+        "workers with dafka imported (and, with towers, their readers connected), so the next "
+        "read's tasks start in them at once; takes only towers and the curve.* keys besides "
+        "(dafka.spark.warm_up runs it)",
+    ),
+    _Option(
         "topic",
         frozenset({SINK}),
         "none",
@@ -329,12 +338,9 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
     """Validates every option at once; the message names the option at fault."""
     opts = {k.lower(): str(v) for k, v in options.items()}
     _check_keys(opts, allowed, what)
-    towers = opts.get("towers", "").strip()
-    if not towers:
+    towers = _towers(opts)
+    if towers is None:
         raise InvalidArgumentError('option towers is required: "tcp://host:port[,...]"')
-    for t in towers.split(","):
-        if not t.strip().startswith("tcp://") or ":" not in t.strip()[6:]:
-            raise InvalidArgumentError(f"option towers: {t.strip()!r} is not tcp://host:port")
     topics: tuple[str, ...] = ()
     pattern = None
     if "subscribe" in allowed:
@@ -357,7 +363,7 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
             )
     most, fewest = _trigger_limits(opts)
     return _Options(
-        towers=_spark_keys.parse(opts, towers),
+        towers=towers,
         topics=topics,
         pattern=pattern,
         starting=starting,
@@ -377,6 +383,43 @@ def _parse(options: dict[str, str], allowed: set[str], what: str) -> _Options:
         max_record_bytes=_number(opts, "maxRecordBytes", int),
         flush_timeout=_number(opts, "flushTimeout", float),
     )
+
+
+def _towers(opts: dict[str, str]) -> str | None:
+    """Option towers checked (tcp://host:port, comma-separated) with the curve.* keys applied
+    (`_spark_keys.parse`); None when it is not given."""
+    towers = opts.get("towers", "").strip()
+    if not towers:
+        return None
+    for t in towers.split(","):
+        if not t.strip().startswith("tcp://") or ":" not in t.strip()[6:]:
+            raise InvalidArgumentError(f"option towers: {t.strip()!r} is not tcp://host:port")
+    return _spark_keys.parse(opts, towers)
+
+
+# What a warm-up read (option warmUp) takes: its own key, towers and the CURVE keys.
+_WARM_UP = {"warmup", "towers", *_spark_keys.OPTIONS}
+
+
+@dataclass(frozen=True)
+class _WarmUp:
+    tasks: int
+    towers: str | None
+
+
+def _warm_up_options(options: dict[str, str]) -> _WarmUp | None:
+    """The warm-up read `options` ask for (option warmUp), or None for a real read."""
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    if "warmup" not in opts:
+        return None
+    others = sorted(set(opts) - _WARM_UP - _SPARK_KEYS)
+    if others:
+        raise InvalidArgumentError(
+            f"option warmUp reads nothing and takes only towers and the curve.* keys besides, "
+            f"not {', '.join(_BY_KEY[k].name if k in _BY_KEY else k for k in others)}"
+        )
+    tasks = _number(opts, "warmUp", int, most=MAX_MIN_PARTITIONS)
+    return _WarmUp(tasks, _towers(opts))
 
 
 def _subscription(opts: dict[str, str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
@@ -1169,10 +1212,15 @@ class DafkaDataSource(DataSource):
         # Asked by load() of a read without a schema, batch or stream (which one is not said):
         # every read option is checked here, so a stream's fail at load() too, not in the
         # query's background thread once it started.
+        if _warm_up_options(dict(self.options)) is not None:
+            return DAFKA_SCHEMA
         o = _parse(dict(self.options), _BATCH_READ | _STREAM_READ, "reader")
         return DAFKA_SCHEMA_WITH_HEADERS if o.include_headers else DAFKA_SCHEMA
 
-    def reader(self, schema: Any) -> DafkaBatchReader:
+    def reader(self, schema: Any) -> DafkaBatchReader | _WarmUpReader:
+        warm = _warm_up_options(dict(self.options))
+        if warm is not None:
+            return _WarmUpReader(warm)
         return DafkaBatchReader(_parse(dict(self.options), _BATCH_READ, "batch reader"))
 
     def streamReader(self, schema: Any) -> DafkaStreamReader:
@@ -1235,6 +1283,49 @@ class DafkaBatchReader(DataSourceReader):
             return
         assert isinstance(partition, DafkaPartition)
         yield from _read(partition, self.options)
+
+
+@dataclass(frozen=True)
+class _WarmUpPartition(InputPartition):
+    index: int
+
+
+class _WarmUpReader(DataSourceReader):
+    """The read of ``dafka.spark.warm_up`` (option warmUp): `tasks` tasks that read nothing.
+
+    Spark starts an executor's Python worker (its daemon, then a fork of it) when the first
+    task that needs one arrives, and that is most of a new application's first read: 1 to 6 s
+    from task start to first batch on this project's machines (BENCHMARKS.md). A worker is kept
+    for the tasks after it only among tasks of the same kind: a Python UDF's or an RDD's
+    workers run with other environment variables, so they are never reused by a data source's
+    read. This read is of that very kind; its tasks import what a read imports and, with
+    towers, start the worker's reader (`_reader`: connected to the towers, finding the
+    stores), then return with no row."""
+
+    def __init__(self, warm: _WarmUp) -> None:
+        # Made on the driver, in Spark's planning worker, which plans the reads after it too:
+        # its reader (for the read's offsets) starts now as well.
+        self.warm = warm
+        self._start_reader()
+
+    def _start_reader(self) -> None:
+        if self.warm.towers is not None:
+            try:
+                _reader(self.warm.towers)
+            except DafkaError as e:  # a warm-up is an optimisation: the read reports it
+                _log.warning("dafka warm-up: no reader for %s: %s", self.warm.towers, e)
+
+    def partitions(self) -> list[_WarmUpPartition]:
+        return [_WarmUpPartition(i) for i in range(self.warm.tasks)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow  # noqa: F401  (a read imports it with its first batch)
+
+        from dafka import _native  # noqa: F401
+
+        self._start_reader()
+        _timing({"warm_up": True})
+        return iter(())
 
 
 try:  # Spark >= 4.2: trigger(availableNow=True) in rate-limited micro-batches.

@@ -44,8 +44,10 @@ rcvhwm             ``10000``  receive high-water mark of each socket
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,7 @@ __all__ = [
     "local_session",
     "quiet_aborted_writes",
     "register",
+    "warm_up",
 ]
 
 ZMTP_SCHEMA = "frames array<binary>"
@@ -100,6 +103,64 @@ def _registered(spark: SparkSession, name: str) -> bool:
         return bool(jsession.sessionState().dataSourceManager().dataSourceExists(name))
     except Py4JError:
         return False
+
+
+def warm_up(
+    spark: SparkSession,
+    towers: str | None = None,
+    *,
+    wait: bool = False,
+    tasks: int | None = None,
+    options: dict[str, str] | None = None,
+) -> threading.Thread | None:
+    """Start the executors' Python workers for ``format("dafka")`` reads ahead of the first.
+
+    A new application's first read waits for Spark to start a Python worker on each executor
+    (the worker's daemon, its fork, pyarrow and dafka imported): most of that read's task
+    time (docs/spark.md, *A new application's first read*). This runs a read of the source
+    (option ``warmUp``) whose ``tasks`` tasks (default: the session's default parallelism,
+    one per executor core) read nothing and return: Spark keeps their workers, and the next
+    read's tasks start in them. With ``towers`` (and, for a CURVE cluster, the ``curve.*``
+    keys in ``options``), each worker's reader also connects and finds the stores.
+
+    In the background (a daemon thread, returned, Spark job group ``dafka-warm-up``) unless
+    ``wait``; a read submitted meanwhile queues behind its tasks and then starts in the
+    workers they started. A failure of the warm-up is logged, never raised in the background
+    (the read after it reports the same fault with its own context). Spark stops workers left
+    idle for a minute: call it within a minute of the first read (docs/spark.md)."""
+    if tasks is None:
+        try:
+            tasks = spark.sparkContext.defaultParallelism
+        except Exception:  # a Spark Connect session has no SparkContext here
+            tasks = int(spark.conf.get("spark.default.parallelism", "2") or 2)
+    reader = spark.read.format("dafka").option("warmUp", str(tasks))
+    if towers is not None:
+        reader = reader.option("towers", towers)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+
+    def run() -> None:
+        try:
+            spark.sparkContext.setJobGroup(
+                "dafka-warm-up", f"dafka: starting {tasks} Python workers for reads"
+            )
+        except Exception:  # Spark Connect: no job groups through SparkContext
+            pass
+        reader.load().write.format("noop").mode("overwrite").save()
+
+    if wait:
+        run()
+        return None
+
+    def background() -> None:
+        try:
+            run()
+        except Exception as e:  # the session stopped, an executor lost: the reads will say
+            logging.getLogger(__name__).warning("dafka.spark.warm_up failed: %s", e)
+
+    thread = threading.Thread(target=background, name="dafka-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 # The loggers of Spark's ERROR lines that only say that a write was aborted. Stopping a
