@@ -6,9 +6,31 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dafka-bench");
 
+/// A free loopback port below the kernel's ephemeral range: a port the kernel hands out for
+/// `127.0.0.1:0` is free only until an outgoing connection takes it as its source port (or the
+/// pusher, connecting before the puller binds it, connects to itself). tests/ports.py does the
+/// same for the Python tests.
 fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+    const LOWEST: u64 = 10_000;
+    let top = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let mut state = u64::from(std::process::id()) << 32 | nanos;
+    for _ in 0..200 {
+        // A linear congruential step (Knuth's MMIX constants): spread, not secret.
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = u16::try_from(LOWEST + (state >> 33) % (top - LOWEST)).unwrap();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below {top} after 200 tries");
 }
 
 fn spawn(role: &str, backend: &str, port: u16, size: usize, count: u64) -> Child {
