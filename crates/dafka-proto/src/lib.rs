@@ -19,6 +19,8 @@
 //!   FETCH, GET-HEADS, CONSUMER-HELLO and STORE-HELLO answered from a [`StoreLog`].
 //! * [`Discovery`]: the peers a node's subscriber is connected to (from tower beacons or ZRE),
 //!   the beacon timer with its newcomer answers, silent peers dropped, at most `max_peers`.
+//! * [`group`]: which member of a consumer group owns which partition, computed by every
+//!   member from the same view (rendezvous hashing with bounded loads), no coordinator.
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
@@ -63,6 +65,7 @@ mod beacon;
 pub mod consumer;
 pub mod discovery;
 mod error;
+pub mod group;
 mod id;
 pub mod message;
 pub mod producer;
