@@ -375,7 +375,7 @@ def driver(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     spark = session(args.master, f"bench-{args.case}", free_port(), str(timing), args.daemon)
     out: dict[str, Any] = {"case": args.case, "session_s": time.perf_counter() - t0}
-    if getattr(args, "warm_up", False):
+    if args.warm_up:
         import dafka.spark
 
         dafka.spark.warm_up(spark, args.towers)  # in the background; the first read follows
@@ -744,10 +744,10 @@ def render(d: dict[str, Any]) -> str:
             cells = [_med([c.get(k, 0.0) for c in s[key]["cpu"]]) for k in kinds]
             lines.append(f"| {label} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
 
-    def part(es: list[dict], a: str, b: str) -> str:
-        # 0 where the second came first: a worker a warm-up started before the task
-        xs = [max(0.0, e[b] - e[a]) for e in es if e.get(a) and e.get(b)]
-        return _range(xs, 2)
+    def part(es: list[dict], a: str, b: str, warmed: bool) -> str:
+        # With a warm-up, 0 where the second came first: a worker started before the task.
+        xs = [e[b] - e[a] for e in es if e.get(a) and e.get(b)]
+        return _range([max(0.0, x) for x in xs] if warmed else xs, 2)
 
     lines += [
         "",
@@ -771,13 +771,15 @@ def render(d: dict[str, Any]) -> str:
             continue
         cold = [e for e in s[key]["first"] if e["cold"]]
         warm = [e for e in s[key]["first"] if not e["cold"]]
+        warmed = key == f"dafka/{WARM_UP}"
         lines.append(
             f"| {label} | {len(cold)} | {_range([e['launch_to_first_s'] for e in cold], 2)} | "
             f"{len(warm)} | {_range([e['launch_to_first_s'] for e in warm], 2)} | "
-            f"{part(cold, 'launch', 'parent_start')} | "
-            f"{part(cold, 'parent_start', 'process_start')} | "
-            f"{part(cold, 'process_start', 'imported')} | "
-            f"{_range([e['reader_s'] for e in cold], 2)} | {part(cold, 'read_start', 'at')} |"
+            f"{part(cold, 'launch', 'parent_start', warmed)} | "
+            f"{part(cold, 'parent_start', 'process_start', warmed)} | "
+            f"{part(cold, 'process_start', 'imported', warmed)} | "
+            f"{_range([e['reader_s'] for e in cold], 2)} | "
+            f"{part(cold, 'read_start', 'at', warmed)} |"
         )
     stream = [a for a in d["apps"] if a["case"] == "stream"]
     if stream:

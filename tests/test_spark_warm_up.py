@@ -71,6 +71,8 @@ APP = textwrap.dedent(
         out = {"before": workers()}
         dafka.spark.warm_up(spark, cluster.towers, wait=True)
         out["warm"] = workers()
+        sc = spark.sparkContext
+        out["group_after_wait"] = sc.getLocalProperty("spark.jobGroup.id")
         df = spark.read.format("dafka").option("towers", cluster.towers).option("subscribe", "t")
         out["rows"] = df.load().count()
         out["after"] = workers()
@@ -92,6 +94,10 @@ APP = textwrap.dedent(
         out["background_rows"] = df.load().count()
         thread.join(timeout=120)
         out["background_done"] = not thread.is_alive()
+        tracker = sc.statusTracker()
+        out["warm_up_jobs"] = [
+            tracker.getJobInfo(j).status for j in tracker.getJobIdsForGroup("dafka-warm-up")
+        ]
     spark.stop()
     print("RESULT " + json.dumps(out), flush=True)
     """
@@ -135,6 +141,22 @@ def test_a_read_after_warm_up_runs_in_the_workers_it_started(app: dict[str, Any]
 def test_warm_up_in_the_background_lets_a_read_queue_behind_it(app: dict[str, Any]) -> None:
     assert app["background_rows"] == 800
     assert app["background_done"]
+    # Both warm-ups ran, as one job each in their group, and succeeded; the reads (the
+    # caller's jobs) are in no group, not even after warm_up(wait=True) ran in their thread.
+    assert app["warm_up_jobs"] == ["SUCCEEDED", "SUCCEEDED"], app
+    assert app["group_after_wait"] is None
+
+
+def test_bad_warm_up_arguments_raise_at_the_call() -> None:
+    import dafka.spark
+
+    no_session: Any = None  # never reached: the checks come first
+    with pytest.raises(InvalidArgumentError, match=r"takes only towers.*subscribe"):
+        dafka.spark.warm_up(no_session, tasks=2, options={"subscribe": "t"})
+    with pytest.raises(InvalidArgumentError, match="option warmUp must be > 0"):
+        dafka.spark.warm_up(no_session, tasks=0)
+    with pytest.raises(InvalidArgumentError, match="option towers"):
+        dafka.spark.warm_up(no_session, "udp://h:1", tasks=1)
 
 
 def test_warm_up_options_are_checked() -> None:

@@ -16,6 +16,10 @@ fn free_port() -> u16 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .unwrap_or(32_768);
+    assert!(
+        top > LOWEST + 100,
+        "the ephemeral port range starts at {top}: no room below it"
+    );
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::from(d.subsec_nanos()));

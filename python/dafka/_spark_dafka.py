@@ -209,7 +209,7 @@ OPTIONS: tuple[_Option, ...] = (
         frozenset({BATCH}),
         "none",
         "N: instead of a read, N tasks that read nothing and only start the executors' Python "
-        "workers with dafka imported (and, with towers, their readers connected), so the next "
+        "workers with dafka imported (and, with towers, their readers), so the next "
         "read's tasks start in them at once; takes only towers and the curve.* keys besides "
         "(dafka.spark.warm_up runs it)",
     ),
@@ -1213,6 +1213,7 @@ class DafkaDataSource(DataSource):
         # every read option is checked here, so a stream's fail at load() too, not in the
         # query's background thread once it started.
         if _warm_up_options(dict(self.options)) is not None:
+            # (warmUp is a batch read's: a stream with it fails at start(), in streamReader.)
             return DAFKA_SCHEMA
         o = _parse(dict(self.options), _BATCH_READ | _STREAM_READ, "reader")
         return DAFKA_SCHEMA_WITH_HEADERS if o.include_headers else DAFKA_SCHEMA
@@ -1299,8 +1300,9 @@ class _WarmUpReader(DataSourceReader):
     for the tasks after it only among tasks of the same kind: a Python UDF's or an RDD's
     workers run with other environment variables, so they are never reused by a data source's
     read. This read is of that very kind; its tasks import what a read imports and, with
-    towers, start the worker's reader (`_reader`: connected to the towers, finding the
-    stores), then return with no row."""
+    towers, start the worker's reader (`_reader` without a topic: it starts connecting to the
+    towers and finding the stores, and does not wait for them; a read's FETCH sent before a
+    store is found is sent again once one is), then return with no row."""
 
     def __init__(self, warm: _WarmUp) -> None:
         # Made on the driver, in Spark's planning worker, which plans the reads after it too:

@@ -61,12 +61,14 @@ from dafka._spark_dafka import (
     DAFKA_SCHEMA_WITH_HEADERS,
     DafkaDataSource,
     DafkaPartition,
+    _warm_up_options,
 )
 from dafka.errors import InvalidArgumentError
 
 __all__ = [
     "DAFKA_SCHEMA",
     "DAFKA_SCHEMA_WITH_HEADERS",
+    "WARM_UP_GROUP",
     "ZMTP_SCHEMA",
     "DafkaDataSource",
     "DafkaPartition",
@@ -78,6 +80,8 @@ __all__ = [
 ]
 
 ZMTP_SCHEMA = "frames array<binary>"
+
+_log = logging.getLogger(__name__)
 
 
 def register(spark: SparkSession) -> None:
@@ -105,6 +109,16 @@ def _registered(spark: SparkSession, name: str) -> bool:
         return False
 
 
+# The job group of dafka.spark.warm_up's job (Spark UI, SparkContext.cancelJobGroup).
+WARM_UP_GROUP = "dafka-warm-up"
+# The thread-local properties setJobGroup sets (pyspark has no clearJobGroup).
+_JOB_GROUP_PROPERTIES = (
+    "spark.jobGroup.id",
+    "spark.job.description",
+    "spark.job.interruptOnCancel",
+)
+
+
 def warm_up(
     spark: SparkSession,
     towers: str | None = None,
@@ -118,35 +132,43 @@ def warm_up(
     A new application's first read waits for Spark to start a Python worker on each executor
     (the worker's daemon, its fork, pyarrow and dafka imported): most of that read's task
     time (docs/spark.md, *A new application's first read*). This runs a read of the source
-    (option ``warmUp``) whose ``tasks`` tasks (default: the session's default parallelism,
-    one per executor core) read nothing and return: Spark keeps their workers, and the next
-    read's tasks start in them. With ``towers`` (and, for a CURVE cluster, the ``curve.*``
-    keys in ``options``), each worker's reader also connects and finds the stores.
+    (option ``warmUp``) whose ``tasks`` tasks read nothing and return: Spark keeps their
+    workers, and the next read's tasks start in them. ``tasks`` defaults to the session's
+    default parallelism: the executors' cores once they have registered (a session made
+    before they did may say 2: give ``tasks``, or let the session wait for them with
+    ``spark.scheduler.minRegisteredResourcesRatio``). With ``towers`` (and, for a CURVE
+    cluster, the ``curve.*`` keys in ``options``), each worker's reader also starts
+    connecting to the towers and finding the stores.
 
     In the background (a daemon thread, returned, Spark job group ``dafka-warm-up``) unless
-    ``wait``; a read submitted meanwhile queues behind its tasks and then starts in the
-    workers they started. A failure of the warm-up is logged, never raised in the background
-    (the read after it reports the same fault with its own context). Spark stops workers left
-    idle for a minute: call it within a minute of the first read (docs/spark.md)."""
+    ``wait``; a read submitted meanwhile queues behind its tasks (Spark's FIFO scheduling)
+    and then starts in the workers they started. Bad arguments raise here, at once; a failure
+    of the job itself is logged in the background (the read after it reports the same fault
+    with its own context). Spark stops workers left idle for a minute: call it within a
+    minute of the first read (docs/spark.md)."""
     if tasks is None:
         try:
             tasks = spark.sparkContext.defaultParallelism
         except Exception:  # a Spark Connect session has no SparkContext here
             tasks = int(spark.conf.get("spark.default.parallelism", "2") or 2)
-    reader = spark.read.format("dafka").option("warmUp", str(tasks))
-    if towers is not None:
-        reader = reader.option("towers", towers)
-    for key, value in (options or {}).items():
-        reader = reader.option(key, value)
+    given = {"warmUp": str(tasks), **({"towers": towers} if towers is not None else {})}
+    given.update(options or {})
+    _warm_up_options(given)  # the checks the source makes, raised in the caller's thread
+    reader = spark.read.format("dafka").options(**given)
 
     def run() -> None:
         try:
-            spark.sparkContext.setJobGroup(
-                "dafka-warm-up", f"dafka: starting {tasks} Python workers for reads"
-            )
+            sc = spark.sparkContext
         except Exception:  # Spark Connect: no job groups through SparkContext
-            pass
-        reader.load().write.format("noop").mode("overwrite").save()
+            reader.load().write.format("noop").mode("overwrite").save()
+            return
+        saved = {k: sc.getLocalProperty(k) for k in _JOB_GROUP_PROPERTIES}
+        sc.setJobGroup(WARM_UP_GROUP, f"dafka: starting {tasks} Python workers for reads")
+        try:
+            reader.load().write.format("noop").mode("overwrite").save()
+        finally:  # the caller's later jobs (wait=True: this thread's) keep their own group
+            for key, value in saved.items():
+                sc.setLocalProperty(key, value)  # type: ignore[arg-type]  # None removes it
 
     if wait:
         run()
@@ -156,7 +178,7 @@ def warm_up(
         try:
             run()
         except Exception as e:  # the session stopped, an executor lost: the reads will say
-            logging.getLogger(__name__).warning("dafka.spark.warm_up failed: %s", e)
+            _log.warning("dafka.spark.warm_up failed: %s", e)
 
     thread = threading.Thread(target=background, name="dafka-warm-up", daemon=True)
     thread.start()
