@@ -922,7 +922,8 @@ impl Store {
     /// Drops the oldest segments beyond the retention limits, with `now_us` (microseconds
     /// since the Unix epoch, as record timestamps) as the current time, and advances
     /// low-water marks. The writer also runs this at every new segment with the system clock
-    /// ([`now_us`]). Returns how many segments were dropped.
+    /// ([`now_us`]), and with retention by age as it starts and every quarter of the age limit
+    /// (100 ms to 60 s) whether records arrive or not. Returns how many segments were dropped.
     pub fn apply_retention(&self, now_us: i64) -> usize {
         apply_retention(&self.shared, now_us)
     }
@@ -1241,7 +1242,15 @@ struct Writer {
     sync: SyncSchedule,
     /// Writing the durable point failed once already (logged once).
     point_failed: bool,
+    /// With retention by age: how often it is applied besides at each new segment, and when
+    /// next (a store written to rarely, or not at all, still drops what ages out).
+    age_check: Option<(Duration, Instant)>,
 }
+
+/// How often a store with retention by age applies it while no segment rolls: a quarter of
+/// the age limit, within these bounds (Kafka checks every 5 minutes by default).
+const AGE_CHECK_MIN: Duration = Duration::from_millis(100);
+const AGE_CHECK_MAX: Duration = Duration::from_secs(60);
 
 impl Writer {
     fn new(shared: Arc<Shared>) -> Self {
@@ -1252,12 +1261,17 @@ impl Writer {
             pos: s.len,
             current: s.version == Some(format::FORMAT_VERSION),
         });
-        let sync = SyncSchedule::new(shared.config.sync, Instant::now());
+        let now = Instant::now();
+        let sync = SyncSchedule::new(shared.config.sync, now);
+        // Due at once: segments that aged out while the store was closed go at its start.
+        let age_check = (shared.config.retention.max_age)
+            .map(|age| ((age / 4).clamp(AGE_CHECK_MIN, AGE_CHECK_MAX), now));
         Writer {
             shared,
             active,
             sync,
             point_failed: false,
+            age_check,
         }
     }
 
@@ -1316,14 +1330,30 @@ impl Writer {
         let mut st = self.shared.lock();
         loop {
             st.stats.syncs += self.sync.take_count();
+            if let Some((every, due)) = self.age_check
+                && Instant::now() >= due
+                && !st.closing
+            {
+                drop(st);
+                apply_retention(&self.shared, now_us());
+                self.age_check = Some((every, Instant::now() + every));
+                st = self.shared.lock();
+                continue;
+            }
             if !st.pending.buf.is_empty() {
                 break;
             }
             if st.closing {
                 return Ok(None);
             }
-            match self.sync.deadline() {
+            let age_due = self.age_check.map(|(_, due)| due);
+            let deadline = match (self.sync.deadline(), age_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match deadline {
                 Some(deadline) if Instant::now() >= deadline => {
+                    // The sync's (the age check's was handled above).
                     drop(st);
                     self.sync_if_dirty()?;
                     st = self.shared.lock();

@@ -269,6 +269,50 @@ fn retention_by_age_goes_by_record_time() {
     assert_eq!(read_all(&store, p).len(), 3);
 }
 
+/// Retention by age needs no write: a store nobody writes to drops a segment once its newest
+/// record ages past the limit (the writer checks every quarter of the limit, at least every
+/// 100 ms), and keeps the one being written.
+#[test]
+fn an_idle_store_drops_what_ages_out() {
+    let mut config = Config::default();
+    config.segment_bytes = 4096;
+    config.max_record_bytes = 2048;
+    config.retention = Retention {
+        max_age: Some(Duration::from_millis(1_500)),
+        max_bytes: None,
+    };
+    let store = Store::open(Arc::new(MemDir::new()), config).unwrap();
+    let p = store.declare(&key(1)).unwrap();
+    // Three records of 1,200 B a segment: 0-2 and 3-5 sealed, 6 in the one being written.
+    let now = now_us();
+    for o in 0..7u64 {
+        let meta = RecordMeta::created(now);
+        let v = value(1, o, 1_200);
+        let r = AppendRecord {
+            partition: p,
+            offset: o,
+            meta: &meta,
+            value: &v,
+        };
+        store.append(&[r]).unwrap().wait(WAIT).unwrap();
+    }
+    assert_eq!(store.low_water(p), Some(0), "nothing is old yet");
+    let written = std::time::Instant::now();
+    while store.low_water(p) == Some(0) && written.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Gone after the limit (1.5 s from the records' time), not before; the last segment stays.
+    assert!(now_us() - now >= 1_500_000);
+    assert!(
+        written.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        written.elapsed()
+    );
+    assert_eq!(store.low_water(p), Some(6));
+    assert_eq!(read_all(&store, p).len(), 1);
+    assert_eq!(store.stats().segments_dropped, 2);
+}
+
 /// The newest record of an index interval counts wherever it lies in the interval, whether
 /// its batch started the interval or went on with one started before: appended one record a
 /// call, and all in one call.
