@@ -203,18 +203,45 @@ fn offset_for_time_does_not_read_the_partition() {
     }
 }
 
+/// Segments of 4 KiB (three of `append_stamped`'s records each), retention by `max_age`.
+fn aging(max_age: Duration) -> Config {
+    let mut config = Config::default();
+    config.segment_bytes = 4096;
+    config.max_record_bytes = 2048;
+    config.retention = Retention {
+        max_age: Some(max_age),
+        max_bytes: None,
+    };
+    config
+}
+
+/// Appends records `offsets` of `p`, 1,200 B each, one a batch (each waited for), record `o`
+/// stamped `stamp(o)`.
+fn append_stamped(
+    store: &Store,
+    p: PartitionId,
+    offsets: std::ops::Range<u64>,
+    stamp: impl Fn(u64) -> i64,
+) {
+    for o in offsets {
+        let meta = RecordMeta::created(stamp(o));
+        let v = value(1, o, 1_200);
+        let r = AppendRecord {
+            partition: p,
+            offset: o,
+            meta: &meta,
+            value: &v,
+        };
+        store.append(&[r]).unwrap().wait(WAIT).unwrap();
+    }
+}
+
 /// Retention by age goes by the records' own timestamps: a segment goes once its newest
 /// record is older than the limit, and a record younger than the limit never goes, even in
 /// a segment of older ones; received order does not matter.
 #[test]
 fn retention_by_age_goes_by_record_time() {
-    let mut config = Config::default();
-    config.segment_bytes = 4096;
-    config.max_record_bytes = 2048;
-    config.retention = Retention {
-        max_age: Some(Duration::from_secs(3_600)),
-        max_bytes: None,
-    };
+    let config = aging(Duration::from_secs(3_600));
     let dir = MemDir::new();
     let store = Store::open(Arc::new(dir.clone()), config.clone()).unwrap();
     let p = store.declare(&key(1)).unwrap();
@@ -228,17 +255,7 @@ fn retention_by_age_goes_by_record_time() {
         0..=5 => now - 2 * hour + o as i64,
         _ => now - 60 * SECOND + o as i64,
     };
-    for o in 0..15u64 {
-        let meta = RecordMeta::created(stamp(o));
-        let v = value(1, o, 1_200);
-        let r = AppendRecord {
-            partition: p,
-            offset: o,
-            meta: &meta,
-            value: &v,
-        };
-        store.append(&[r]).unwrap().wait(WAIT).unwrap();
-    }
+    append_stamped(&store, p, 0..15, stamp);
     // The segment of 0-2 was dropped by the writer at a roll (its newest is two hours old);
     // the one holding the young 4 is kept whole, old records 3 and 5 with it.
     store.apply_retention(now_us());
@@ -274,28 +291,11 @@ fn retention_by_age_goes_by_record_time() {
 /// 100 ms), and keeps the one being written.
 #[test]
 fn an_idle_store_drops_what_ages_out() {
-    let mut config = Config::default();
-    config.segment_bytes = 4096;
-    config.max_record_bytes = 2048;
-    config.retention = Retention {
-        max_age: Some(Duration::from_millis(1_500)),
-        max_bytes: None,
-    };
-    let store = Store::open(Arc::new(MemDir::new()), config).unwrap();
+    let store = Store::open(Arc::new(MemDir::new()), aging(Duration::from_millis(1_500))).unwrap();
     let p = store.declare(&key(1)).unwrap();
     // Three records of 1,200 B a segment: 0-2 and 3-5 sealed, 6 in the one being written.
     let now = now_us();
-    for o in 0..7u64 {
-        let meta = RecordMeta::created(now);
-        let v = value(1, o, 1_200);
-        let r = AppendRecord {
-            partition: p,
-            offset: o,
-            meta: &meta,
-            value: &v,
-        };
-        store.append(&[r]).unwrap().wait(WAIT).unwrap();
-    }
+    append_stamped(&store, p, 0..7, |_| now);
     assert_eq!(store.low_water(p), Some(0), "nothing is old yet");
     let written = std::time::Instant::now();
     while store.low_water(p) == Some(0) && written.elapsed() < Duration::from_secs(10) {
