@@ -511,8 +511,8 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=15.0)
     ap.add_argument(
         "--note",
-        default="Taken on a shared 2-core machine while other work was compiling: the figures "
-        "are lower bounds and noisy.",
+        default="",
+        help="a sentence for the section (e.g. what else ran on the machine meanwhile)",
     )
     ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
     ap.add_argument("--raw-json", default=str(REPO / "bench-out/spark.json"))
