@@ -195,6 +195,24 @@ pub enum TopicError {
     ContainsNul,
 }
 
+/// A consumer group name that cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum GroupNameError {
+    /// Empty: a consumer without a group is given none, not an empty one.
+    #[error("a group name cannot be empty")]
+    Empty,
+    /// Longer than 255 bytes (it goes on the wire as a `string` field, 1-byte length).
+    #[error("group name is {len} bytes long; at most 255")]
+    TooLong {
+        /// The length given.
+        len: usize,
+    },
+    /// Contains a NUL byte, which would end its subscription prefix on the wire.
+    #[error("group name contains a NUL byte")]
+    ContainsNul,
+}
+
 /// Well-formed messages that a peer should not have sent to this node. The state machine
 /// ignores them (its state is unchanged); the driver logs the reason.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

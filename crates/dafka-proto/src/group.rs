@@ -6,6 +6,14 @@
 //! depends on the view only, never on the order it was learnt in, on the previous assignment,
 //! or on which member computes it.
 //!
+//! # Membership
+//!
+//! [`Membership`] keeps one member's view: every member says it is there with a
+//! [`Heartbeat`] each `heartbeat_interval`, and a member not heard from for `session_timeout`
+//! is dropped from the view; a member that closes says so ([`Membership::close`]) and is
+//! dropped at once. Sans-IO: the driver passes heartbeats and the time in, and takes the
+//! heartbeats to send, the next deadline and the view's changes out ([`Membership::poll_event`]).
+//!
 //! # The assignment
 //!
 //! Each partition (a topic and its producer's id) and each member gets a 64-bit hash, and a
@@ -37,7 +45,217 @@
 //! hashes are part of the protocol: members running different versions must compute the
 //! same assignment, so they never change.
 
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::error::GroupNameError;
 use crate::id::{NodeId, Topic};
+
+/// Longest group name: it goes on the wire as a `string` field (1-byte length).
+pub const MAX_GROUP_LEN: usize = 255;
+
+/// A consumer group's name: 1 to 255 bytes, none of them NUL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupName(Bytes);
+
+impl GroupName {
+    /// Checks `name` against the rules.
+    pub fn new(name: impl Into<Bytes>) -> Result<Self, GroupNameError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(GroupNameError::Empty);
+        }
+        if name.len() > MAX_GROUP_LEN {
+            return Err(GroupNameError::TooLong { len: name.len() });
+        }
+        if name.contains(&0x00) {
+            return Err(GroupNameError::ContainsNul);
+        }
+        Ok(GroupName(name))
+    }
+
+    /// The name's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// What a member says of itself to the others of its group, every heartbeat interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The group.
+    pub group: GroupName,
+    /// The member (its consumer's node id).
+    pub member: NodeId,
+    /// The member is closing: drop it now, not after the session timeout.
+    pub leaving: bool,
+}
+
+/// How often a member says it is there, and how long the others wait before dropping it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MembershipConfig {
+    /// A member not heard from for this long leaves the view (default 10 s).
+    pub session_timeout: Duration,
+    /// A member's heartbeats are this far apart (default a quarter of the session timeout:
+    /// three in a row may be lost before the others drop it).
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        MembershipConfig::with_session_timeout(Duration::from_secs(10))
+    }
+}
+
+impl MembershipConfig {
+    /// Heartbeats every quarter of `session_timeout`.
+    pub fn with_session_timeout(session_timeout: Duration) -> Self {
+        MembershipConfig {
+            session_timeout,
+            heartbeat_interval: session_timeout / 4,
+        }
+    }
+}
+
+/// Why a member left the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveCause {
+    /// It said so (a leaving heartbeat).
+    Said,
+    /// Nothing heard from it for the session timeout.
+    Silent,
+}
+
+/// A change of the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MembershipEvent {
+    /// A member was heard from that was not in the view.
+    Joined(NodeId),
+    /// A member left the view.
+    Left(NodeId, LeaveCause),
+}
+
+/// One member's view of its group (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Membership {
+    group: GroupName,
+    me: NodeId,
+    config: MembershipConfig,
+    /// The others, with when each was last heard from.
+    others: BTreeMap<NodeId, Instant>,
+    next_heartbeat: Instant,
+    events: VecDeque<MembershipEvent>,
+    closed: bool,
+}
+
+impl Membership {
+    /// Member `me` of `group`, alone in its view at first; its first heartbeat is due `now`.
+    pub fn new(group: GroupName, me: NodeId, config: MembershipConfig, now: Instant) -> Self {
+        Membership {
+            group,
+            me,
+            config,
+            others: BTreeMap::new(),
+            next_heartbeat: now,
+            events: VecDeque::new(),
+            closed: false,
+        }
+    }
+
+    /// A heartbeat received: its member joins the view, stays in it, or leaves it. Heartbeats
+    /// of another group, and this member's own (a publisher echoing it), change nothing.
+    pub fn handle_heartbeat(&mut self, hb: &Heartbeat, now: Instant) {
+        if hb.group != self.group || hb.member == self.me || self.closed {
+            return;
+        }
+        if hb.leaving {
+            if self.others.remove(&hb.member).is_some() {
+                self.events
+                    .push_back(MembershipEvent::Left(hb.member, LeaveCause::Said));
+            }
+            return;
+        }
+        if self.others.insert(hb.member, now).is_none() {
+            self.events.push_back(MembershipEvent::Joined(hb.member));
+        }
+    }
+
+    /// Drops the members not heard from for the session timeout as of `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let timeout = self.config.session_timeout;
+        let silent: Vec<NodeId> = (self.others.iter())
+            .filter(|(_, heard)| now.saturating_duration_since(**heard) >= timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in silent {
+            self.others.remove(&id);
+            self.events
+                .push_back(MembershipEvent::Left(id, LeaveCause::Silent));
+        }
+    }
+
+    /// The heartbeat to send now, if one is due (the next is then due an interval later).
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Heartbeat> {
+        if self.closed || now < self.next_heartbeat {
+            return None;
+        }
+        self.next_heartbeat = now + self.config.heartbeat_interval;
+        Some(self.heartbeat(false))
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) or
+    /// [`poll_transmit`](Self::poll_transmit) next has something to do; `None` once closed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.closed {
+            return None;
+        }
+        let expiry = (self.others.values())
+            .min()
+            .map(|heard| *heard + self.config.session_timeout);
+        Some(expiry.map_or(self.next_heartbeat, |e| e.min(self.next_heartbeat)))
+    }
+
+    /// The next change of the view, oldest first.
+    pub fn poll_event(&mut self) -> Option<MembershipEvent> {
+        self.events.pop_front()
+    }
+
+    /// Leaves the group: the heartbeat to send (so the others drop this member at once);
+    /// nothing is sent or changed after it.
+    pub fn close(&mut self) -> Heartbeat {
+        self.closed = true;
+        self.others.clear();
+        self.events.clear();
+        self.heartbeat(true)
+    }
+
+    /// The members in the view, this one included, in id order.
+    pub fn view(&self) -> Vec<NodeId> {
+        let mut view: Vec<NodeId> = self.others.keys().copied().collect();
+        let at = view.partition_point(|id| *id < self.me);
+        view.insert(at, self.me);
+        view
+    }
+
+    /// Which of `partitions` this member owns in its current view ([`assign`]), by index.
+    pub fn owned(&self, partitions: &[(Topic, NodeId)]) -> Vec<usize> {
+        let owners = assign(&self.view(), partitions).unwrap_or_default();
+        (owners.iter().enumerate())
+            .filter(|(_, owner)| **owner == self.me)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn heartbeat(&self, leaving: bool) -> Heartbeat {
+        Heartbeat {
+            group: self.group.clone(),
+            member: self.me,
+            leaving,
+        }
+    }
+}
 
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -293,6 +511,224 @@ mod tests {
         // views of 1-9 members and 1-100 partitions: 2.4 on average, 5 at the 90th
         // percentile, 9 at worst).
         assert!(excess <= 3 * cases, "{excess} over {cases} joins");
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn group(name: &str) -> GroupName {
+        GroupName::new(Bytes::copy_from_slice(name.as_bytes())).unwrap()
+    }
+
+    /// Members of "billing" on one virtual clock, every heartbeat delivered to every other
+    /// member unless `cut` says the pair cannot hear each other.
+    struct Cluster {
+        now: Instant,
+        members: Vec<Membership>,
+        cut: Vec<(NodeId, NodeId)>,
+    }
+
+    impl Cluster {
+        fn new(n: u64) -> Self {
+            let now = Instant::now();
+            let config = MembershipConfig::default();
+            let members = (1..=n)
+                .map(|i| Membership::new(group("billing"), id(i), config, now))
+                .collect();
+            Cluster {
+                now,
+                members,
+                cut: Vec::new(),
+            }
+        }
+
+        /// Runs the clock `for_` ahead in 100 ms steps, delivering heartbeats at once.
+        fn run(&mut self, for_: Duration) {
+            let end = self.now + for_;
+            while self.now < end {
+                self.now += Duration::from_millis(100);
+                let now = self.now;
+                let sent: Vec<Heartbeat> = (self.members.iter_mut())
+                    .filter_map(|m| m.poll_transmit(now))
+                    .collect();
+                for m in &mut self.members {
+                    for hb in &sent {
+                        let blocked = self.cut.iter().any(|&(a, b)| {
+                            (a, b) == (hb.member, m.me) || (b, a) == (hb.member, m.me)
+                        });
+                        if !blocked {
+                            m.handle_heartbeat(hb, now);
+                        }
+                    }
+                    m.handle_timeout(now);
+                }
+            }
+        }
+
+        fn views(&self) -> Vec<Vec<NodeId>> {
+            self.members.iter().map(Membership::view).collect()
+        }
+    }
+
+    #[test]
+    fn group_names_are_checked() {
+        assert_eq!(GroupName::new(""), Err(GroupNameError::Empty));
+        assert_eq!(
+            GroupName::new(vec![b'g'; 256]),
+            Err(GroupNameError::TooLong { len: 256 })
+        );
+        assert_eq!(GroupName::new("a\0b"), Err(GroupNameError::ContainsNul));
+        assert_eq!(
+            GroupName::new(vec![b'g'; 255]).unwrap().as_bytes().len(),
+            255
+        );
+    }
+
+    #[test]
+    fn three_members_see_each_other_and_share_twelve_partitions() {
+        let mut c = Cluster::new(3);
+        c.run(SECOND);
+        let all = vec![id(1), id(2), id(3)];
+        assert!(c.views().iter().all(|v| *v == all), "{:?}", c.views());
+        let ps = parts(2, 6);
+        let mut owned: Vec<usize> = c.members.iter().flat_map(|m| m.owned(&ps)).collect();
+        assert!(c.members.iter().all(|m| m.owned(&ps).len() == 4));
+        owned.sort_unstable();
+        assert_eq!(
+            owned,
+            (0..12).collect::<Vec<_>>(),
+            "each partition exactly once"
+        );
+        // Each saw the two others join, once.
+        for m in &mut c.members {
+            let mut joined = Vec::new();
+            while let Some(e) = m.poll_event() {
+                joined.push(e);
+            }
+            assert_eq!(joined.len(), 2, "{joined:?}");
+            assert!(
+                joined
+                    .iter()
+                    .all(|e| matches!(e, MembershipEvent::Joined(_)))
+            );
+        }
+    }
+
+    #[test]
+    fn a_closing_member_leaves_at_once_a_silent_one_after_the_session_timeout() {
+        let mut c = Cluster::new(3);
+        c.run(SECOND);
+        // Member 3 closes: its leaving heartbeat reaches the others, which drop it now.
+        let bye = c.members[2].close();
+        assert!(bye.leaving);
+        let now = c.now;
+        for m in &mut c.members[..2] {
+            while m.poll_event().is_some() {}
+            m.handle_heartbeat(&bye, now);
+            assert_eq!(m.view(), vec![id(1), id(2)]);
+            assert_eq!(
+                m.poll_event(),
+                Some(MembershipEvent::Left(id(3), LeaveCause::Said))
+            );
+        }
+        assert_eq!(c.members[2].poll_timeout(), None);
+        assert_eq!(c.members[2].poll_transmit(now + 60 * SECOND), None);
+        c.members.pop();
+
+        // Member 2 goes silent (killed): member 1 keeps it for the session timeout, to the
+        // instant its last heartbeat was heard plus the timeout, then drops it.
+        let heard = c.now;
+        let mut one = c.members.remove(0);
+        let last = Heartbeat {
+            group: group("billing"),
+            member: id(2),
+            leaving: false,
+        };
+        one.handle_heartbeat(&last, heard);
+        let timeout = MembershipConfig::default().session_timeout;
+        assert_eq!(one.poll_timeout().map(|t| t <= heard + timeout), Some(true));
+        one.handle_timeout(heard + timeout - Duration::from_millis(1));
+        assert_eq!(one.view(), vec![id(1), id(2)]);
+        one.handle_timeout(heard + timeout);
+        assert_eq!(one.view(), vec![id(1)]);
+        assert_eq!(
+            one.poll_event(),
+            Some(MembershipEvent::Left(id(2), LeaveCause::Silent))
+        );
+        // Alone, it owns everything.
+        assert_eq!(one.owned(&parts(2, 6)).len(), 12);
+    }
+
+    #[test]
+    fn heartbeats_go_every_interval_and_deadlines_say_when() {
+        let now = Instant::now();
+        let config = MembershipConfig::with_session_timeout(8 * SECOND);
+        assert_eq!(config.heartbeat_interval, 2 * SECOND);
+        let mut m = Membership::new(group("g"), id(1), config, now);
+        assert_eq!(m.poll_timeout(), Some(now));
+        assert!(m.poll_transmit(now).is_some());
+        assert_eq!(m.poll_transmit(now + SECOND), None);
+        assert_eq!(m.poll_timeout(), Some(now + 2 * SECOND));
+        assert!(m.poll_transmit(now + 2 * SECOND).is_some());
+        // A member heard at now + 3 s expires at now + 11 s; the heartbeat at now + 4 s
+        // comes first.
+        let other = Heartbeat {
+            group: group("g"),
+            member: id(2),
+            leaving: false,
+        };
+        m.handle_heartbeat(&other, now + 3 * SECOND);
+        assert_eq!(m.poll_timeout(), Some(now + 4 * SECOND));
+        assert!(m.poll_transmit(now + 4 * SECOND).is_some());
+        m.next_heartbeat = now + 20 * SECOND;
+        assert_eq!(m.poll_timeout(), Some(now + 11 * SECOND));
+    }
+
+    #[test]
+    fn other_groups_and_own_echoes_change_nothing() {
+        let now = Instant::now();
+        let mut m = Membership::new(group("a"), id(1), MembershipConfig::default(), now);
+        let mut hb = Heartbeat {
+            group: group("b"),
+            member: id(2),
+            leaving: false,
+        };
+        m.handle_heartbeat(&hb, now);
+        hb.group = group("a");
+        hb.member = id(1);
+        m.handle_heartbeat(&hb, now);
+        assert_eq!(m.view(), vec![id(1)]);
+        assert_eq!(m.poll_event(), None);
+        // A leaving heartbeat of a member never seen changes nothing either.
+        hb.member = id(3);
+        hb.leaving = true;
+        m.handle_heartbeat(&hb, now);
+        assert_eq!(m.poll_event(), None);
+    }
+
+    #[test]
+    fn a_member_cut_off_is_dropped_by_the_others_and_rejoins_when_the_link_heals() {
+        // Member 3 hears nobody and nobody hears it: after the session timeout the two sides
+        // each see a group of their own (1-2 own the partitions between them, 3 owns all:
+        // the overlap a network partition causes, no member can tell a cut link from dead
+        // peers), and one heartbeat interval after the link heals every view is whole again.
+        let mut c = Cluster::new(3);
+        c.run(SECOND);
+        c.cut = vec![(id(1), id(3)), (id(2), id(3))];
+        c.run(MembershipConfig::default().session_timeout + SECOND);
+        assert_eq!(c.views()[0], vec![id(1), id(2)]);
+        assert_eq!(c.views()[2], vec![id(3)]);
+        let ps = parts(2, 6);
+        assert_eq!(c.members[2].owned(&ps).len(), 12);
+        assert_eq!(
+            c.members[0].owned(&ps).len() + c.members[1].owned(&ps).len(),
+            12
+        );
+        c.cut.clear();
+        c.run(MembershipConfig::default().heartbeat_interval + SECOND);
+        let all = vec![id(1), id(2), id(3)];
+        assert!(c.views().iter().all(|v| *v == all), "{:?}", c.views());
+        let total: usize = c.members.iter().map(|m| m.owned(&ps).len()).sum();
+        assert_eq!(total, 12);
     }
 
     proptest! {

@@ -19,8 +19,9 @@
 //!   FETCH, GET-HEADS, CONSUMER-HELLO and STORE-HELLO answered from a [`StoreLog`].
 //! * [`Discovery`]: the peers a node's subscriber is connected to (from tower beacons or ZRE),
 //!   the beacon timer with its newcomer answers, silent peers dropped, at most `max_peers`.
-//! * [`group`]: which member of a consumer group owns which partition, computed by every
-//!   member from the same view (rendezvous hashing with bounded loads), no coordinator.
+//! * [`group`]: consumer groups without a coordinator: each member's view of the group
+//!   ([`group::Membership`]: heartbeats, session timeout, leaving) and which member owns which
+//!   partition, computed by every member from the same view ([`group::assign`]).
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
@@ -80,8 +81,8 @@ pub use consumer::{
 };
 pub use discovery::{ANSWER_BEACON_GAP, Action, Cause, Discovery, DiscoveryConfig, split_tcp};
 pub use error::{
-    CallerError, DecodeError, DiscoveryError, LimitError, MalformedError, PeerError, SendError,
-    TopicError,
+    CallerError, DecodeError, DiscoveryError, GroupNameError, LimitError, MalformedError,
+    PeerError, SendError, TopicError,
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
