@@ -90,6 +90,19 @@ pub enum MalformedError {
         /// Records (content frames) in the message.
         records: usize,
     },
+    /// A GROUP-HEARTBEAT's group name (its topic prefix) breaks the rules of
+    /// [`GroupName`](crate::group::GroupName).
+    #[error("GROUP-HEARTBEAT: {error}")]
+    GroupName {
+        /// What is wrong with it.
+        error: GroupNameError,
+    },
+    /// A GROUP-HEARTBEAT's flags hold a bit this version does not know.
+    #[error("GROUP-HEARTBEAT flags {flags:#04x} hold an unknown bit")]
+    GroupFlags {
+        /// The flags byte received.
+        flags: u8,
+    },
     /// A topic name breaks the rules of [`Topic`](crate::Topic).
     #[error("{what}: {error}")]
     Topic {

@@ -9,8 +9,9 @@
 //! # Membership
 //!
 //! [`Membership`] keeps one member's view: every member says it is there with a
-//! [`Heartbeat`] each `heartbeat_interval`, and a member not heard from for `session_timeout`
-//! is dropped from the view; a member that closes says so ([`Membership::close`]) and is
+//! [`GroupHeartbeat`] (a message of its own, `'J'` + group name, to the group's other
+//! members: [`subscription::group`](crate::subscription::group)) each `heartbeat_interval`,
+//! and a member not heard from for `session_timeout` is dropped from the view; a member that closes says so ([`Membership::close`]) and is
 //! dropped at once. Sans-IO: the driver passes heartbeats and the time in, and takes the
 //! heartbeats to send, the next deadline and the view's changes out ([`Membership::poll_event`]).
 //!
@@ -52,6 +53,7 @@ use bytes::Bytes;
 
 use crate::error::GroupNameError;
 use crate::id::{NodeId, Topic};
+use crate::message::GroupHeartbeat;
 
 /// Longest group name: it goes on the wire as a `string` field (1-byte length).
 pub const MAX_GROUP_LEN: usize = 255;
@@ -80,17 +82,6 @@ impl GroupName {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
-}
-
-/// What a member says of itself to the others of its group, every heartbeat interval.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Heartbeat {
-    /// The group.
-    pub group: GroupName,
-    /// The member (its consumer's node id).
-    pub member: NodeId,
-    /// The member is closing: drop it now, not after the session timeout.
-    pub leaving: bool,
 }
 
 /// How often a member says it is there, and how long the others wait before dropping it.
@@ -166,7 +157,7 @@ impl Membership {
 
     /// A heartbeat received: its member joins the view, stays in it, or leaves it. Heartbeats
     /// of another group, and this member's own (a publisher echoing it), change nothing.
-    pub fn handle_heartbeat(&mut self, hb: &Heartbeat, now: Instant) {
+    pub fn handle_heartbeat(&mut self, hb: &GroupHeartbeat, now: Instant) {
         if hb.group != self.group || hb.member == self.me || self.closed {
             return;
         }
@@ -197,7 +188,7 @@ impl Membership {
     }
 
     /// The heartbeat to send now, if one is due (the next is then due an interval later).
-    pub fn poll_transmit(&mut self, now: Instant) -> Option<Heartbeat> {
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<GroupHeartbeat> {
         if self.closed || now < self.next_heartbeat {
             return None;
         }
@@ -224,7 +215,7 @@ impl Membership {
 
     /// Leaves the group: the heartbeat to send (so the others drop this member at once);
     /// nothing is sent or changed after it.
-    pub fn close(&mut self) -> Heartbeat {
+    pub fn close(&mut self) -> GroupHeartbeat {
         self.closed = true;
         self.others.clear();
         self.events.clear();
@@ -248,8 +239,8 @@ impl Membership {
             .collect()
     }
 
-    fn heartbeat(&self, leaving: bool) -> Heartbeat {
-        Heartbeat {
+    fn heartbeat(&self, leaving: bool) -> GroupHeartbeat {
+        GroupHeartbeat {
             group: self.group.clone(),
             member: self.me,
             leaving,
@@ -547,7 +538,7 @@ mod tests {
             while self.now < end {
                 self.now += Duration::from_millis(100);
                 let now = self.now;
-                let sent: Vec<Heartbeat> = (self.members.iter_mut())
+                let sent: Vec<GroupHeartbeat> = (self.members.iter_mut())
                     .filter_map(|m| m.poll_transmit(now))
                     .collect();
                 for m in &mut self.members {
@@ -567,6 +558,46 @@ mod tests {
         fn views(&self) -> Vec<Vec<NodeId>> {
             self.members.iter().map(Membership::view).collect()
         }
+    }
+
+    #[test]
+    fn group_heartbeat_bytes_and_subscription() {
+        use crate::message::{Limits, Message};
+        use crate::{MalformedError, subscription};
+        let member: NodeId = "0123456789ABCDEF0123456789ABCDEF".parse().unwrap();
+        let hb = Message::GroupHeartbeat(GroupHeartbeat {
+            group: group("billing"),
+            member,
+            leaving: true,
+        });
+        let frames = hb.to_frames();
+        let mut expected = b"Jbilling\x00\x01\x20".to_vec();
+        expected.extend_from_slice(b"0123456789ABCDEF0123456789ABCDEF");
+        expected.push(0x01);
+        assert_eq!(frames, vec![Bytes::from(expected)]);
+        assert_eq!(Message::decode(&frames, &Limits::DEFAULT), Ok(hb));
+        // The group's subscription matches its heartbeats, not a group whose name it starts.
+        let sub = subscription::group(&group("billing"));
+        assert!(frames[0].starts_with(&sub));
+        assert!(!frames[0].starts_with(&subscription::group(&group("bill"))));
+        // Unknown flag bits and empty group names are refused.
+        let mut bad = frames[0].to_vec();
+        *bad.last_mut().unwrap() = 0x03;
+        let refused = Message::decode(&[Bytes::from(bad)], &Limits::DEFAULT);
+        assert!(
+            matches!(&refused, Err(e) if e.to_string().contains("flags 0x03")),
+            "{refused:?}"
+        );
+        let mut empty = b"J\x00\x01\x20".to_vec();
+        empty.extend_from_slice(b"0123456789ABCDEF0123456789ABCDEF");
+        empty.push(0x00);
+        assert_eq!(
+            Message::decode(&[Bytes::from(empty)], &Limits::DEFAULT),
+            Err(MalformedError::GroupName {
+                error: GroupNameError::Empty
+            }
+            .into())
+        );
     }
 
     #[test]
@@ -638,7 +669,7 @@ mod tests {
         // instant its last heartbeat was heard plus the timeout, then drops it.
         let heard = c.now;
         let mut one = c.members.remove(0);
-        let last = Heartbeat {
+        let last = GroupHeartbeat {
             group: group("billing"),
             member: id(2),
             leaving: false,
@@ -671,7 +702,7 @@ mod tests {
         assert!(m.poll_transmit(now + 2 * SECOND).is_some());
         // A member heard at now + 3 s expires at now + 11 s; the heartbeat at now + 4 s
         // comes first.
-        let other = Heartbeat {
+        let other = GroupHeartbeat {
             group: group("g"),
             member: id(2),
             leaving: false,
@@ -687,7 +718,7 @@ mod tests {
     fn other_groups_and_own_echoes_change_nothing() {
         let now = Instant::now();
         let mut m = Membership::new(group("a"), id(1), MembershipConfig::default(), now);
-        let mut hb = Heartbeat {
+        let mut hb = GroupHeartbeat {
             group: group("b"),
             member: id(2),
             leaving: false,

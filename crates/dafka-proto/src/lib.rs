@@ -87,9 +87,9 @@ pub use error::{
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
     Ack, ConsumerHello, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing, DirectRecord,
-    DirectRecords, DirectTimeOffset, DirectTopics, Fetch, GetHeads, Head, HeadsEnd, HeadsQuery,
-    Kind, Limits, Message, MetaRecord, MetaRecordRef, PREFIX_END, Record, RefusalReason, StoreAck,
-    StoreHello, StoreRefusal, TimeQuery, TopicsQuery, VERSION,
+    DirectRecords, DirectTimeOffset, DirectTopics, Fetch, GetHeads, GroupHeartbeat, Head, HeadsEnd,
+    HeadsQuery, Kind, Limits, Message, MetaRecord, MetaRecordRef, PREFIX_END, Record,
+    RefusalReason, StoreAck, StoreHello, StoreRefusal, TimeQuery, TopicsQuery, VERSION,
 };
 pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
 pub use record::{Header, HeaderRef, MetaParts, RecordMeta, TimestampType};

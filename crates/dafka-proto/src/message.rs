@@ -40,6 +40,7 @@
 //! | `0x42` 'B' | DIRECT-RECORDS (extension) | requester's UUID | address = producer, subject, sequence (8) = offset of the first record | 1 + records (at least 2) |
 //! | `0x58` 'X' | STORE-REFUSAL (extension) | producer's UUID | address = store writer, subject, sequence (8) = first offset refused, reason (1), detail (string) | 1 |
 //! | `0x4E` 'N' | DIRECT-MISSING (extension) | requester's UUID | address = producer, subject, sequence (8) = first offset missing, end (8) = first offset after them, address = store reader | 1 |
+//! | `0x4A` 'J' | GROUP-HEARTBEAT (extension) | consumer group name (1-255 bytes) | address = member, flags (1): `0x01` leaving | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
 //! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
@@ -49,6 +50,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use dafka_wire::Reader;
 
 use crate::error::{DecodeError, LimitError, MalformedError};
+use crate::group::GroupName;
 use crate::id::{NODE_ID_HEX_LEN, NodeId, Topic};
 use crate::record::{RecordMeta, TIMESTAMP_LEN};
 
@@ -214,6 +216,25 @@ kinds! {
     DirectTimeOffset = 0x5A, "DIRECT-TIME-OFFSET", 1;
     TopicsQuery = 0x53, "TOPICS-QUERY", 1;
     DirectTopics = 0x43, "DIRECT-TOPICS", 1;
+    GroupHeartbeat = 0x4A, "GROUP-HEARTBEAT", 1;
+}
+
+/// GROUP-HEARTBEAT's flag: the member is leaving its group.
+pub const GROUP_LEAVING: u8 = 0x01;
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a consumer group member saying
+/// it is there, every heartbeat interval, or that it leaves: GROUP-HEARTBEAT (`'J'`), to the
+/// other members of its group, which subscribe to `'J'` + group name + `0x00` (see
+/// [`group`](crate::group)). Fields: address = member, flags (1: `0x01` leaving, the other
+/// bits zero). No reference node subscribes to `'J'`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupHeartbeat {
+    /// The group: the topic prefix.
+    pub group: GroupName,
+    /// The member (its consumer's node id).
+    pub member: NodeId,
+    /// The member is closing: the others drop it now, not after the session timeout.
+    pub leaving: bool,
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -653,6 +674,7 @@ pub struct StoreHello {
 enum Prefix<'a> {
     Topic(&'a Topic),
     Node(&'a NodeId),
+    Group(&'a GroupName),
 }
 
 impl Message {
@@ -701,6 +723,7 @@ impl Message {
             Message::StoreAck(a) => Prefix::Node(&a.ack.producer),
             Message::ConsumerHello(c) => Prefix::Node(&c.store),
             Message::StoreHello(s) => Prefix::Node(&s.consumer),
+            Message::GroupHeartbeat(h) => Prefix::Group(&h.group),
         }
     }
 
@@ -710,6 +733,7 @@ impl Message {
         let prefix = match self.prefix() {
             Prefix::Topic(t) => t.len(),
             Prefix::Node(_) => NODE_ID_HEX_LEN,
+            Prefix::Group(g) => g.as_bytes().len(),
         };
         let fields = match self {
             Message::Record(Record { topic, .. })
@@ -746,6 +770,7 @@ impl Message {
             Message::StoreAck(a) => ADDRESS + 1 + a.ack.topic.len() + 8,
             Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
             Message::ConsumerHello(c) => ADDRESS + strings_len(&c.topics),
+            Message::GroupHeartbeat(_) => ADDRESS + 1,
         };
         1 + prefix + 2 + fields
     }
@@ -758,6 +783,7 @@ impl Message {
         match self.prefix() {
             Prefix::Topic(t) => out.put_slice(t.as_bytes()),
             Prefix::Node(n) => out.put_slice(&n.to_hex()),
+            Prefix::Group(g) => out.put_slice(g.as_bytes()),
         }
         out.put_u8(PREFIX_END);
         out.put_u8(VERSION);
@@ -819,6 +845,10 @@ impl Message {
                 put_strings(out, &c.topics);
             }
             Message::StoreHello(s) => s.store.put_string(out),
+            Message::GroupHeartbeat(h) => {
+                h.member.put_string(out);
+                out.put_u8(if h.leaving { GROUP_LEAVING } else { 0 });
+            }
         }
     }
 
@@ -908,7 +938,8 @@ impl Message {
             | Kind::Head
             | Kind::HeadsQuery
             | Kind::TimeQuery
-            | Kind::GetHeads => ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?),
+            | Kind::GetHeads
+            | Kind::GroupHeartbeat => ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?),
             _ => ReadPrefix::Node(r.until_with(PREFIX_END, "topic prefix", |hex| {
                 NodeId::decode(hex, "topic prefix")
             })?),
@@ -1027,6 +1058,20 @@ impl Message {
                     topic,
                     offset,
                     end,
+                })
+            }
+            Kind::GroupHeartbeat => {
+                let group = GroupName::new(prefix.topic()?)
+                    .map_err(|error| MalformedError::GroupName { error })?;
+                let member = address(&mut r)?;
+                let flags = r.u8("flags")?;
+                if flags & !GROUP_LEAVING != 0 {
+                    return Err(MalformedError::GroupFlags { flags }.into());
+                }
+                Message::GroupHeartbeat(GroupHeartbeat {
+                    group,
+                    member,
+                    leaving: flags == GROUP_LEAVING,
                 })
             }
             Kind::TopicsQuery => Message::TopicsQuery(TopicsQuery {

@@ -19,6 +19,7 @@
 //! | `'Q'` | store reader | every HEADS-QUERY (extension) |
 //! | `'E'` + own UUID | producer resuming | DIRECT-HEADs of its partition |
 //! | `'W'` + own UUID | store reader | CONSUMER-HELLOs to it; arriving at a consumer's XPUB it asks for one |
+//! | `'J'` + group name + `0x00` | consumer group member (extension) | GROUP-HEARTBEATs of its group |
 //! | `"B"`, `"W"` | beacon SUB | tower beacons, the welcome |
 //!
 //! Because the prefix has no terminator, `'M' + "hello"` also matches topic `hello2`. The
@@ -28,6 +29,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::group::GroupName;
 use crate::id::{NODE_ID_HEX_LEN, NodeId, Topic};
 use crate::message::{Kind, PREFIX_END};
 
@@ -50,6 +52,16 @@ pub fn topic_exact(kind: Kind, topic: &Topic) -> Bytes {
     let mut out = BytesMut::with_capacity(2 + topic.len());
     out.put_u8(kind.id());
     out.put_slice(topic.as_bytes());
+    out.put_u8(PREFIX_END);
+    out.freeze()
+}
+
+/// `'J'` + group name + `0x00`: the GROUP-HEARTBEATs of that group only (a member of another
+/// group whose name starts with this one's is not matched).
+pub fn group(group: &GroupName) -> Bytes {
+    let mut out = BytesMut::with_capacity(2 + group.as_bytes().len());
+    out.put_u8(Kind::GroupHeartbeat.id());
+    out.put_slice(group.as_bytes());
     out.put_u8(PREFIX_END);
     out.freeze()
 }

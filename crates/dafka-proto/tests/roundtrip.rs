@@ -4,8 +4,10 @@
 use bytes::Bytes;
 use dafka_proto::{
     Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord,
-    DirectRecords, Fetch, GetHeads, Head, HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon,
-    NodeId, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal, Topic, TowerBeacon,
+    DirectRecords, Fetch, GetHeads, GroupHeartbeat, Head, HeadsEnd, HeadsQuery, Limits, Message,
+    NodeBeacon, NodeId, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal, Topic,
+    TowerBeacon,
+    group::GroupName,
     message::{
         DirectMetaRecords, DirectTimeOffset, DirectTopics, MetaRecord, TimeQuery, TopicsQuery,
     },
@@ -118,6 +120,17 @@ fn message() -> impl Strategy<Value = Message> {
         }
         .into()),
         (topic(), node_id()).prop_map(|(topic, consumer)| GetHeads { topic, consumer }.into()),
+        (
+            prop::collection::vec(1u8..=255, 1..=255),
+            node_id(),
+            any::<bool>()
+        )
+            .prop_map(|(name, member, leaving)| GroupHeartbeat {
+                group: GroupName::new(name).unwrap(),
+                member,
+                leaving
+            }
+            .into()),
         (node_id(), node_id(), prop::collection::vec(topic(), 0..8)).prop_map(
             |(store, consumer, topics)| ConsumerHello {
                 store,
@@ -230,7 +243,7 @@ fn beacon() -> impl Strategy<Value = BeaconMessage> {
 
 /// Arbitrary frames that often look like Dafka: a real id byte and a NUL-terminated prefix.
 fn frames() -> impl Strategy<Value = Vec<Bytes>> {
-    let id = prop::sample::select(b"MDFKHEGWLBNXTVYZSCx".to_vec());
+    let id = prop::sample::select(b"MDFKHEGWLBNXTVYZSCJx".to_vec());
     let frame1 = (id, prop::collection::vec(any::<u8>(), 0..120)).prop_map(|(id, rest)| {
         let mut f = vec![id];
         f.extend(rest);
