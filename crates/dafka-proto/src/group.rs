@@ -15,6 +15,10 @@
 //! dropped at once. Sans-IO: the driver passes heartbeats and the time in, and takes the
 //! heartbeats to send, the next deadline and the view's changes out ([`Membership::poll_event`]).
 //!
+//! [`Ownership`] turns what the view gives a member into partitions started and stopped:
+//! a partition taken away is stopped at once, one given is started only after `settle`, so
+//! that a hand-over never has two members reading one partition while their views agree.
+//!
 //! # The assignment
 //!
 //! Each partition (a topic and its producer's id) and each member gets a 64-bit hash, and a
@@ -92,6 +96,11 @@ pub struct MembershipConfig {
     /// A member's heartbeats are this far apart (default a quarter of the session timeout:
     /// three in a row may be lost before the others drop it).
     pub heartbeat_interval: Duration,
+    /// How long a member waits before it starts a partition its view gives it (default one
+    /// and a half heartbeat intervals): long enough to have heard every member there is, so
+    /// the partition's previous owner, which gives it up the moment it hears of the change,
+    /// has done so ([`Ownership`]).
+    pub settle: Duration,
 }
 
 impl Default for MembershipConfig {
@@ -103,9 +112,11 @@ impl Default for MembershipConfig {
 impl MembershipConfig {
     /// Heartbeats every quarter of `session_timeout`.
     pub fn with_session_timeout(session_timeout: Duration) -> Self {
+        let heartbeat_interval = session_timeout / 4;
         MembershipConfig {
             session_timeout,
-            heartbeat_interval: session_timeout / 4,
+            heartbeat_interval,
+            settle: heartbeat_interval + heartbeat_interval / 2,
         }
     }
 }
@@ -340,6 +351,108 @@ pub fn assign(members: &[NodeId], partitions: &[(Topic, NodeId)]) -> Option<Vec<
         .collect()
 }
 
+/// A partition: its topic and its producer's id.
+pub type PartitionKey = (Topic, NodeId);
+
+/// A change of what this member reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnershipEvent {
+    /// Start reading this partition (from the group's committed offset).
+    Assigned(PartitionKey),
+    /// Stop reading this partition (commit what was processed first).
+    Revoked(PartitionKey),
+}
+
+/// Which partitions this member reads, following what its view gives it ([`Membership::owned`])
+/// with the hand-over rule that keeps two members from reading one partition at once: a
+/// partition the view takes away is revoked at once; one the view gives is assigned only
+/// after `settle` ([`MembershipConfig::settle`]), and only if the view still gives it then.
+///
+/// So when a member joins, the members that lose partitions to it give them up as soon as
+/// they hear its first heartbeat (sent as it starts), and it starts them only once it has
+/// heard every member (each says it is there every heartbeat interval, less than `settle`).
+/// When a member leaves or is dropped, the others start its partitions `settle` after their
+/// view changed. Two members read one partition at once only when their views disagree for
+/// longer than that: a heartbeat taking longer than `settle - heartbeat_interval` to arrive,
+/// or a member dropped while alive (silent for the session timeout: a cut link, a pause),
+/// which keeps its partitions until it hears from the others again.
+#[derive(Debug)]
+pub struct Ownership {
+    settle: Duration,
+    owned: std::collections::BTreeSet<PartitionKey>,
+    /// Given by the view, not yet started: from when.
+    pending: BTreeMap<PartitionKey, Instant>,
+    events: VecDeque<OwnershipEvent>,
+}
+
+impl Ownership {
+    /// Owning nothing; partitions given start `settle` after they are.
+    pub fn new(settle: Duration) -> Self {
+        Ownership {
+            settle,
+            owned: Default::default(),
+            pending: BTreeMap::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// What the view gives this member now (`wanted`: [`Membership::owned`] of the group's
+    /// partitions): partitions no longer given are revoked at once, new ones wait `settle`.
+    pub fn update(&mut self, wanted: &[PartitionKey], now: Instant) {
+        let wanted: std::collections::BTreeSet<&PartitionKey> = wanted.iter().collect();
+        let lost: Vec<PartitionKey> = (self.owned.iter())
+            .filter(|p| !wanted.contains(p))
+            .cloned()
+            .collect();
+        for p in lost {
+            self.owned.remove(&p);
+            self.events.push_back(OwnershipEvent::Revoked(p));
+        }
+        self.pending.retain(|p, _| wanted.contains(p));
+        for p in wanted {
+            if !self.owned.contains(p) && !self.pending.contains_key(p) {
+                self.pending.insert(p.clone(), now + self.settle);
+            }
+        }
+    }
+
+    /// Starts the partitions whose wait is over as of `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<PartitionKey> = (self.pending.iter())
+            .filter(|(_, at)| **at <= now)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in due {
+            self.pending.remove(&p);
+            self.owned.insert(p.clone());
+            self.events.push_back(OwnershipEvent::Assigned(p));
+        }
+    }
+
+    /// When a given partition is next due to start.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.pending.values().min().copied()
+    }
+
+    /// The next change, oldest first.
+    pub fn poll_event(&mut self) -> Option<OwnershipEvent> {
+        self.events.pop_front()
+    }
+
+    /// The partitions this member reads now.
+    pub fn owned(&self) -> impl Iterator<Item = &PartitionKey> {
+        self.owned.iter()
+    }
+
+    /// Gives everything up (closing): every partition owned is revoked.
+    pub fn revoke_all(&mut self) {
+        self.pending.clear();
+        for p in std::mem::take(&mut self.owned) {
+            self.events.push_back(OwnershipEvent::Revoked(p));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -510,6 +623,29 @@ mod tests {
         GroupName::new(Bytes::copy_from_slice(name.as_bytes())).unwrap()
     }
 
+    /// One tick at `now`: the heartbeats due are sent and reach every other member at once,
+    /// unless `cut` says the pair cannot hear each other; then silent members expire.
+    fn exchange<'a>(
+        members: impl Iterator<Item = &'a mut Membership>,
+        now: Instant,
+        cut: &[(NodeId, NodeId)],
+    ) {
+        let mut members: Vec<&mut Membership> = members.collect();
+        let sent: Vec<GroupHeartbeat> = (members.iter_mut())
+            .filter_map(|m| m.poll_transmit(now))
+            .collect();
+        for m in members {
+            for hb in &sent {
+                let blocked = (cut.iter())
+                    .any(|&(a, b)| (a, b) == (hb.member, m.me) || (b, a) == (hb.member, m.me));
+                if !blocked {
+                    m.handle_heartbeat(hb, now);
+                }
+            }
+            m.handle_timeout(now);
+        }
+    }
+
     /// Members of "billing" on one virtual clock, every heartbeat delivered to every other
     /// member unless `cut` says the pair cannot hear each other.
     struct Cluster {
@@ -537,21 +673,7 @@ mod tests {
             let end = self.now + for_;
             while self.now < end {
                 self.now += Duration::from_millis(100);
-                let now = self.now;
-                let sent: Vec<GroupHeartbeat> = (self.members.iter_mut())
-                    .filter_map(|m| m.poll_transmit(now))
-                    .collect();
-                for m in &mut self.members {
-                    for hb in &sent {
-                        let blocked = self.cut.iter().any(|&(a, b)| {
-                            (a, b) == (hb.member, m.me) || (b, a) == (hb.member, m.me)
-                        });
-                        if !blocked {
-                            m.handle_heartbeat(hb, now);
-                        }
-                    }
-                    m.handle_timeout(now);
-                }
+                exchange(self.members.iter_mut(), self.now, &self.cut);
             }
         }
 
@@ -760,6 +882,153 @@ mod tests {
         assert!(c.views().iter().all(|v| *v == all), "{:?}", c.views());
         let total: usize = c.members.iter().map(|m| m.owned(&ps).len()).sum();
         assert_eq!(total, 12);
+    }
+
+    /// Members that also read: each tick, heartbeats delivered to all, views updated, and
+    /// each member's ownership following its view (as a consumer node will drive them).
+    struct Readers {
+        now: Instant,
+        config: MembershipConfig,
+        members: Vec<(Membership, Ownership)>,
+        partitions: Vec<PartitionKey>,
+        /// Every tick's owners of each partition, checked: never two at once.
+        ticks: usize,
+    }
+
+    impl Readers {
+        fn new(n: u64) -> Self {
+            let mut r = Readers {
+                now: Instant::now(),
+                config: MembershipConfig::default(),
+                members: Vec::new(),
+                partitions: parts(2, 6),
+                ticks: 0,
+            };
+            for i in 1..=n {
+                r.join(i);
+            }
+            r
+        }
+
+        fn join(&mut self, i: u64) {
+            let m = Membership::new(group("billing"), id(i), self.config, self.now);
+            self.members.push((m, Ownership::new(self.config.settle)));
+        }
+
+        /// Member `i` closes: its leaving heartbeat reaches the others, it gives up all.
+        fn close(&mut self, i: u64) {
+            let at = self
+                .members
+                .iter()
+                .position(|(m, _)| m.me == id(i))
+                .unwrap();
+            let (mut m, mut o) = self.members.remove(at);
+            o.revoke_all();
+            let bye = m.close();
+            for (other, _) in &mut self.members {
+                other.handle_heartbeat(&bye, self.now);
+            }
+        }
+
+        /// Member `i` dies: nothing more from it.
+        fn kill(&mut self, i: u64) {
+            self.members.retain(|(m, _)| m.me != id(i));
+        }
+
+        fn run(&mut self, for_: Duration) {
+            let end = self.now + for_;
+            while self.now < end {
+                self.now += Duration::from_millis(100);
+                let now = self.now;
+                exchange(self.members.iter_mut().map(|(m, _)| m), now, &[]);
+                for (m, o) in &mut self.members {
+                    let wanted: Vec<PartitionKey> = (m.owned(&self.partitions).into_iter())
+                        .map(|i| self.partitions[i].clone())
+                        .collect();
+                    o.update(&wanted, now);
+                    o.handle_timeout(now);
+                }
+                self.check_no_partition_read_twice();
+            }
+        }
+
+        fn check_no_partition_read_twice(&mut self) {
+            self.ticks += 1;
+            let mut seen = std::collections::BTreeSet::new();
+            for (m, o) in &self.members {
+                for p in o.owned() {
+                    assert!(
+                        seen.insert(p.clone()),
+                        "tick {}: {p:?} read twice ({m:?})",
+                        self.ticks
+                    );
+                }
+            }
+        }
+
+        fn loads(&self) -> Vec<usize> {
+            self.members
+                .iter()
+                .map(|(_, o)| o.owned().count())
+                .collect()
+        }
+    }
+
+    #[test]
+    fn hand_overs_never_let_two_members_read_a_partition() {
+        let mut r = Readers::new(3);
+        r.run(5 * SECOND);
+        assert_eq!(r.loads(), vec![4, 4, 4]);
+        // A fourth joins between the others' heartbeats: they give up its share as they hear
+        // it (its first heartbeat goes at once), it starts its share only after settling,
+        // having heard them all; never two readers of a partition on the way.
+        r.run(SECOND);
+        r.join(4);
+        r.run(5 * SECOND);
+        assert_eq!(r.loads(), vec![3, 3, 3, 3]);
+        // Member 2 closes: its partitions move within `settle` of the others hearing it.
+        r.close(2);
+        r.run(r.config.settle + 200 * Duration::from_millis(1));
+        assert_eq!(r.loads(), vec![4, 4, 4]);
+        // Member 1 dies: its partitions are read again after the session timeout + settle
+        // (and partitions that move between the survivors, the assignment being computed
+        // afresh, wait `settle` too).
+        r.kill(1);
+        r.run(r.config.session_timeout - r.config.heartbeat_interval);
+        assert_eq!(r.loads(), vec![4, 4], "kept until the session timeout");
+        r.run(r.config.heartbeat_interval + r.config.settle + SECOND);
+        assert_eq!(r.loads(), vec![6, 6]);
+    }
+
+    #[test]
+    fn ownership_revokes_at_once_and_assigns_after_settling() {
+        let now = Instant::now();
+        let mut o = Ownership::new(3 * SECOND);
+        let ps = parts(1, 3);
+        o.update(&ps[..2], now);
+        assert_eq!(o.poll_timeout(), Some(now + 3 * SECOND));
+        o.handle_timeout(now + 2 * SECOND);
+        assert_eq!(o.poll_event(), None);
+        // Still given after the wait: started.
+        o.update(&ps[..1], now + 2 * SECOND); // 1 taken away before it started: no event
+        o.handle_timeout(now + 3 * SECOND);
+        assert_eq!(
+            o.poll_event(),
+            Some(OwnershipEvent::Assigned(ps[0].clone()))
+        );
+        assert_eq!(o.poll_event(), None);
+        // Taken away once started: revoked at once.
+        o.update(&ps[2..], now + 4 * SECOND);
+        assert_eq!(o.poll_event(), Some(OwnershipEvent::Revoked(ps[0].clone())));
+        o.handle_timeout(now + 7 * SECOND);
+        assert_eq!(
+            o.poll_event(),
+            Some(OwnershipEvent::Assigned(ps[2].clone()))
+        );
+        o.revoke_all();
+        assert_eq!(o.poll_event(), Some(OwnershipEvent::Revoked(ps[2].clone())));
+        assert_eq!(o.owned().count(), 0);
+        assert_eq!(o.poll_timeout(), None);
     }
 
     proptest! {

@@ -20,8 +20,9 @@
 //! * [`Discovery`]: the peers a node's subscriber is connected to (from tower beacons or ZRE),
 //!   the beacon timer with its newcomer answers, silent peers dropped, at most `max_peers`.
 //! * [`group`]: consumer groups without a coordinator: each member's view of the group
-//!   ([`group::Membership`]: heartbeats, session timeout, leaving) and which member owns which
-//!   partition, computed by every member from the same view ([`group::assign`]).
+//!   ([`group::Membership`]: heartbeats, session timeout, leaving), which member owns which
+//!   partition, computed by every member from the same view ([`group::assign`]), and the
+//!   hand-over of partitions between members ([`group::Ownership`]).
 //! * [`DecodeError`]: typed by fault ([`MalformedError`], [`LimitError`]), checked against
 //!   [`Limits`] before anything is allocated.
 //!
