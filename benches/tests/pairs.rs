@@ -6,37 +6,6 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dafka-bench");
 
-/// A free loopback port below the kernel's ephemeral range: a port the kernel hands out for
-/// `127.0.0.1:0` is free only until an outgoing connection takes it as its source port (or the
-/// pusher, connecting before the puller binds it, connects to itself). tests/ports.py does the
-/// same for the Python tests.
-fn free_port() -> u16 {
-    const LOWEST: u64 = 10_000;
-    let top = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(32_768);
-    assert!(
-        top > LOWEST + 100,
-        "the ephemeral port range starts at {top}: no room below it"
-    );
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
-    let mut state = u64::from(std::process::id()) << 32 | nanos;
-    for _ in 0..200 {
-        // A linear congruential step (Knuth's MMIX constants): spread, not secret.
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let port = u16::try_from(LOWEST + (state >> 33) % (top - LOWEST)).unwrap();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port below {top} after 200 tries");
-}
-
 fn spawn(role: &str, backend: &str, port: u16, size: usize, count: u64) -> Child {
     Command::new(BIN)
         .args([
@@ -85,7 +54,7 @@ fn backends() -> Vec<String> {
 fn push_pull_moves_every_message_for_every_backend() {
     for backend in backends() {
         for size in [16usize, 300, 70_000] {
-            let port = free_port();
+            let port = dafka_testkit::free_tcp_port();
             let pull = spawn("pull", &backend, port, size, 500);
             let push = spawn("push", &backend, port, size, 500);
             let (pulled, pushed) = finish(pull, push);
@@ -104,7 +73,7 @@ fn push_pull_moves_every_message_for_every_backend() {
 #[test]
 fn req_rep_measures_round_trips_for_every_backend() {
     for backend in backends() {
-        let port = free_port();
+        let port = dafka_testkit::free_tcp_port();
         let rep = spawn("rep", &backend, port, 64, 200);
         let req = spawn("req", &backend, port, 64, 200);
         let (requested, replied) = finish(req, rep);
@@ -116,7 +85,7 @@ fn req_rep_measures_round_trips_for_every_backend() {
 
 #[test]
 fn a_lone_receiver_times_out_and_reports_it() {
-    let port = free_port();
+    let port = dafka_testkit::free_tcp_port();
     let started = Instant::now();
     let out = Command::new(BIN)
         .args(["pull", "--impl", "raw", "--endpoint"])
@@ -137,7 +106,7 @@ fn a_lone_receiver_times_out_and_reports_it() {
 /// peer, and expects `role` to give up by itself, with a failure, well within 10 s.
 fn exits_when_peer_dies(peer_role: &str, role: &str, size: usize) {
     for backend in backends() {
-        let port = free_port();
+        let port = dafka_testkit::free_tcp_port();
         let mut peer = spawn(peer_role, &backend, port, size, 100_000_000);
         let mut side = Command::new(BIN)
             .args([role, "--impl", &backend, "--endpoint"])
@@ -175,9 +144,15 @@ fn a_requester_whose_replier_dies_exits_by_itself() {
 
 #[test]
 fn unknown_backend_is_reported_as_unavailable() {
-    let out = spawn("pull", "no-such-backend", free_port(), 16, 1)
-        .wait_with_output()
-        .unwrap();
+    let out = spawn(
+        "pull",
+        "no-such-backend",
+        dafka_testkit::free_tcp_port(),
+        16,
+        1,
+    )
+    .wait_with_output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(
         String::from_utf8(out.stdout)

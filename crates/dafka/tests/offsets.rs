@@ -103,12 +103,9 @@ async fn offsets_fails_in_bounded_time_without_a_store() {
     admin.close().await;
     tower.close().await;
 
-    // A tower address nothing listens on (a port just freed).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A tower address nothing listens on (below the ephemeral range: no connection of the
+    // node's can take it as its source port and connect to itself).
+    let port = dafka_testkit::free_tcp_port();
     let nowhere = vec![TowerAddress::new(
         format!("tcp://127.0.0.1:{port}"),
         format!("tcp://127.0.0.1:{}", port + 1),

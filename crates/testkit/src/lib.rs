@@ -1,12 +1,44 @@
 //! Test-only helpers shared by the tests of several dafka crates (a dev-dependency only, never
 //! published): hex of the captured vectors, their `key=value;…` field column, a small
 //! seeded generator for reproducible lossy networks and crash points, the hand-written bytes of
-//! a raw ZMTP peer ([`zmtp`]) and the memory of this process ([`proc_status_kib`]).
+//! a raw ZMTP peer ([`zmtp`]), the memory of this process ([`proc_status_kib`]) and free
+//! loopback ports outside the ephemeral range ([`free_tcp_port`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::collections::BTreeMap;
+
+/// A free loopback port below the kernel's ephemeral range: a port the kernel hands out for
+/// `127.0.0.1:0` is free only until an outgoing connection takes it as its source port (or a
+/// client connecting before the server binds it connects to itself). tests/ports.py does the
+/// same for the Python tests.
+pub fn free_tcp_port() -> u16 {
+    const LOWEST: u64 = 10_000;
+    let top = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    assert!(
+        top > LOWEST + 100,
+        "the ephemeral port range starts at {top}: no room below it"
+    );
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let mut state = u64::from(std::process::id()) << 32 | nanos;
+    for _ in 0..200 {
+        // A linear congruential step (Knuth's MMIX constants): spread, not secret.
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = u16::try_from(LOWEST + (state >> 33) % (top - LOWEST)).unwrap();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below {top} after 200 tries");
+}
 
 /// The bytes of lowercase or uppercase hex `s` (panics on odd length or a non-hex digit: the
 /// input is a test's own data).
