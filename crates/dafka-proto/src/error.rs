@@ -215,7 +215,7 @@ pub enum GroupNameError {
     /// Empty: a consumer without a group is given none, not an empty one.
     #[error("a group name cannot be empty")]
     Empty,
-    /// Longer than 255 bytes (it goes on the wire as a `string` field, 1-byte length).
+    /// Longer than 255 bytes (a topic name's limit: the name is its heartbeats' topic prefix).
     #[error("group name is {len} bytes long; at most 255")]
     TooLong {
         /// The length given.

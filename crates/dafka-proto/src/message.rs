@@ -674,7 +674,6 @@ pub struct StoreHello {
 enum Prefix<'a> {
     Topic(&'a Topic),
     Node(&'a NodeId),
-    Group(&'a GroupName),
 }
 
 impl Message {
@@ -723,7 +722,7 @@ impl Message {
             Message::StoreAck(a) => Prefix::Node(&a.ack.producer),
             Message::ConsumerHello(c) => Prefix::Node(&c.store),
             Message::StoreHello(s) => Prefix::Node(&s.consumer),
-            Message::GroupHeartbeat(h) => Prefix::Group(&h.group),
+            Message::GroupHeartbeat(h) => Prefix::Topic(h.group.as_topic()),
         }
     }
 
@@ -733,7 +732,6 @@ impl Message {
         let prefix = match self.prefix() {
             Prefix::Topic(t) => t.len(),
             Prefix::Node(_) => NODE_ID_HEX_LEN,
-            Prefix::Group(g) => g.as_bytes().len(),
         };
         let fields = match self {
             Message::Record(Record { topic, .. })
@@ -783,7 +781,6 @@ impl Message {
         match self.prefix() {
             Prefix::Topic(t) => out.put_slice(t.as_bytes()),
             Prefix::Node(n) => out.put_slice(&n.to_hex()),
-            Prefix::Group(g) => out.put_slice(g.as_bytes()),
         }
         out.put_u8(PREFIX_END);
         out.put_u8(VERSION);

@@ -59,11 +59,7 @@ pub fn topic_exact(kind: Kind, topic: &Topic) -> Bytes {
 /// `'J'` + group name + `0x00`: the GROUP-HEARTBEATs of that group only (a member of another
 /// group whose name starts with this one's is not matched).
 pub fn group(group: &GroupName) -> Bytes {
-    let mut out = BytesMut::with_capacity(2 + group.as_bytes().len());
-    out.put_u8(Kind::GroupHeartbeat.id());
-    out.put_slice(group.as_bytes());
-    out.put_u8(PREFIX_END);
-    out.freeze()
+    topic_exact(Kind::GroupHeartbeat, group.as_topic())
 }
 
 /// Id byte + node UUID as 32 hex: messages addressed to (or about) that node: `'D'`, `'E'`,

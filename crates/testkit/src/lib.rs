@@ -26,13 +26,10 @@ pub fn free_tcp_port() -> u16 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::from(d.subsec_nanos()));
-    let mut state = u64::from(std::process::id()) << 32 | nanos;
+    // Seeded by process and time so that tests running at once rarely try the same ports.
+    let mut rng = Rng(u64::from(std::process::id()) << 32 | nanos | 1);
     for _ in 0..200 {
-        // A linear congruential step (Knuth's MMIX constants): spread, not secret.
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let port = u16::try_from(LOWEST + (state >> 33) % (top - LOWEST)).unwrap();
+        let port = u16::try_from(LOWEST + rng.below(top - LOWEST)).unwrap();
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
