@@ -157,6 +157,8 @@ def test_bad_warm_up_arguments_raise_at_the_call() -> None:
         dafka.spark.warm_up(no_session, tasks=0)
     with pytest.raises(InvalidArgumentError, match="option towers"):
         dafka.spark.warm_up(no_session, "udp://h:1", tasks=1)
+    with pytest.raises(InvalidArgumentError, match="towers is empty"):
+        dafka.spark.warm_up(no_session, " ", tasks=1)
 
 
 def test_warm_up_options_are_checked() -> None:

@@ -151,6 +151,12 @@ def warm_up(
             tasks = spark.sparkContext.defaultParallelism
         except Exception:  # a Spark Connect session has no SparkContext here
             tasks = int(spark.conf.get("spark.default.parallelism", "2") or 2)
+    if towers is not None and not towers.strip():
+        # An empty string is a mistake (an unset variable), not "no towers": say so.
+        raise InvalidArgumentError(
+            "warm_up: towers is empty: give tcp://host:port[,...], or leave it out to start "
+            "the workers without readers"
+        )
     given = {"warmUp": str(tasks), **({"towers": towers} if towers is not None else {})}
     given.update(options or {})
     _warm_up_options(given)  # the checks the source makes, raised in the caller's thread
