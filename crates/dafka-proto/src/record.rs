@@ -473,16 +473,20 @@ impl<'a> Iterator for Headers<'a> {
             return None;
         }
         self.left -= 1;
-        // Checked when the extras were built or read: the lengths fit.
-        let mut s = SliceReader::new(self.rest);
-        let name = s.long_bytes("header name").ok()?;
-        let len = s.u32("header value length").ok()?;
-        let value = if len == NULL_VALUE {
-            None
+        // Checked when the extras were built or read: the lengths fit (a `None` below is
+        // unreachable, and ends the list rather than panics). Sliced directly, with no reader
+        // and no error built per field: this runs once per header of every record a consumer
+        // turns into Arrow.
+        let (len, rest) = split_u32(self.rest)?;
+        let (name, rest) = rest.split_at_checked(len as usize)?;
+        let (len, rest) = split_u32(rest)?;
+        let (value, rest) = if len == NULL_VALUE {
+            (None, rest)
         } else {
-            Some(s.take(len as usize, "header value").ok()?)
+            let (value, rest) = rest.split_at_checked(len as usize)?;
+            (Some(value), rest)
         };
-        self.rest = &self.rest[self.rest.len() - s.remaining()..];
+        self.rest = rest;
         Some(HeaderRef { name, value })
     }
 
@@ -492,6 +496,13 @@ impl<'a> Iterator for Headers<'a> {
 }
 
 impl ExactSizeIterator for Headers<'_> {}
+
+/// A big-endian `u32` off the front of `b`, and the rest.
+#[inline]
+fn split_u32(b: &[u8]) -> Option<(u32, &[u8])> {
+    let (n, rest) = b.split_first_chunk::<4>()?;
+    Some((u32::from_be_bytes(*n), rest))
+}
 
 #[inline]
 fn be_u32(b: &[u8]) -> u32 {

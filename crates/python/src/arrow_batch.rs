@@ -34,7 +34,7 @@ use arrow_array::{
 };
 use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use dafka_node::ConsumerRecord;
+use dafka_node::{ConsumerRecord, NodeId, RecordMeta, Topic};
 use dafka_zmtp::Message;
 use pyo3::PyErr;
 
@@ -154,30 +154,39 @@ fn header_item() -> Arc<Field> {
 
 /// One row per record, in the order given; with `headers` false the `headers` column is
 /// all nulls (a reader whose caller drops that column does not build it).
+///
+/// One pass over the records builds every column and drops each record: a batch is up to
+/// 100,000 records received a while ago, out of the nearest caches, and a record's value and
+/// extras (key and headers) are each read once, in the same step (passes of their own, and
+/// the drop of the list afterwards, missed the cache on every row).
 pub(crate) fn records_batch(
-    records: &[ConsumerRecord],
+    records: Vec<ConsumerRecord>,
     headers: bool,
 ) -> Result<RecordBatch, ArrowError> {
     let n = records.len();
-    let bytes: usize = records.iter().map(|r| r.value.len()).sum();
+    // Room for values the size of the first (records of a batch are mostly alike); the
+    // buffer grows if they are larger.
+    let bytes = records.first().map_or(0, |r| r.value.len()) * n;
     let mut topic = StringBuilder::with_capacity(n, n * 8);
     let mut partition = StringBuilder::with_capacity(n, n * 32);
     let mut offset = Int64Builder::with_capacity(n);
     let mut value = BinaryBuilder::with_capacity(n, bytes);
     let mut ts = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
     let mut ts_type = Int32Builder::with_capacity(n);
+    let mut extras = ExtrasColumns::new(n, headers);
     // Records come in runs of one partition: its topic and partition are converted to text
     // once per run, not per row (the hex encoding and UTF-8 check were a third of this).
-    let mut names: Option<(&ConsumerRecord, String, String)> = None;
-    for r in records {
+    let mut names: Option<(Topic, NodeId, String, String)> = None;
+    for (row, r) in records.into_iter().enumerate() {
         let same = names
             .as_ref()
-            .is_some_and(|(last, _, _)| last.partition == r.partition && last.topic == r.topic);
+            .is_some_and(|(t, p, _, _)| *p == r.partition && *t == r.topic);
         if !same {
             let t = String::from_utf8_lossy(r.topic.as_bytes()).into_owned();
-            names = Some((r, t, r.partition.to_string()));
+            let p = r.partition.to_string();
+            names = Some((r.topic.clone(), r.partition, t, p));
         }
-        if let Some((_, t, p)) = &names {
+        if let Some((_, _, t, p)) = &names {
             topic.append_value(t);
             partition.append_value(p);
         }
@@ -185,7 +194,9 @@ pub(crate) fn records_batch(
         value.append_value(&r.value);
         ts.append_value(r.meta.timestamp);
         ts_type.append_value(r.meta.timestamp_type().code());
+        extras.push(row, &r.meta)?;
     }
+    let (key, headers) = extras.finish(n)?;
     let columns: Vec<ArrayRef> = vec![
         Arc::new(topic.finish()),
         Arc::new(partition.finish()),
@@ -193,32 +204,10 @@ pub(crate) fn records_batch(
         Arc::new(value.finish()),
         Arc::new(ts.finish()),
         Arc::new(ts_type.finish()),
-        key_column(records),
-        if headers {
-            headers_column(records)?
-        } else {
-            no_headers(records.len())
-        },
+        key,
+        headers,
     ];
     RecordBatch::try_new(records_schema(), columns)
-}
-
-/// The `key` column: all nulls at once when no record has a key (value-only records, the
-/// common case, cost nothing per row here).
-fn key_column(records: &[ConsumerRecord]) -> ArrayRef {
-    if records.iter().all(|r| r.meta.key().is_none()) {
-        return new_null_array(&DataType::Binary, records.len());
-    }
-    let bytes = records
-        .iter()
-        .filter_map(|r| r.meta.key())
-        .map(<[u8]>::len)
-        .sum();
-    let mut key = BinaryBuilder::with_capacity(records.len(), bytes);
-    for r in records {
-        key.append_option(r.meta.key());
-    }
-    Arc::new(key.finish())
 }
 
 /// A `headers` column of `n` nulls.
@@ -227,67 +216,168 @@ fn no_headers(n: usize) -> ArrayRef {
 }
 
 /// An `i32` Arrow offset, or the error Arrow gives a column over 2 GiB.
+#[inline]
 fn offset_of(len: usize) -> Result<i32, ArrowError> {
-    i32::try_from(len).map_err(|_| ArrowError::ComputeError("headers column over 2 GiB".into()))
+    i32::try_from(len).map_err(|_| ArrowError::ComputeError("column over 2 GiB".into()))
 }
 
-/// The `headers` column: all nulls at once when no record has headers. Built straight from
-/// each record's encoded extras into the column's buffers (the names checked as UTF-8 once,
-/// over the whole names buffer, not one by one).
-fn headers_column(records: &[ConsumerRecord]) -> Result<ArrayRef, ArrowError> {
-    if records.iter().all(|r| r.meta.header_count().is_none()) {
-        return Ok(no_headers(records.len()));
-    }
-    let count: usize = records.iter().filter_map(|r| r.meta.header_count()).sum();
-    let mut lists = Vec::with_capacity(records.len() + 1);
-    let mut present = NullBufferBuilder::new(records.len());
-    let mut name_offsets = Vec::with_capacity(count + 1);
-    let mut names = Vec::new();
-    let mut value_offsets = Vec::with_capacity(count + 1);
-    let mut values = Vec::new();
-    let mut value_present = NullBufferBuilder::new(count);
-    lists.push(0i32);
-    name_offsets.push(0i32);
-    value_offsets.push(0i32);
-    let mut entries = 0;
-    for r in records {
-        match r.meta.headers() {
-            Some(hs) => {
-                for h in hs {
-                    names.extend_from_slice(h.name);
-                    name_offsets.push(offset_of(names.len())?);
-                    value_present.append(h.value.is_some());
-                    values.extend_from_slice(h.value.unwrap_or_default());
-                    value_offsets.push(offset_of(values.len())?);
-                    entries += 1;
-                }
-                present.append_non_null();
-            }
-            None => present.append_null(),
+/// The `key` and `headers` columns, built row by row from each record's encoded extras
+/// straight into the columns' buffers. Nothing is allocated until a record with extras comes
+/// (the rows before it are then filled in as nulls at once): value-only records, the common
+/// case, cost a branch each, and their columns are made all null at the end.
+struct ExtrasColumns {
+    /// The batch's rows.
+    rows: usize,
+    /// Whether the `headers` column is wanted.
+    headers: bool,
+    /// Set at the first record with extras: the buffers below are in use from then on.
+    started: bool,
+    any_key: bool,
+    any_headers: bool,
+    key_offsets: Vec<i32>,
+    keys: Vec<u8>,
+    key_present: NullBufferBuilder,
+    lists: Vec<i32>,
+    present: NullBufferBuilder,
+    name_offsets: Vec<i32>,
+    names: Vec<u8>,
+    value_offsets: Vec<i32>,
+    values: Vec<u8>,
+    value_present: NullBufferBuilder,
+}
+
+impl ExtrasColumns {
+    fn new(rows: usize, headers: bool) -> Self {
+        ExtrasColumns {
+            rows,
+            headers,
+            started: false,
+            any_key: false,
+            any_headers: false,
+            key_offsets: Vec::new(),
+            keys: Vec::new(),
+            key_present: NullBufferBuilder::new(rows),
+            lists: Vec::new(),
+            present: NullBufferBuilder::new(rows),
+            name_offsets: Vec::new(),
+            names: Vec::new(),
+            value_offsets: Vec::new(),
+            values: Vec::new(),
+            value_present: NullBufferBuilder::new(0),
         }
-        lists.push(offset_of(entries)?);
     }
-    let names = StringArray::try_new(
-        OffsetBuffer::new(name_offsets.into()),
-        Buffer::from_vec(names),
-        None,
-    )?;
-    let values = BinaryArray::try_new(
-        OffsetBuffer::new(value_offsets.into()),
-        Buffer::from_vec(values),
-        value_present.finish(),
-    )?;
-    let entries = StructArray::try_new(
-        header_fields(),
-        vec![Arc::new(names), Arc::new(values)],
-        None,
-    )?;
-    Ok(Arc::new(ListArray::try_new(
-        header_item(),
-        OffsetBuffer::new(lists.into()),
-        Arc::new(entries),
-        present.finish(),
-    )?))
+
+    /// Row `row`'s key and headers.
+    #[inline]
+    fn push(&mut self, row: usize, meta: &RecordMeta) -> Result<(), ArrowError> {
+        if !self.started {
+            if !meta.has_extras() {
+                return Ok(());
+            }
+            self.start(row, meta);
+        }
+        match meta.key() {
+            Some(k) => {
+                self.any_key = true;
+                self.keys.extend_from_slice(k);
+                self.key_present.append_non_null();
+            }
+            None => self.key_present.append_null(),
+        }
+        self.key_offsets.push(offset_of(self.keys.len())?);
+        if !self.headers {
+            return Ok(());
+        }
+        match meta.headers() {
+            Some(hs) => {
+                self.any_headers = true;
+                for h in hs {
+                    self.names.extend_from_slice(h.name);
+                    self.name_offsets.push(offset_of(self.names.len())?);
+                    match h.value {
+                        Some(v) => {
+                            self.values.extend_from_slice(v);
+                            self.value_present.append_non_null();
+                        }
+                        None => self.value_present.append_null(),
+                    }
+                    self.value_offsets.push(offset_of(self.values.len())?);
+                }
+                self.present.append_non_null();
+            }
+            None => self.present.append_null(),
+        }
+        self.lists.push(offset_of(self.name_offsets.len() - 1)?);
+        Ok(())
+    }
+
+    /// The first record with extras is row `row`: the rows before it get null keys and
+    /// headers, and the buffers room for the rest of the batch, sized on this record.
+    #[cold]
+    fn start(&mut self, row: usize, meta: &RecordMeta) {
+        self.started = true;
+        let rows = self.rows.max(row + 1);
+        let left = rows - row;
+        self.key_offsets = Vec::with_capacity(rows + 1);
+        self.key_offsets.resize(row + 1, 0);
+        self.key_present.append_n_nulls(row);
+        self.keys = Vec::with_capacity(left * meta.key().map_or(0, <[u8]>::len));
+        if self.headers {
+            let (count, names, values) = meta.headers().map_or((0, 0, 0), |hs| {
+                hs.fold((0, 0, 0), |(c, n, v), h| {
+                    (c + 1, n + h.name.len(), v + h.value.map_or(0, <[u8]>::len))
+                })
+            });
+            self.lists = Vec::with_capacity(rows + 1);
+            self.lists.resize(row + 1, 0);
+            self.present.append_n_nulls(row);
+            self.name_offsets = Vec::with_capacity(left * count + 1);
+            self.name_offsets.push(0);
+            self.value_offsets = Vec::with_capacity(left * count + 1);
+            self.value_offsets.push(0);
+            self.value_present = NullBufferBuilder::new(left * count);
+            self.names = Vec::with_capacity(left * names);
+            self.values = Vec::with_capacity(left * values);
+        }
+    }
+
+    /// The `key` and `headers` columns of `rows` rows.
+    fn finish(mut self, rows: usize) -> Result<(ArrayRef, ArrayRef), ArrowError> {
+        let key: ArrayRef = if self.any_key {
+            Arc::new(BinaryArray::try_new(
+                OffsetBuffer::new(self.key_offsets.into()),
+                Buffer::from_vec(self.keys),
+                self.key_present.finish(),
+            )?)
+        } else {
+            new_null_array(&DataType::Binary, rows)
+        };
+        if !self.any_headers {
+            return Ok((key, no_headers(rows)));
+        }
+        let names = StringArray::try_new(
+            OffsetBuffer::new(self.name_offsets.into()),
+            Buffer::from_vec(self.names),
+            None,
+        )?;
+        let values = BinaryArray::try_new(
+            OffsetBuffer::new(self.value_offsets.into()),
+            Buffer::from_vec(self.values),
+            self.value_present.finish(),
+        )?;
+        let entries = StructArray::try_new(
+            header_fields(),
+            vec![Arc::new(names), Arc::new(values)],
+            None,
+        )?;
+        let headers = ListArray::try_new(
+            header_item(),
+            OffsetBuffer::new(self.lists.into()),
+            Arc::new(entries),
+            self.present.finish(),
+        )?;
+        Ok((key, Arc::new(headers)))
+    }
 }
 
 #[cfg(test)]
@@ -329,5 +419,92 @@ mod tests {
             .unwrap();
         assert_eq!((first.value(0), first.value(1)), (&b"a"[..], &b""[..]));
         assert_eq!(list.value_length(1), 1);
+    }
+
+    fn record(offset: u64, value: &'static [u8], meta: RecordMeta) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: Topic::try_from("t").unwrap(),
+            partition: NodeId::from_bytes([7; 16]),
+            offset,
+            value: Bytes::from_static(value),
+            meta,
+        }
+    }
+
+    /// Rows with and without extras in one batch, the first keyed row after value-only ones:
+    /// the rows before it are null in both columns, a null header value stays null, and an
+    /// empty key and an empty list are not nulls.
+    #[test]
+    fn keys_and_headers_of_a_mixed_batch_land_on_their_rows() {
+        use arrow_array::Array as _;
+        use dafka_node::{Header, TimestampType};
+        let keyed = |key: Option<&[u8]>, headers: Option<&[Header]>| {
+            RecordMeta::new(5, TimestampType::CreateTime, key, headers)
+        };
+        let hs = [
+            Header::new("trace", Some(Bytes::from_static(b"t-1"))),
+            Header::new("null", None),
+        ];
+        let records = vec![
+            record(0, b"a", RecordMeta::created(1)),
+            record(1, b"b", RecordMeta::created(2)),
+            record(2, b"c", keyed(Some(b"k"), Some(&hs))),
+            record(3, b"d", RecordMeta::created(3)),
+            record(4, b"e", keyed(Some(b""), Some(&[]))),
+            record(5, b"f", keyed(None, Some(&hs[1..]))),
+        ];
+        let batch = records_batch(records.clone(), true).unwrap();
+        assert_eq!(batch.num_rows(), 6);
+        let key = batch
+            .column(6)
+            .as_any()
+            .downcast_ref::<BinaryArray>()
+            .unwrap();
+        let keys: Vec<_> = (0..6)
+            .map(|i| key.is_valid(i).then(|| key.value(i)))
+            .collect();
+        assert_eq!(keys, [None, None, Some(&b"k"[..]), None, Some(b""), None]);
+        let list = batch
+            .column(7)
+            .as_any()
+            .downcast_ref::<ListArray>()
+            .unwrap();
+        type Row = Option<Vec<(String, Option<Vec<u8>>)>>;
+        let rows: Vec<Row> = (0..6)
+            .map(|i| {
+                list.is_valid(i).then(|| {
+                    let entries = list.value(i);
+                    let entries = entries.as_any().downcast_ref::<StructArray>().unwrap();
+                    let names = entries.column(0).as_any().downcast_ref::<StringArray>();
+                    let values = entries.column(1).as_any().downcast_ref::<BinaryArray>();
+                    let (names, values) = (names.unwrap(), values.unwrap());
+                    (0..entries.len())
+                        .map(|j| {
+                            let v = values.is_valid(j).then(|| values.value(j).to_vec());
+                            (names.value(j).to_owned(), v)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        let trace = ("trace".to_owned(), Some(b"t-1".to_vec()));
+        let null = ("null".to_owned(), None);
+        assert_eq!(
+            rows,
+            [
+                None,
+                None,
+                Some(vec![trace, null.clone()]),
+                None,
+                Some(vec![]),
+                Some(vec![null]),
+            ]
+        );
+        let without = records_batch(records, false).unwrap();
+        assert_eq!(without.column(7).null_count(), 6, "headers not asked for");
+        assert_eq!(without.column(6).as_ref(), batch.column(6).as_ref());
+        let plain = records_batch(vec![record(0, b"a", RecordMeta::created(1))], true).unwrap();
+        assert_eq!(plain.column(6).null_count(), 1);
+        assert_eq!(plain.column(7).null_count(), 1);
     }
 }

@@ -502,7 +502,7 @@ impl PyConsumer {
         let node = self.node.get("consumer")?;
         let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
             .map_err(errors::node)?;
-        py.detach(|| records_batch(&records, true))
+        py.detach(|| records_batch(records, true))
             .map_err(arrow_batch::batch_error)
     }
 }

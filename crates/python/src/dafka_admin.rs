@@ -246,7 +246,7 @@ impl PyPartitionReader {
         let node = self.node.get("reader")?;
         let records = runtime::wait_for(py, async move { node.poll(max_records, timeout).await })?
             .map_err(errors::node)?;
-        py.detach(|| records_batch(&records, headers))
+        py.detach(|| records_batch(records, headers))
             .map_err(arrow_batch::batch_error)?
             .to_pyarrow(py)
             .map(Bound::unbind)

@@ -92,7 +92,7 @@ pub(crate) fn poll(
         move |py, ready| {
             ready.map_err(errors::node)?;
             let batch = py
-                .detach(|| records_batch(&node.take(max_records), true))
+                .detach(|| records_batch(node.take(max_records), true))
                 .map_err(arrow_batch::batch_error)?;
             batch.to_pyarrow(py).map(Bound::unbind)
         },
