@@ -412,7 +412,7 @@ fn entry_crc(len_field: [u8; 4], body: &[u8]) -> u32 {
 }
 
 /// Appends the 8-byte prefix for `body` (already in `buf` from `body_start`).
-fn seal_entry(buf: &mut BytesMut, start: usize) {
+pub(crate) fn seal_entry(buf: &mut BytesMut, start: usize) {
     let body_len = buf.len() - start - ENTRY_PREFIX_LEN;
     let len_field = (body_len as u32).to_be_bytes();
     let crc = entry_crc(len_field, &buf[start + ENTRY_PREFIX_LEN..]);
@@ -555,7 +555,7 @@ pub fn decode_prefix(bytes: &[u8]) -> Result<EntryPrefix, FormatError> {
 
 /// Checks one whole entry from a borrowed slice: `entry` is exactly the prefix and the
 /// body (its length taken from [`decode_prefix`]), and the CRC matches.
-fn check_entry(entry: &[u8]) -> Result<EntryPrefix, FormatError> {
+pub(crate) fn check_entry(entry: &[u8]) -> Result<EntryPrefix, FormatError> {
     let prefix = decode_prefix(entry)?;
     if entry.len() != prefix.entry_len() {
         return Err(FormatError::Read(ReadError::Truncated {

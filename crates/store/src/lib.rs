@@ -34,6 +34,7 @@ pub mod file;
 pub mod format;
 mod holes;
 mod index;
+pub mod offsets;
 mod recovery;
 mod store;
 mod types;
@@ -43,6 +44,9 @@ use std::fmt;
 pub use dafka_proto::record::{Header, HeaderRef, MetaParts, RecordMeta, TimestampType};
 pub use error::{AppendError, DurabilityError, OpenError, PoisonCause, ReadError};
 pub use file::{Dir, DirLock, FsDir, LOCK_FILE, MemDir, MemFile, SegmentFile};
+pub use offsets::{
+    CommitMode, GroupOffsets, OffsetKey, OffsetsConfig, OffsetsError, OffsetsReport,
+};
 pub use recovery::{Damage, DamageKind, RecoveryReport};
 pub use store::{Store, Ticket, now_us};
 pub use types::{
