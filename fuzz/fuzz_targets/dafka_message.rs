@@ -1,10 +1,11 @@
 //! Dafka message and beacon decoding from arbitrary multipart messages, with small limits.
 //!
-//! Input: byte 0 sets `max_content` (x4), byte 1 `max_topics`, byte 2 `max_endpoint`; the rest
+//! Input: byte 0 sets `max_content` (x4), byte 1 `max_topics` and `max_offsets`, byte 2
+//! `max_endpoint`; the rest
 //! is a sequence of frames, each a 2-byte big-endian length and that many bytes (a short last
 //! frame takes what is left). Invariants: no panic; a decoded message or beacon re-encodes to
-//! exactly the input frames, and those decode equal again; record contents, topic lists (their
-//! allocated capacity included) and beacon text stay within the limits.
+//! exactly the input frames, and those decode equal again; record contents, topic and group
+//! offset lists (their allocated capacity included) and beacon text stay within the limits.
 #![no_main]
 
 use dafka_proto::{BeaconMessage, Limits, Message};
@@ -20,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits::DEFAULT
         .with_max_content(usize::from(*a) * 4)
         .with_max_topics(usize::from(*b))
+        .with_max_offsets(usize::from(*b))
         .with_max_endpoint(usize::from(*c));
     let frames = split_frames(rest);
     if let Ok(m) = Message::decode(&frames, &limits) {
@@ -29,8 +31,14 @@ fuzz_target!(|data: &[u8]| {
         if let Some(content) = m.content() {
             assert!(content.len() <= limits.max_content);
         }
-        if let Message::ConsumerHello(hello) = &m {
-            assert!(hello.topics.capacity() <= limits.max_topics);
+        match &m {
+            Message::ConsumerHello(hello) => assert!(hello.topics.capacity() <= limits.max_topics),
+            Message::OffsetCommit(c) => assert!(c.offsets.capacity() <= limits.max_offsets),
+            Message::DirectCommitted(d) => assert!(d.offsets.capacity() <= limits.max_offsets),
+            Message::CommittedQuery(q) => {
+                assert!(q.partitions.capacity() <= limits.max_offsets)
+            }
+            _ => {}
         }
     }
     if let Ok(beacon) = BeaconMessage::decode(&frames, &limits) {

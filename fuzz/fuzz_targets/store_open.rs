@@ -32,7 +32,10 @@ fn in_input(data: &[u8], id: u32, r: &Record) -> bool {
     }
     // A version 1 record: a log-append time in whole milliseconds, nothing else.
     let m = &r.meta;
-    if m.timestamp_type() != TimestampType::LogAppendTime || m.key().is_some() || m.headers().is_some() {
+    if m.timestamp_type() != TimestampType::LogAppendTime
+        || m.key().is_some()
+        || m.headers().is_some()
+    {
         return false;
     }
     if m.timestamp == i64::MAX {

@@ -38,7 +38,11 @@ fuzz_target!(|data: &[u8]| {
     while let Some(out) = node.poll_output() {
         if let Output::Connect { server_key, .. } = out {
             assert_eq!(data.len(), 54, "a CURVE node acted on a 22-byte beacon");
-            assert_eq!(server_key, Some(ALLOWED), "connected with a key not allowed");
+            assert_eq!(
+                server_key,
+                Some(ALLOWED),
+                "connected with a key not allowed"
+            );
         }
     }
 });

@@ -90,19 +90,26 @@ pub enum MalformedError {
         /// Records (content frames) in the message.
         records: usize,
     },
-    /// A GROUP-HEARTBEAT's group name (its topic prefix) breaks the rules of
+    /// A group message's group name breaks the rules of
     /// [`GroupName`](crate::group::GroupName).
-    #[error("GROUP-HEARTBEAT: {error}")]
+    #[error("{kind}: {error}")]
     GroupName {
+        /// The message kind.
+        kind: &'static str,
         /// What is wrong with it.
         error: GroupNameError,
     },
-    /// A GROUP-HEARTBEAT's flags hold a bit this version does not know.
-    #[error("GROUP-HEARTBEAT flags {flags:#04x} hold an unknown bit")]
+    /// A GROUP-HEARTBEAT's or OFFSET-COMMIT's flags hold a bit this version does not know.
+    #[error("{kind} flags {flags:#04x} hold an unknown bit")]
     GroupFlags {
+        /// The message kind.
+        kind: &'static str,
         /// The flags byte received.
         flags: u8,
     },
+    /// An OFFSET-COMMIT with no offset.
+    #[error("OFFSET-COMMIT without offsets")]
+    NoOffsets,
     /// A topic name breaks the rules of [`Topic`](crate::Topic).
     #[error("{what}: {error}")]
     Topic {
@@ -165,6 +172,17 @@ pub enum LimitError {
     /// refused before any list is allocated.
     #[error("{kind} announces {count} topics, over the limit of {max}")]
     TooManyTopics {
+        /// The message kind.
+        kind: &'static str,
+        /// The announced count.
+        count: u32,
+        /// The limit.
+        max: usize,
+    },
+    /// A group message announces more offsets than `Limits::max_offsets`; refused before
+    /// any list is allocated.
+    #[error("{kind} announces {count} offsets, over the limit of {max}")]
+    TooManyOffsets {
         /// The message kind.
         kind: &'static str,
         /// The announced count.

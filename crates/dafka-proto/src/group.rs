@@ -816,6 +816,7 @@ mod tests {
         assert_eq!(
             Message::decode(&[Bytes::from(empty)], &Limits::DEFAULT),
             Err(MalformedError::GroupName {
+                kind: "GROUP-HEARTBEAT",
                 error: GroupNameError::Empty
             }
             .into())

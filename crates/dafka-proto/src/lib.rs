@@ -87,10 +87,11 @@ pub use error::{
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
-    Ack, ConsumerHello, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing, DirectRecord,
-    DirectRecords, DirectTimeOffset, DirectTopics, Fetch, GetHeads, GroupHeartbeat, Head, HeadsEnd,
-    HeadsQuery, Kind, Limits, Message, MetaRecord, MetaRecordRef, PREFIX_END, Record,
-    RefusalReason, StoreAck, StoreHello, StoreRefusal, TimeQuery, TopicsQuery, VERSION,
+    Ack, COMMIT_SEEK, CommittedQuery, ConsumerHello, DirectCommitted, DirectHead, DirectLowWater,
+    DirectMetaRecords, DirectMissing, DirectRecord, DirectRecords, DirectTimeOffset, DirectTopics,
+    Fetch, GetHeads, GroupHeartbeat, GroupOffset, Head, HeadsEnd, HeadsQuery, Kind, Limits,
+    Message, MetaRecord, MetaRecordRef, OffsetCommit, PREFIX_END, Record, RefusalReason, StoreAck,
+    StoreHello, StoreRefusal, TimeQuery, TopicsQuery, VERSION,
 };
 pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
 pub use record::{Header, HeaderRef, MetaParts, RecordMeta, TimestampType};

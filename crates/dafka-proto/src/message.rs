@@ -72,15 +72,19 @@ pub struct Limits {
     pub max_endpoint: usize,
     /// Most headers of one record.
     pub max_headers: usize,
+    /// Most group offsets in one OFFSET-COMMIT, COMMITTED-QUERY or DIRECT-COMMITTED.
+    pub max_offsets: usize,
 }
 
 impl Limits {
-    /// Defaults: 16 MiB of content, 4096 topics, 1024-byte endpoints, 1024 headers a record.
+    /// Defaults: 16 MiB of content, 4096 topics, 1024-byte endpoints, 1024 headers a record,
+    /// 4096 group offsets a message.
     pub const DEFAULT: Limits = Limits {
         max_content: 16 << 20,
         max_topics: 4096,
         max_endpoint: 1024,
         max_headers: 1024,
+        max_offsets: 4096,
     };
 
     /// The defaults with another content limit.
@@ -92,6 +96,12 @@ impl Limits {
     /// The defaults with another topic-count limit.
     pub const fn with_max_topics(mut self, max_topics: usize) -> Self {
         self.max_topics = max_topics;
+        self
+    }
+
+    /// The defaults with another limit on the offsets of one group message.
+    pub const fn with_max_offsets(mut self, max_offsets: usize) -> Self {
+        self.max_offsets = max_offsets;
         self
     }
 
@@ -217,6 +227,9 @@ kinds! {
     TopicsQuery = 0x53, "TOPICS-QUERY", 1;
     DirectTopics = 0x43, "DIRECT-TOPICS", 1;
     GroupHeartbeat = 0x4A, "GROUP-HEARTBEAT", 1;
+    OffsetCommit = 0x50, "OFFSET-COMMIT", 1;
+    CommittedQuery = 0x49, "COMMITTED-QUERY", 1;
+    DirectCommitted = 0x55, "DIRECT-COMMITTED", 1;
 }
 
 /// GROUP-HEARTBEAT's flag: the member is leaving its group.
@@ -235,6 +248,80 @@ pub struct GroupHeartbeat {
     pub member: NodeId,
     /// The member is closing: the others drop it now, not after the session timeout.
     pub leaving: bool,
+}
+
+/// OFFSET-COMMIT's flag: the offsets are set, even backwards (a `seek`), not only moved
+/// forward.
+pub const COMMIT_SEEK: u8 = 0x01;
+
+/// One committed offset of a group: the next offset the group reads in a partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupOffset {
+    /// The topic.
+    pub topic: Topic,
+    /// The partition: its producer's id.
+    pub partition: NodeId,
+    /// The next offset the group reads.
+    pub offset: u64,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a consumer group member
+/// commits where it got to in some partitions: OFFSET-COMMIT (`'P'`), to every store reader
+/// (they subscribe to `'P'`). A store that holds a partition of the list writes its offset
+/// durably and answers with a DIRECT-COMMITTED. Fields: address = member, request (8, the
+/// member's number, echoed), flags (1: `0x01` seek, the other bits zero), the offsets
+/// (count (4), then per offset: topic (string), partition (address), offset (8)); at most
+/// `Limits::max_offsets`, and at least one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommit {
+    /// The group: the topic prefix.
+    pub group: GroupName,
+    /// The member that commits (its consumer's node id): the answer goes to `'U'` + this id.
+    pub member: NodeId,
+    /// The member's number for the commit, echoed in the answers.
+    pub request: u64,
+    /// Set the offsets even backwards (`seek`), instead of keeping the larger.
+    pub seek: bool,
+    /// The offsets.
+    pub offsets: Vec<GroupOffset>,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a member asks the store
+/// readers for its group's committed offsets: COMMITTED-QUERY (`'I'`), to every store reader
+/// (they subscribe to `'I'`), each answering with a DIRECT-COMMITTED of the ones it holds.
+/// Fields: address = member, request (8), the partitions (count (4), then per partition:
+/// topic (string), partition (address)); none asks for every offset of the group the store
+/// holds. At most `Limits::max_offsets`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedQuery {
+    /// The group: the topic prefix.
+    pub group: GroupName,
+    /// The member that asks: the answer goes to `'U'` + this id.
+    pub member: NodeId,
+    /// The member's number for the query, echoed in the answers.
+    pub request: u64,
+    /// The partitions asked about; empty for all of them.
+    pub partitions: Vec<(Topic, NodeId)>,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): a store reader's answer to an
+/// OFFSET-COMMIT (once the offsets are on its disk) or a COMMITTED-QUERY:
+/// DIRECT-COMMITTED (`'U'`). It lists the group's committed offsets it holds among those
+/// asked about, as they are after the commit (a forward commit below the stored offset
+/// answers the stored one). Fields: address = store, request (8, echoed), group (string),
+/// the offsets as in OFFSET-COMMIT (possibly none). At most `Limits::max_offsets`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectCommitted {
+    /// The member that asked: the topic prefix.
+    pub to: NodeId,
+    /// The store reader that answers.
+    pub store: NodeId,
+    /// The request number answered.
+    pub request: u64,
+    /// The group.
+    pub group: GroupName,
+    /// The group's offsets the store holds among those asked about.
+    pub offsets: Vec<GroupOffset>,
 }
 
 /// A record a producer publishes: RECORD (`'M'`), and the body of DIRECT-RECORD.
@@ -723,6 +810,9 @@ impl Message {
             Message::ConsumerHello(c) => Prefix::Node(&c.store),
             Message::StoreHello(s) => Prefix::Node(&s.consumer),
             Message::GroupHeartbeat(h) => Prefix::Topic(h.group.as_topic()),
+            Message::OffsetCommit(c) => Prefix::Topic(c.group.as_topic()),
+            Message::CommittedQuery(q) => Prefix::Topic(q.group.as_topic()),
+            Message::DirectCommitted(d) => Prefix::Node(&d.to),
         }
     }
 
@@ -769,6 +859,19 @@ impl Message {
             Message::GetHeads(_) | Message::StoreHello(_) => ADDRESS,
             Message::ConsumerHello(c) => ADDRESS + strings_len(&c.topics),
             Message::GroupHeartbeat(_) => ADDRESS + 1,
+            Message::OffsetCommit(c) => ADDRESS + 8 + 1 + offsets_len(&c.offsets),
+            Message::CommittedQuery(q) => {
+                ADDRESS
+                    + 8
+                    + 4
+                    + q.partitions
+                        .iter()
+                        .map(|(t, _)| 1 + t.len() + ADDRESS)
+                        .sum::<usize>()
+            }
+            Message::DirectCommitted(d) => {
+                ADDRESS + 8 + 1 + d.group.as_bytes().len() + offsets_len(&d.offsets)
+            }
         };
         1 + prefix + 2 + fields
     }
@@ -845,6 +948,29 @@ impl Message {
             Message::GroupHeartbeat(h) => {
                 h.member.put_string(out);
                 out.put_u8(if h.leaving { GROUP_LEAVING } else { 0 });
+            }
+            Message::OffsetCommit(c) => {
+                c.member.put_string(out);
+                out.put_u64(c.request);
+                out.put_u8(if c.seek { COMMIT_SEEK } else { 0 });
+                put_offsets(out, &c.offsets);
+            }
+            Message::CommittedQuery(q) => {
+                q.member.put_string(out);
+                out.put_u64(q.request);
+                // At most `Limits::max_offsets` when built by us; a list longer than u32::MAX
+                // cannot be built in memory.
+                out.put_u32(q.partitions.len() as u32);
+                for (topic, partition) in &q.partitions {
+                    topic.put_string(out);
+                    partition.put_string(out);
+                }
+            }
+            Message::DirectCommitted(d) => {
+                d.store.put_string(out);
+                out.put_u64(d.request);
+                d.group.as_topic().put_string(out);
+                put_offsets(out, &d.offsets);
             }
         }
     }
@@ -936,7 +1062,9 @@ impl Message {
             | Kind::HeadsQuery
             | Kind::TimeQuery
             | Kind::GetHeads
-            | Kind::GroupHeartbeat => ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?),
+            | Kind::GroupHeartbeat
+            | Kind::OffsetCommit
+            | Kind::CommittedQuery => ReadPrefix::Topic(r.until(PREFIX_END, "topic prefix")?),
             _ => ReadPrefix::Node(r.until_with(PREFIX_END, "topic prefix", |hex| {
                 NodeId::decode(hex, "topic prefix")
             })?),
@@ -1058,17 +1186,76 @@ impl Message {
                 })
             }
             Kind::GroupHeartbeat => {
-                let group = GroupName::new(prefix.topic()?)
-                    .map_err(|error| MalformedError::GroupName { error })?;
+                let group = group_name(kind, prefix.topic()?)?;
                 let member = address(&mut r)?;
                 let flags = r.u8("flags")?;
                 if flags & !GROUP_LEAVING != 0 {
-                    return Err(MalformedError::GroupFlags { flags }.into());
+                    return Err(MalformedError::GroupFlags {
+                        kind: kind.name(),
+                        flags,
+                    }
+                    .into());
                 }
                 Message::GroupHeartbeat(GroupHeartbeat {
                     group,
                     member,
                     leaving: flags == GROUP_LEAVING,
+                })
+            }
+            Kind::OffsetCommit => {
+                let group = group_name(kind, prefix.topic()?)?;
+                let member = address(&mut r)?;
+                let request = r.u64("request")?;
+                let flags = r.u8("flags")?;
+                if flags & !COMMIT_SEEK != 0 {
+                    return Err(MalformedError::GroupFlags {
+                        kind: kind.name(),
+                        flags,
+                    }
+                    .into());
+                }
+                let offsets = read_offsets(&mut r, kind, limits)?;
+                if offsets.is_empty() {
+                    return Err(MalformedError::NoOffsets.into());
+                }
+                Message::OffsetCommit(OffsetCommit {
+                    group,
+                    member,
+                    request,
+                    seek: flags == COMMIT_SEEK,
+                    offsets,
+                })
+            }
+            Kind::CommittedQuery => {
+                let group = group_name(kind, prefix.topic()?)?;
+                let member = address(&mut r)?;
+                let request = r.u64("request")?;
+                let count = offsets_count(&mut r, kind, limits)?;
+                // Each entry takes at least 34 bytes: never reserve from the announced count.
+                let mut partitions = Vec::with_capacity(count.min(r.remaining() / 34));
+                for _ in 0..count {
+                    let topic = Topic::decode(r.short_bytes("subject")?, "subject")?;
+                    partitions.push((topic, address(&mut r)?));
+                }
+                Message::CommittedQuery(CommittedQuery {
+                    group,
+                    member,
+                    request,
+                    partitions,
+                })
+            }
+            Kind::DirectCommitted => {
+                let to = prefix.node()?;
+                let store = address(&mut r)?;
+                let request = r.u64("request")?;
+                let group = group_name(kind, r.short_bytes("group")?)?;
+                let offsets = read_offsets(&mut r, kind, limits)?;
+                Message::DirectCommitted(DirectCommitted {
+                    to,
+                    store,
+                    request,
+                    group,
+                    offsets,
                 })
             }
             Kind::TopicsQuery => Message::TopicsQuery(TopicsQuery {
@@ -1203,6 +1390,75 @@ fn put_strings(out: &mut BytesMut, topics: &[Topic]) {
         out.put_u32(t.len() as u32);
         out.put_slice(t.as_bytes());
     }
+}
+
+/// A group name in a message of `kind`.
+fn group_name(kind: Kind, name: Bytes) -> Result<GroupName, DecodeError> {
+    GroupName::new(name).map_err(|error| {
+        MalformedError::GroupName {
+            kind: kind.name(),
+            error,
+        }
+        .into()
+    })
+}
+
+/// Length of a list of group offsets: count, then topic, partition and offset each.
+fn offsets_len(offsets: &[GroupOffset]) -> usize {
+    4 + offsets
+        .iter()
+        .map(|o| 1 + o.topic.len() + 1 + NODE_ID_HEX_LEN + 8)
+        .sum::<usize>()
+}
+
+/// Appends a list of group offsets.
+fn put_offsets(out: &mut BytesMut, offsets: &[GroupOffset]) {
+    // At most `Limits::max_offsets` when built by us; a list longer than u32::MAX cannot be
+    // built in memory.
+    out.put_u32(offsets.len() as u32);
+    for o in offsets {
+        o.topic.put_string(out);
+        o.partition.put_string(out);
+        out.put_u64(o.offset);
+    }
+}
+
+/// A list's announced count, checked against `limits.max_offsets`.
+fn offsets_count(r: &mut Reader, kind: Kind, limits: &Limits) -> Result<usize, DecodeError> {
+    let count = r.u32("offsets count")?;
+    usize::try_from(count)
+        .ok()
+        .filter(|&n| n <= limits.max_offsets)
+        .ok_or_else(|| {
+            LimitError::TooManyOffsets {
+                kind: kind.name(),
+                count,
+                max: limits.max_offsets,
+            }
+            .into()
+        })
+}
+
+/// Reads a list of group offsets, its count checked before anything is reserved.
+fn read_offsets(
+    r: &mut Reader,
+    kind: Kind,
+    limits: &Limits,
+) -> Result<Vec<GroupOffset>, DecodeError> {
+    let count = offsets_count(r, kind, limits)?;
+    // Each entry takes at least 42 bytes: never reserve from the announced count.
+    let mut offsets = Vec::with_capacity(count.min(r.remaining() / 42));
+    for _ in 0..count {
+        let topic = Topic::decode(r.short_bytes("subject")?, "subject")?;
+        let partition = address(r)?;
+        let offset = r.u64("offset")?;
+        offsets.push(GroupOffset {
+            topic,
+            partition,
+            offset,
+        });
+    }
+    Ok(offsets)
 }
 
 /// Reads a `strings` field of topics of a `kind` message, its count checked against

@@ -20,6 +20,8 @@
 //! | `'E'` + own UUID | producer resuming | DIRECT-HEADs of its partition |
 //! | `'W'` + own UUID | store reader | CONSUMER-HELLOs to it; arriving at a consumer's XPUB it asks for one |
 //! | `'J'` + group name + `0x00` | consumer group member (extension) | GROUP-HEARTBEATs of its group |
+//! | `'P'`, `'I'` | store reader (extension, once groups are wired) | every OFFSET-COMMIT and COMMITTED-QUERY |
+//! | `'U'` + own UUID | consumer group member (extension) | DIRECT-COMMITTEDs answering it |
 //! | `"B"`, `"W"` | beacon SUB | tower beacons, the welcome |
 //!
 //! Because the prefix has no terminator, `'M' + "hello"` also matches topic `hello2`. The

@@ -425,3 +425,103 @@ fn store_refusal_bytes() {
     assert_eq!(detail.len(), 254, "cut at a character boundary");
     assert!(std::str::from_utf8(&detail).is_ok());
 }
+
+#[test]
+fn group_offset_messages_bytes_and_limits() {
+    use dafka_proto::{GroupOffset, NodeId, OffsetCommit, Topic, group::GroupName};
+    // OFFSET-COMMIT of group "bill" by member C: request 7, no seek, one offset: topic
+    // "golden", partition P, next offset 42.
+    let entry = [&b"\x06golden\x20"[..], P, &42u64.to_be_bytes()].concat();
+    let commit = |flags: u8, count: u32, entries: &[u8]| {
+        vec![frame(&[
+            b"Pbill\x00\x01\x20",
+            C,
+            &7u64.to_be_bytes(),
+            &[flags],
+            &count.to_be_bytes(),
+            entries,
+        ])]
+    };
+    let expected = OffsetCommit {
+        group: GroupName::new("bill").unwrap(),
+        member: NodeId::from_hex(C).unwrap(),
+        request: 7,
+        seek: false,
+        offsets: vec![GroupOffset {
+            topic: Topic::try_from("golden").unwrap(),
+            partition: NodeId::from_hex(P).unwrap(),
+            offset: 42,
+        }],
+    };
+    assert_eq!(decode(&commit(0, 1, &entry)), Ok(expected.clone().into()));
+    assert_eq!(
+        Message::from(expected).to_frames(),
+        commit(0, 1, &entry),
+        "the documented bytes"
+    );
+    assert!(matches!(
+        decode(&commit(1, 1, &entry)),
+        Ok(Message::OffsetCommit(OffsetCommit { seek: true, .. }))
+    ));
+    assert_eq!(
+        decode(&commit(2, 1, &entry)),
+        malformed(MalformedError::GroupFlags {
+            kind: "OFFSET-COMMIT",
+            flags: 2
+        })
+    );
+    assert_eq!(
+        decode(&commit(0, 0, b"")),
+        malformed(MalformedError::NoOffsets)
+    );
+    // A huge count is refused by the limit before any list is allocated.
+    assert_eq!(
+        decode(&commit(0, u32::MAX, b"")),
+        Err(DecodeError::Limit(LimitError::TooManyOffsets {
+            kind: "OFFSET-COMMIT",
+            count: u32::MAX,
+            max: 4096
+        }))
+    );
+    // Within the limit, but the entries are not there.
+    assert!(matches!(
+        decode(&commit(0, 4096, &entry)),
+        Err(DecodeError::Malformed(MalformedError::Wire(_)))
+    ));
+    // An empty group name.
+    let mut empty = commit(0, 1, &entry);
+    empty[0] = frame(&[b"P\x00\x01\x20", C, &[0; 9], &1u32.to_be_bytes(), &entry]);
+    assert!(matches!(
+        decode(&empty),
+        Err(DecodeError::Malformed(MalformedError::GroupName {
+            kind: "OFFSET-COMMIT",
+            ..
+        }))
+    ));
+    // COMMITTED-QUERY for every offset of the group, and DIRECT-COMMITTED answering it
+    // from store P with the group name as a string field.
+    let query = frame(&[
+        b"Ibill\x00\x01\x20",
+        C,
+        &9u64.to_be_bytes(),
+        &0u32.to_be_bytes(),
+    ]);
+    assert!(matches!(
+        decode(&[query]),
+        Ok(Message::CommittedQuery(q)) if q.partitions.is_empty() && q.request == 9
+    ));
+    let answer = frame(&[
+        b"U",
+        C,
+        b"\x00\x01\x20",
+        P,
+        &9u64.to_be_bytes(),
+        b"\x04bill",
+        &1u32.to_be_bytes(),
+        &entry,
+    ]);
+    assert!(matches!(
+        decode(&[answer]),
+        Ok(Message::DirectCommitted(d)) if d.offsets.len() == 1 && d.offsets[0].offset == 42
+    ));
+}

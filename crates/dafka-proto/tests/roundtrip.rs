@@ -3,10 +3,10 @@
 
 use bytes::Bytes;
 use dafka_proto::{
-    Ack, BeaconMessage, ConsumerHello, DirectHead, DirectLowWater, DirectMissing, DirectRecord,
-    DirectRecords, Fetch, GetHeads, GroupHeartbeat, Head, HeadsEnd, HeadsQuery, Limits, Message,
-    NodeBeacon, NodeId, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal, Topic,
-    TowerBeacon,
+    Ack, BeaconMessage, CommittedQuery, ConsumerHello, DirectCommitted, DirectHead, DirectLowWater,
+    DirectMissing, DirectRecord, DirectRecords, Fetch, GetHeads, GroupHeartbeat, GroupOffset, Head,
+    HeadsEnd, HeadsQuery, Limits, Message, NodeBeacon, NodeId, OffsetCommit, Record, RefusalReason,
+    StoreAck, StoreHello, StoreRefusal, Topic, TowerBeacon,
     group::GroupName,
     message::{
         DirectMetaRecords, DirectTimeOffset, DirectTopics, MetaRecord, TimeQuery, TopicsQuery,
@@ -21,6 +21,18 @@ fn node_id() -> impl Strategy<Value = NodeId> {
 
 fn topic() -> impl Strategy<Value = Topic> {
     prop::collection::vec(1u8..=255, 0..=255).prop_map(|v| Topic::new(v).unwrap())
+}
+
+fn group_name() -> impl Strategy<Value = GroupName> {
+    prop::collection::vec(1u8..=255, 1..=255).prop_map(|v| GroupName::new(v).unwrap())
+}
+
+fn group_offset() -> impl Strategy<Value = GroupOffset> {
+    (topic(), node_id(), any::<u64>()).prop_map(|(topic, partition, offset)| GroupOffset {
+        topic,
+        partition,
+        offset,
+    })
 }
 
 fn content() -> impl Strategy<Value = Bytes> {
@@ -129,6 +141,49 @@ fn message() -> impl Strategy<Value = Message> {
                 group: GroupName::new(name).unwrap(),
                 member,
                 leaving
+            }
+            .into()),
+        (
+            group_name(),
+            node_id(),
+            any::<u64>(),
+            any::<bool>(),
+            prop::collection::vec(group_offset(), 1..8)
+        )
+            .prop_map(|(group, member, request, seek, offsets)| OffsetCommit {
+                group,
+                member,
+                request,
+                seek,
+                offsets
+            }
+            .into()),
+        (
+            group_name(),
+            node_id(),
+            any::<u64>(),
+            prop::collection::vec((topic(), node_id()), 0..8)
+        )
+            .prop_map(|(group, member, request, partitions)| CommittedQuery {
+                group,
+                member,
+                request,
+                partitions
+            }
+            .into()),
+        (
+            node_id(),
+            node_id(),
+            any::<u64>(),
+            group_name(),
+            prop::collection::vec(group_offset(), 0..8)
+        )
+            .prop_map(|(to, store, request, group, offsets)| DirectCommitted {
+                to,
+                store,
+                request,
+                group,
+                offsets
             }
             .into()),
         (node_id(), node_id(), prop::collection::vec(topic(), 0..8)).prop_map(

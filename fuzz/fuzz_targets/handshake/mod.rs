@@ -64,7 +64,10 @@ pub fn run(
             .handle_input(&mut buf, now)
             .and_then(|()| conn.handle_timeout(now));
         while let Some(event) = conn.poll_event() {
-            assert!(authenticated, "an unauthenticated peer reached the application: {event:?}");
+            assert!(
+                authenticated,
+                "an unauthenticated peer reached the application: {event:?}"
+            );
             match event {
                 Event::Ready {
                     peer_socket_type, ..
