@@ -91,6 +91,13 @@ impl GroupName {
     }
 }
 
+/// The name as text (as a topic shows it).
+impl std::fmt::Display for GroupName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// How often a member says it is there, and how long the others wait before dropping it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MembershipConfig {

@@ -46,11 +46,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError};
+use crate::group::GroupName;
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing, DirectRecord, DirectRecords,
-    DirectTimeOffset, DirectTopics, Fetch, Head, HeadsEnd, Kind, Limits, Message, Record,
-    RefusalReason, StoreAck, StoreHello, StoreRefusal,
+    Ack, DirectCommitted, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing,
+    DirectRecord, DirectRecords, DirectTimeOffset, DirectTopics, Fetch, GroupOffset, Head,
+    HeadsEnd, Kind, Limits, Message, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal,
 };
 use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
@@ -78,6 +79,21 @@ pub trait StoreLog {
     /// The first offset of the partition held whose record's timestamp is at or after
     /// `time` (microseconds since the epoch, UTC); `None` when no record held is that recent.
     fn offset_for_time(&self, topic: &Topic, producer: &NodeId, time: i64) -> Option<u64>;
+
+    /// Commits `offsets` of `group` for the partitions of the list the store holds, written
+    /// durably before it returns (the others are left out); with `seek` an offset is set,
+    /// else the larger of the stored and the committed one is kept. Returns each kept
+    /// partition's offset after the commit, in the order given.
+    fn commit_offsets(
+        &self,
+        group: &GroupName,
+        offsets: &[GroupOffset],
+        seek: bool,
+    ) -> Result<Vec<GroupOffset>, Self::Error>;
+
+    /// The committed offsets of `group` the store holds among `partitions` (all of the
+    /// group's when empty).
+    fn committed(&self, group: &GroupName, partitions: &[(Topic, NodeId)]) -> Vec<GroupOffset>;
 
     /// Durable records of the partition from offset `from`, ascending, at most `max`; or, when
     /// the records at `from` are not held though below the head (damaged), where they end.
@@ -792,6 +808,7 @@ pub struct StoreReader {
     transmit: VecDeque<Message>,
     dropped: u64,
     read_errors: u64,
+    commit_errors: u64,
     /// Per consumer, which of `'E'`, `'O'`, `'R'`, `'B'`, `'V'`, `'Z'` + its id reached the
     /// XPUB (bits 0 to 5): a HEADS-END goes only to a consumer that receives the answers it
     /// follows, DIRECT-RECORDS and DIRECT-META-RECORDS only to one that receives them.
@@ -837,6 +854,7 @@ impl StoreReader {
             transmit: VecDeque::new(),
             dropped: 0,
             read_errors: 0,
+            commit_errors: 0,
             listening: HashMap::new(),
         })
     }
@@ -849,7 +867,7 @@ impl StoreReader {
     /// The subscriptions of the reader's SUB: `'F'`, `'G'` (every one), `'W'` + its id (as
     /// the reference's), then the extensions' `'Q'`, `'Y'` and `'S'` (every HEADS-QUERY,
     /// TIME-QUERY and TOPICS-QUERY).
-    pub fn subscriptions(&self) -> [Bytes; 6] {
+    pub fn subscriptions(&self) -> [Bytes; 8] {
         [
             subscription::all(Kind::Fetch),
             subscription::all(Kind::GetHeads),
@@ -857,10 +875,13 @@ impl StoreReader {
             subscription::all(Kind::HeadsQuery),
             subscription::all(Kind::TimeQuery),
             subscription::all(Kind::TopicsQuery),
+            subscription::all(Kind::OffsetCommit),
+            subscription::all(Kind::CommittedQuery),
         ]
     }
 
-    /// Handles FETCH, GET-HEADS, HEADS-QUERY and CONSUMER-HELLO; anything else is ignored.
+    /// Handles FETCH, GET-HEADS, HEADS-QUERY, TIME-QUERY, TOPICS-QUERY, CONSUMER-HELLO,
+    /// OFFSET-COMMIT and COMMITTED-QUERY; anything else is ignored.
     pub fn handle_message<L: StoreLog>(
         &mut self,
         message: &Message,
@@ -913,6 +934,33 @@ impl StoreReader {
                     store: self.config.id,
                     query: q.query,
                     topics,
+                }));
+                Ok(())
+            }
+            Message::OffsetCommit(c) => {
+                // Answered once the offsets are on the disk; a failed write is not answered
+                // (the member's commit waits for this store, then fails or retries).
+                match log.commit_offsets(&c.group, &c.offsets, c.seek) {
+                    Ok(offsets) => self.queue(Message::DirectCommitted(DirectCommitted {
+                        to: c.member,
+                        store: self.config.id,
+                        request: c.request,
+                        group: c.group.clone(),
+                        offsets,
+                    })),
+                    Err(_) => self.commit_errors += 1,
+                }
+                Ok(())
+            }
+            Message::CommittedQuery(q) => {
+                let mut offsets = log.committed(&q.group, &q.partitions);
+                offsets.truncate(Limits::DEFAULT.max_offsets);
+                self.queue(Message::DirectCommitted(DirectCommitted {
+                    to: q.member,
+                    store: self.config.id,
+                    request: q.request,
+                    group: q.group.clone(),
+                    offsets,
                 }));
                 Ok(())
             }
@@ -1190,5 +1238,10 @@ impl StoreReader {
     /// FETCH answers abandoned because the log could not be read.
     pub fn read_errors(&self) -> u64 {
         self.read_errors
+    }
+
+    /// OFFSET-COMMITs not answered because the log could not write them.
+    pub fn commit_errors(&self) -> u64 {
+        self.commit_errors
     }
 }

@@ -8,8 +8,9 @@ use std::convert::Infallible;
 use std::time::Instant;
 
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Kind, LogRead, Message, NodeId, OffsetReset, StoreHello,
-    StoreLog, StoreReader, StoreReaderConfig, TimeOffset, Topic, subscription,
+    Bounds, Consumer, ConsumerConfig, GroupOffset, Kind, LogRead, Message, NodeId, OffsetReset,
+    StoreHello, StoreLog, StoreReader, StoreReaderConfig, TimeOffset, Topic, group::GroupName,
+    subscription,
 };
 
 use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
@@ -22,6 +23,20 @@ struct MapLog(BTreeMap<NodeId, (u64, u64)>, Topic);
 
 impl StoreLog for MapLog {
     type Error = Infallible;
+
+    // This log holds no group offsets: these tests do not commit any.
+    fn commit_offsets(
+        &self,
+        _: &GroupName,
+        _: &[GroupOffset],
+        _: bool,
+    ) -> Result<Vec<GroupOffset>, Infallible> {
+        Ok(Vec::new())
+    }
+
+    fn committed(&self, _: &GroupName, _: &[(Topic, NodeId)]) -> Vec<GroupOffset> {
+        Vec::new()
+    }
 
     fn bounds(&self, t: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
         (t == &self.1)

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -12,9 +13,10 @@ use bytes::Bytes;
 use dafka_proto::record::RecordMeta;
 use dafka_proto::store::Append;
 use dafka_proto::{
-    ConsumerConfig, ConsumerHello, DirectMissing, DirectRecord, Fetch, GetHeads, Head, LogRead,
-    Message, NodeId, OffsetReset, PeerError, Producer, ProducerConfig, Record, StoreLog,
-    StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic, subscription,
+    CommittedQuery, ConsumerConfig, ConsumerHello, DirectCommitted, DirectMissing, DirectRecord,
+    Fetch, GetHeads, GroupOffset, Head, LogRead, Message, NodeId, OffsetCommit, OffsetReset,
+    PeerError, Producer, ProducerConfig, Record, StoreLog, StoreReader, StoreReaderConfig,
+    StoreWriter, StoreWriterConfig, Topic, group::GroupName, subscription,
 };
 
 use common::{C1, C2, P1, Rng, S1_WRITER, S2_READER, S2_WRITER, id, topic};
@@ -30,6 +32,8 @@ type Held = (Bytes, RecordMeta);
 struct MemLog {
     parts: BTreeMap<(Topic, NodeId), (u64, Vec<Held>)>,
     damaged: Vec<((Topic, NodeId), u64, u64)>,
+    /// Committed offsets by group, topic and partition.
+    offsets: RefCell<BTreeMap<(GroupName, Topic, NodeId), u64>>,
 }
 
 impl MemLog {
@@ -58,6 +62,47 @@ impl MemLog {
 
 impl StoreLog for MemLog {
     type Error = Infallible;
+
+    fn commit_offsets(
+        &self,
+        group: &GroupName,
+        offsets: &[GroupOffset],
+        seek: bool,
+    ) -> Result<Vec<GroupOffset>, Infallible> {
+        let mut held = self.offsets.borrow_mut();
+        let mut after = Vec::new();
+        for o in offsets {
+            if !self.parts.contains_key(&(o.topic.clone(), o.partition)) {
+                continue;
+            }
+            let slot = held
+                .entry((group.clone(), o.topic.clone(), o.partition))
+                .or_insert(o.offset);
+            *slot = if seek { o.offset } else { o.offset.max(*slot) };
+            after.push(GroupOffset {
+                offset: *slot,
+                ..o.clone()
+            });
+        }
+        Ok(after)
+    }
+
+    fn committed(&self, group: &GroupName, partitions: &[(Topic, NodeId)]) -> Vec<GroupOffset> {
+        self.offsets
+            .borrow()
+            .iter()
+            .filter(|((g, t, p), _)| {
+                g == group
+                    && (partitions.is_empty()
+                        || partitions.iter().any(|(pt, pp)| pt == t && pp == p))
+            })
+            .map(|((_, topic, partition), offset)| GroupOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+            })
+            .collect()
+    }
 
     fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
         let (low, values) = self.parts.get(&(topic.clone(), *producer))?;
@@ -1305,4 +1350,73 @@ fn holes_are_fetched_until_filled() {
     w.handle_timeout(t0 + Duration::from_secs(10));
     assert_eq!(sent_w(&mut w), [], "nothing left to fetch");
     assert_eq!(w.poll_timeout(), None);
+}
+
+/// OFFSET-COMMIT and COMMITTED-QUERY: the reader commits through its log and answers with a
+/// DIRECT-COMMITTED of the partitions it holds only, as they are after the commit.
+#[test]
+fn a_reader_commits_group_offsets_and_answers_queries() {
+    let mut log = MemLog::default();
+    log.parts.insert(key(), (0, Vec::new()));
+    let mut r = reader();
+    let subs = r.subscriptions();
+    assert!(subs.contains(&subscription::all(dafka_proto::Kind::OffsetCommit)));
+    assert!(subs.contains(&subscription::all(dafka_proto::Kind::CommittedQuery)));
+    let group = GroupName::new("billing").unwrap();
+    let (held_topic, held) = key();
+    let at = |offset: u64, partition: &str| GroupOffset {
+        topic: held_topic.clone(),
+        partition: id(partition),
+        offset,
+    };
+    let commit = |request: u64, seek: bool, offsets: Vec<GroupOffset>| {
+        Message::OffsetCommit(OffsetCommit {
+            group: group.clone(),
+            member: id(C1),
+            request,
+            seek,
+            offsets,
+        })
+    };
+    let answer = |request: u64, offsets: Vec<GroupOffset>| {
+        Message::DirectCommitted(DirectCommitted {
+            to: id(C1),
+            store: id(S1_READER),
+            request,
+            group: group.clone(),
+            offsets,
+        })
+    };
+    // P1's partition is held, C2's (as a producer id) is not: left out of the answer.
+    r.handle_message(&commit(1, false, vec![at(10, P1), at(5, C2)]), &log)
+        .unwrap();
+    assert_eq!(sent_r(&mut r, &log), [answer(1, vec![at(10, P1)])]);
+    // Forward only: a lower commit answers the stored offset; a seek sets it.
+    r.handle_message(&commit(2, false, vec![at(4, P1)]), &log)
+        .unwrap();
+    assert_eq!(sent_r(&mut r, &log), [answer(2, vec![at(10, P1)])]);
+    r.handle_message(&commit(3, true, vec![at(4, P1)]), &log)
+        .unwrap();
+    assert_eq!(sent_r(&mut r, &log), [answer(3, vec![at(4, P1)])]);
+    let query = |request: u64, partitions: Vec<(Topic, NodeId)>, group: &GroupName| {
+        Message::CommittedQuery(CommittedQuery {
+            group: group.clone(),
+            member: id(C1),
+            request,
+            partitions,
+        })
+    };
+    r.handle_message(&query(4, Vec::new(), &group), &log)
+        .unwrap();
+    assert_eq!(sent_r(&mut r, &log), [answer(4, vec![at(4, P1)])]);
+    r.handle_message(&query(5, vec![(held_topic.clone(), id(C2))], &group), &log)
+        .unwrap();
+    assert_eq!(sent_r(&mut r, &log), [answer(5, Vec::new())]);
+    let other = GroupName::new("other").unwrap();
+    r.handle_message(&query(6, vec![(held_topic.clone(), held)], &other), &log)
+        .unwrap();
+    let Some(Message::DirectCommitted(d)) = sent_r(&mut r, &log).pop() else {
+        panic!("no answer")
+    };
+    assert!(d.offsets.is_empty(), "another group's offsets are its own");
 }

@@ -109,6 +109,9 @@ pub enum Error {
     /// The store directory could not be opened or recovered.
     #[error(transparent)]
     Storage(#[from] dafka_store::OpenError),
+    /// The store's committed offsets (consumer groups) could not be opened.
+    #[error(transparent)]
+    Offsets(#[from] dafka_store::OffsetsError),
     /// The operating system's random source (for a new node id) failed.
     #[error("the operating system's random source failed: {0}")]
     Random(#[source] std::io::Error),

@@ -25,13 +25,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use dafka_proto::group::GroupName;
 use dafka_proto::store::Append;
 use dafka_proto::{
-    LogRead, Message, NodeId, PeerError, RecordMeta, RefusalReason, StoreLog, StoreReader,
-    StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic,
+    GroupOffset, LogRead, Message, NodeId, PeerError, RecordMeta, RefusalReason, StoreLog,
+    StoreReader, StoreReaderConfig, StoreWriter, StoreWriterConfig, Topic,
 };
 use dafka_store::{
-    AppendError, AppendRecord, PartitionId, PartitionKey, SyncPolicy, Ticket, now_us,
+    AppendError, AppendRecord, CommitMode, FsDir, GroupOffsets, OffsetKey, OffsetsConfig,
+    PartitionId, PartitionKey, SyncPolicy, Ticket, now_us,
 };
 use dafka_zmtp::SocketType;
 use tokio::sync::mpsc;
@@ -137,7 +139,19 @@ impl StoreNode {
         node: NodeConfig,
         options: StoreOptions,
     ) -> Result<StoreNode, Error> {
+        let path = path.as_ref();
         let engine = dafka_store::Store::open_path(path, options.engine.clone())?;
+        // The consumer groups' committed offsets, beside the segments (the engine made the
+        // directory and holds its lock).
+        let dir = FsDir::new(path).map_err(|e| Error::Offsets(e.into()))?;
+        let (offsets, report) = GroupOffsets::open(Arc::new(dir), OffsetsConfig::default())?;
+        if report.damaged > 0 || report.torn_bytes > 0 {
+            tracing::warn!(
+                damaged = report.damaged,
+                torn_bytes = report.torn_bytes,
+                "committed offsets recovered from damage"
+            );
+        }
         let writer_id = new_node_id()?;
         let reader_id = new_node_id()?;
         let mut wc = StoreWriterConfig::new(writer_id);
@@ -192,6 +206,7 @@ impl StoreNode {
             reader,
             log: EngineLog {
                 engine: engine.clone(),
+                offsets: Mutex::new(offsets),
             },
         };
         Ok(StoreNode {
@@ -281,6 +296,14 @@ async fn acknowledge(
         }
         control.wake.notify_one();
     }
+}
+
+/// The committed offsets; a panic while they were held left them as they were after their
+/// last whole commit (a commit changes the map only after its write and sync).
+fn lock_offsets(offsets: &Mutex<GroupOffsets>) -> MutexGuard<'_, GroupOffsets> {
+    offsets
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn lock(writer: &Mutex<StoreWriter>) -> MutexGuard<'_, StoreWriter> {
@@ -455,9 +478,30 @@ impl Role for WriterRole {
     }
 }
 
-/// The engine as the reader's [`StoreLog`]: durable records only.
+/// The engine as the reader's [`StoreLog`]: durable records only, and the consumer groups'
+/// committed offsets of the partitions it holds.
 struct EngineLog {
     engine: dafka_store::Store,
+    /// Written (and synced) on the reader's task: a commit is one small write and one
+    /// `fdatasync`, as the engine's reads there are blocking reads.
+    offsets: Mutex<GroupOffsets>,
+}
+
+/// Why the reader could not serve a request from its log.
+#[derive(Debug, thiserror::Error)]
+enum LogError {
+    #[error(transparent)]
+    Read(#[from] dafka_store::ReadError),
+    #[error(transparent)]
+    Offsets(#[from] dafka_store::OffsetsError),
+}
+
+fn offset_key(group: &GroupName, topic: &Topic, partition: &NodeId) -> OffsetKey {
+    OffsetKey {
+        group: group.clone(),
+        topic: topic.clone(),
+        partition: *partition,
+    }
 }
 
 impl EngineLog {
@@ -470,7 +514,58 @@ impl EngineLog {
 const READ_BYTES: usize = 4 << 20;
 
 impl StoreLog for EngineLog {
-    type Error = dafka_store::ReadError;
+    type Error = LogError;
+
+    fn commit_offsets(
+        &self,
+        group: &GroupName,
+        offsets: &[GroupOffset],
+        seek: bool,
+    ) -> Result<Vec<GroupOffset>, LogError> {
+        let held: Vec<&GroupOffset> = offsets
+            .iter()
+            .filter(|o| self.id(&o.topic, &o.partition).is_some())
+            .collect();
+        let keys: Vec<(OffsetKey, u64)> = held
+            .iter()
+            .map(|o| (offset_key(group, &o.topic, &o.partition), o.offset))
+            .collect();
+        let mode = if seek {
+            CommitMode::Seek
+        } else {
+            CommitMode::Forward
+        };
+        let after = lock_offsets(&self.offsets)
+            .commit(&keys, mode)
+            .inspect_err(|e| tracing::warn!(error = %e, group = %group, "commit not written"))?;
+        Ok(held
+            .into_iter()
+            .zip(after)
+            .map(|(o, offset)| GroupOffset {
+                offset,
+                ..o.clone()
+            })
+            .collect())
+    }
+
+    fn committed(&self, group: &GroupName, partitions: &[(Topic, NodeId)]) -> Vec<GroupOffset> {
+        let offsets = lock_offsets(&self.offsets);
+        let found = |key: &OffsetKey, offset: u64| GroupOffset {
+            topic: key.topic.clone(),
+            partition: key.partition,
+            offset,
+        };
+        if partitions.is_empty() {
+            return offsets.group(group).map(|(k, o)| found(k, o)).collect();
+        }
+        partitions
+            .iter()
+            .filter_map(|(t, p)| {
+                let key = offset_key(group, t, p);
+                offsets.get(&key).map(|o| found(&key, o))
+            })
+            .collect()
+    }
 
     fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
         let id = self.id(topic, producer)?;
@@ -534,7 +629,7 @@ impl StoreLog for EngineLog {
             )),
             // Damaged on disk (logged once by the engine): the requester is told.
             Err(dafka_store::ReadError::Lost { to, .. }) => Ok(LogRead::Missing { to }),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 }

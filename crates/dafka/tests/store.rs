@@ -902,3 +902,161 @@ async fn a_latest_consumer_gets_only_records_written_after_it_came() {
     s1.close().await;
     tower.close().await;
 }
+
+/// A raw consumer group member: a PUB the store reader connects to once the tower announces
+/// it (for its OFFSET-COMMITs and COMMITTED-QUERYs), and a SUB connected to every publisher
+/// the tower announces (for the DIRECT-COMMITTED answers).
+struct RawMember {
+    id: NodeId,
+    publ: dafka_zmtp::Socket,
+    sub: dafka_zmtp::Socket,
+    beacon: dafka_zmtp::Socket,
+    announced: dafka_zmtp::Socket,
+    connected: std::collections::HashSet<String>,
+}
+
+impl RawMember {
+    async fn start(towers: &[TowerAddress], id: NodeId) -> RawMember {
+        use dafka_zmtp::{Options, Socket, SocketType};
+        let publ = Socket::new(SocketType::Pub, Options::default()).unwrap();
+        let endpoint = publ.bind("tcp://127.0.0.1:0").await.unwrap();
+        let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+        let beacon = support::announce(towers, id, port).await;
+        let sub = Socket::new(SocketType::Sub, Options::default()).unwrap();
+        sub.subscribe(&dafka_proto::subscription::node(
+            dafka_proto::Kind::DirectCommitted,
+            &id,
+        ))
+        .unwrap();
+        let announced = Socket::new(SocketType::Sub, Options::default()).unwrap();
+        announced.subscribe(dafka_proto::BEACON_TOPIC).unwrap();
+        announced.connect(&towers[0].publ).await.unwrap();
+        RawMember {
+            id,
+            publ,
+            sub,
+            beacon,
+            announced,
+            connected: Default::default(),
+        }
+    }
+
+    /// Sends `request` until a DIRECT-COMMITTED answers it (the first ones go out before
+    /// anyone is connected or subscribed); connects to newly announced publishers meanwhile.
+    async fn ask(&mut self, request: dafka_proto::Message) -> dafka_proto::DirectCommitted {
+        let number = match &request {
+            dafka_proto::Message::OffsetCommit(c) => c.request,
+            dafka_proto::Message::CommittedQuery(q) => q.request,
+            _ => unreachable!(),
+        };
+        let limits = dafka_proto::Limits::default();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while tokio::time::Instant::now() < deadline {
+            let mut got = Vec::new();
+            while let Ok(Ok(_)) = tokio::time::timeout(
+                Duration::from_millis(1),
+                self.announced.recv_many(64, &mut got),
+            )
+            .await
+            {}
+            for m in &got {
+                if let Ok(dafka_proto::BeaconMessage::Tower(b)) =
+                    dafka_proto::BeaconMessage::decode(m.frames(), &limits)
+                    && b.node != self.id
+                    && self.connected.insert(b.endpoint.clone())
+                {
+                    self.sub.connect(&b.endpoint).await.unwrap();
+                }
+            }
+            let _ = self.publ.try_send(request.to_frames().into());
+            let mut answers = Vec::new();
+            if let Ok(Ok(_)) = tokio::time::timeout(
+                Duration::from_millis(200),
+                self.sub.recv_many(16, &mut answers),
+            )
+            .await
+            {
+                for a in &answers {
+                    if let Ok(dafka_proto::Message::DirectCommitted(d)) =
+                        dafka_proto::Message::decode(a.frames(), &limits)
+                        && d.request == number
+                    {
+                        return d;
+                    }
+                }
+            }
+        }
+        panic!("no DIRECT-COMMITTED answered request {number}");
+    }
+
+    async fn close(self) {
+        self.beacon.close().await;
+        self.announced.close().await;
+        self.sub.close().await;
+        self.publ.close().await;
+    }
+}
+
+/// A group's committed offsets: a store holding the partition answers a commit once it is on
+/// its disk (partitions it does not hold left out, a forward commit never going back), and
+/// after a SIGKILL and a restart on the same directory it answers a query with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_are_answered_and_survive_a_store_sigkill() {
+    use dafka_proto::{
+        CommittedQuery, GroupOffset, Message, OffsetCommit, Topic, group::GroupName,
+    };
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let child = ChildStore::spawn(dir.path(), &tower.towers());
+    let producer = ProducerNode::start("g", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    producer
+        .send_many((0..3).map(|i| Bytes::from(format!("r{i}"))))
+        .await
+        .unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    let group = GroupName::new("billing").unwrap();
+    let topic = Topic::try_from("g").unwrap();
+    let at = |partition: NodeId, offset: u64| GroupOffset {
+        topic: topic.clone(),
+        partition,
+        offset,
+    };
+    let unknown: NodeId = "00112233445566778899AABBCCDDEEFF".parse().unwrap();
+    let commit = |request: u64, offsets: Vec<GroupOffset>| {
+        Message::OffsetCommit(OffsetCommit {
+            group: group.clone(),
+            member: "0123456789ABCDEF0123456789ABCDEF".parse().unwrap(),
+            request,
+            seek: false,
+            offsets,
+        })
+    };
+    let mut member =
+        RawMember::start(&towers, "0123456789ABCDEF0123456789ABCDEF".parse().unwrap()).await;
+    let d = member
+        .ask(commit(1, vec![at(partition, 2), at(unknown, 9)]))
+        .await;
+    assert_eq!(d.offsets, [at(partition, 2)], "only the partition it holds");
+    let d = member.ask(commit(2, vec![at(partition, 1)])).await;
+    assert_eq!(
+        d.offsets,
+        [at(partition, 2)],
+        "a forward commit never goes back"
+    );
+    child.kill();
+    let _child = ChildStore::spawn(dir.path(), &tower.towers());
+    let query = Message::CommittedQuery(CommittedQuery {
+        group: group.clone(),
+        member: member.id,
+        request: 3,
+        partitions: Vec::new(),
+    });
+    let d = member.ask(query).await;
+    assert_eq!(d.offsets, [at(partition, 2)], "kept across the SIGKILL");
+    member.close().await;
+    producer.close().await;
+    tower.close().await;
+}
