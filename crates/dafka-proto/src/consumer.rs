@@ -49,10 +49,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::error::{CallerError, PeerError};
+use crate::group::GroupName;
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    ConsumerHello, DirectMetaRecords, DirectMissing, GetHeads, HeadsQuery, Kind, Message, Record,
-    TimeQuery, TopicsQuery,
+    CommittedQuery, ConsumerHello, DirectMetaRecords, DirectMissing, GetHeads, GroupOffset,
+    HeadsQuery, Kind, Message, OffsetCommit, Record, TimeQuery, TopicsQuery,
 };
 use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
@@ -312,6 +313,22 @@ pub struct Consumer {
     time_queries: HashMap<Topic, TimeAsk>,
     /// The topics query running (TOPICS-QUERY), if any.
     topics_query: Option<TopicsAsk>,
+    /// The group offsets commit or query running (OFFSET-COMMIT, COMMITTED-QUERY), if any.
+    group_ask: Option<Box<GroupAsk>>,
+}
+
+/// A running commit or query of a consumer group's offsets.
+#[derive(Debug)]
+struct GroupAsk {
+    /// The OFFSET-COMMIT or COMMITTED-QUERY, sent again to every store reader that becomes
+    /// reachable while it runs.
+    request: Message,
+    number: u64,
+    group: GroupName,
+    /// Per partition, the largest offset a store answered.
+    offsets: BTreeMap<(Topic, NodeId), u64>,
+    /// Store readers whose DIRECT-COMMITTED arrived (bounded by [`MAX_STORES`]).
+    answered: HashSet<NodeId>,
 }
 
 /// A running time query: the first offset of each partition at or after `time`.
@@ -408,13 +425,14 @@ impl Consumer {
             not_held: VecDeque::new(),
             time_queries: HashMap::new(),
             topics_query: None,
+            group_ask: None,
         })
     }
 
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
     /// `'D'`, `'E'`, `'L'` and (the extensions) `'B'`, `'O'`, `'R'` and `'N'` + its id. `'B'`,
     /// reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
-    pub fn subscriptions(&self) -> [Bytes; 10] {
+    pub fn subscriptions(&self) -> [Bytes; 11] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
@@ -432,6 +450,8 @@ impl Consumer {
             subscription::node(Kind::DirectLowWater, id),
             subscription::node(Kind::HeadsEnd, id),
             subscription::node(Kind::DirectMissing, id),
+            // Answers to group offset commits and queries.
+            subscription::node(Kind::DirectCommitted, id),
         ]
     }
 
@@ -668,6 +688,26 @@ impl Consumer {
                 }
                 Ok(())
             }
+            Message::DirectCommitted(d) => {
+                self.check_to(Kind::DirectCommitted, &d.to)?;
+                if let Some(a) = &mut self.group_ask
+                    && a.number == d.request
+                    && a.group == d.group
+                    && a.answered.len() < MAX_STORES
+                {
+                    a.answered.insert(d.store);
+                    for o in &d.offsets {
+                        // Bounded: a store lists only partitions it holds, at most
+                        // `Limits::max_offsets` a message, at most `MAX_STORES` stores.
+                        let at = a
+                            .offsets
+                            .entry((o.topic.clone(), o.partition))
+                            .or_insert(o.offset);
+                        *at = (*at).max(o.offset);
+                    }
+                }
+                Ok(())
+            }
             Message::StoreHello(s) => {
                 self.check_to(Kind::StoreHello, &s.consumer)?;
                 self.hello(s.store);
@@ -798,6 +838,65 @@ impl Consumer {
     /// Ends the topics query and returns what it heard.
     pub fn finish_topics_query(&mut self) -> Option<BTreeSet<Topic>> {
         self.topics_query.take().map(|q| q.topics)
+    }
+
+    /// Starts a commit of `offsets` of `group` (`seek`: set them even backwards) to every
+    /// store reader, now and to every one that becomes reachable while it runs: each answers
+    /// once the offsets of the partitions it holds are on its disk. Replaces a commit or query
+    /// of group offsets still running.
+    pub fn commit_offsets(&mut self, group: GroupName, offsets: Vec<GroupOffset>, seek: bool) {
+        let number = self.new_query_number();
+        let request = Message::OffsetCommit(OffsetCommit {
+            group: group.clone(),
+            member: self.config.id,
+            request: number,
+            seek,
+            offsets,
+        });
+        self.start_group_ask(request, number, group);
+    }
+
+    /// Starts a query of `group`'s committed offsets of `partitions` (all of them when
+    /// empty), as [`commit_offsets`](Self::commit_offsets) sends a commit.
+    pub fn query_committed(&mut self, group: GroupName, partitions: Vec<(Topic, NodeId)>) {
+        let number = self.new_query_number();
+        let request = Message::CommittedQuery(CommittedQuery {
+            group: group.clone(),
+            member: self.config.id,
+            request: number,
+            partitions,
+        });
+        self.start_group_ask(request, number, group);
+    }
+
+    fn start_group_ask(&mut self, request: Message, number: u64, group: GroupName) {
+        self.transmit.push_back(request.clone());
+        self.group_ask = Some(Box::new(GroupAsk {
+            request,
+            number,
+            group,
+            offsets: BTreeMap::new(),
+            answered: HashSet::new(),
+        }));
+    }
+
+    /// Whether every store reader reachable now (at least one) answered the running group
+    /// offsets commit or query.
+    pub fn group_answered(&self) -> bool {
+        self.group_ask
+            .as_ref()
+            .is_some_and(|a| self.all_reachable_in(&a.answered))
+    }
+
+    /// What the stores answered so far to the running group offsets commit or query: per
+    /// partition, the largest offset any of them holds (after the commit).
+    pub fn group_heard(&self) -> Option<&BTreeMap<(Topic, NodeId), u64>> {
+        self.group_ask.as_ref().map(|a| &a.offsets)
+    }
+
+    /// Ends the running group offsets commit or query and returns what it heard.
+    pub fn finish_group_ask(&mut self) -> Option<BTreeMap<(Topic, NodeId), u64>> {
+        self.group_ask.take().map(|a| a.offsets)
     }
 
     /// The number of a new HEADS-QUERY.
@@ -953,6 +1052,9 @@ impl Consumer {
             }
             if let Some(number) = self.topics_query.as_ref().map(|q| q.number) {
                 self.ask_topics(number);
+            }
+            if let Some(a) = &self.group_ask {
+                self.transmit.push_back(a.request.clone());
             }
             // The first store to become reachable gets the FETCHes sent to nobody; a later one
             // is asked as their retries come (all of them at once would ask the stores

@@ -332,6 +332,15 @@ pub enum CallerError {
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     Config(&'static str),
+    /// A group offsets commit of no offset, or a commit or query of more than
+    /// `Limits::max_offsets` in one message.
+    #[error("{count} group offsets in one commit or query: 1 to {max} allowed")]
+    OffsetCount {
+        /// The offsets given.
+        count: usize,
+        /// The maximum.
+        max: usize,
+    },
 }
 
 /// A record could not be queued.

@@ -19,23 +19,27 @@ const P2: &str = "0123456789ABCDEF0123456789ABCDEF";
 const S1_READER: &str = "FEDCBA9876543210FEDCBA9876543210";
 
 /// Partitions of one topic: producer -> (low water, head).
-struct MapLog(BTreeMap<NodeId, (u64, u64)>, Topic);
+struct MapLog(BTreeMap<NodeId, (u64, u64)>, Topic, common::MemOffsets);
+
+fn map_log(parts: BTreeMap<NodeId, (u64, u64)>, topic: Topic) -> MapLog {
+    MapLog(parts, topic, common::MemOffsets::default())
+}
 
 impl StoreLog for MapLog {
     type Error = Infallible;
 
-    // This log holds no group offsets: these tests do not commit any.
     fn commit_offsets(
         &self,
-        _: &GroupName,
-        _: &[GroupOffset],
-        _: bool,
+        group: &GroupName,
+        offsets: &[GroupOffset],
+        seek: bool,
     ) -> Result<Vec<GroupOffset>, Infallible> {
-        Ok(Vec::new())
+        let holds = |t: &Topic, p: &NodeId| self.bounds(t, p).is_some();
+        Ok(self.2.commit(group, offsets, seek, holds))
     }
 
-    fn committed(&self, _: &GroupName, _: &[(Topic, NodeId)]) -> Vec<GroupOffset> {
-        Vec::new()
+    fn committed(&self, group: &GroupName, partitions: &[(Topic, NodeId)]) -> Vec<GroupOffset> {
+        self.2.committed(group, partitions)
     }
 
     fn bounds(&self, t: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
@@ -114,8 +118,8 @@ const ANSWERS: [Kind; 3] = [Kind::DirectHead, Kind::DirectLowWater, Kind::HeadsE
 fn a_query_is_answered_once_every_reachable_store_sent_heads_end() {
     let now = Instant::now();
     let golden = topic("golden");
-    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
-    let log2 = MapLog(BTreeMap::from([(id(P2), (3, 7))]), golden.clone());
+    let log1 = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = map_log(BTreeMap::from([(id(P2), (3, 7))]), golden.clone());
     let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
     let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
     listen(&mut r1, &ANSWERS);
@@ -159,7 +163,7 @@ fn a_query_is_answered_once_every_reachable_store_sent_heads_end() {
 fn a_heads_end_of_an_earlier_query_does_not_answer_the_next() {
     let now = Instant::now();
     let golden = topic("golden");
-    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
     let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
     let mut r = reader(S1_READER, S1_WRITER);
     listen(&mut r, &ANSWERS);
@@ -185,7 +189,7 @@ fn a_store_sending_no_heads_end_keeps_the_query_unanswered() {
     // XPUB may still filter out the answers (the consumer's 'E' not seen yet).
     let now = Instant::now();
     let golden = topic("golden");
-    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
     for heard in [
         &[][..],
         &[Kind::DirectLowWater, Kind::HeadsEnd][..],
@@ -211,7 +215,7 @@ fn a_store_sending_no_heads_end_keeps_the_query_unanswered() {
 fn a_query_learns_every_partition_with_its_bounds_without_subscribing() {
     let now = Instant::now();
     let golden = topic("golden");
-    let log = MapLog(
+    let log = map_log(
         BTreeMap::from([
             (id(P1), (0, 10)),
             (id(P2), (40, 100)),
@@ -249,8 +253,8 @@ fn a_query_learns_every_partition_with_its_bounds_without_subscribing() {
 fn two_stores_give_the_highest_head_and_low_water() {
     let now = Instant::now();
     let golden = topic("golden");
-    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
-    let log2 = MapLog(BTreeMap::from([(id(P1), (5, 12))]), golden.clone());
+    let log1 = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = map_log(BTreeMap::from([(id(P1), (5, 12))]), golden.clone());
     let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
     let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
     c.query_offsets(golden.clone());
@@ -303,7 +307,7 @@ fn reachable_needs_both_directions_and_answers_to_others_are_refused() {
 fn a_store_reader_whose_subscription_is_cancelled_is_no_longer_reachable() {
     let now = Instant::now();
     let golden = topic("golden");
-    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
     let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
     let mut r = reader(S1_READER, S1_WRITER);
     connect(&mut c, &mut r, S1_READER, &log, now);
@@ -342,8 +346,8 @@ fn a_topic_no_store_holds_is_known_once_every_reachable_store_answered() {
     let now = Instant::now();
     let golden = topic("golden");
     let typo = topic("gloden");
-    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
-    let log2 = MapLog(BTreeMap::new(), golden.clone());
+    let log1 = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = map_log(BTreeMap::new(), golden.clone());
     for reset in [OffsetReset::Earliest, OffsetReset::Latest] {
         let mut cfg = ConsumerConfig::new(id(C1));
         cfg.offset_reset = reset;
@@ -401,7 +405,7 @@ fn a_store_sending_no_heads_end_never_has_a_topic_claimed_not_held() {
     // A reference store answers GET-HEADS and sends no HEADS-END: whether it holds a topic is
     // never known, so nothing is claimed.
     let now = Instant::now();
-    let log = MapLog(BTreeMap::new(), topic("golden"));
+    let log = map_log(BTreeMap::new(), topic("golden"));
     let mut cfg = ConsumerConfig::new(id(C1));
     cfg.offset_reset = OffsetReset::Earliest;
     let mut c = Consumer::new(cfg).unwrap();
@@ -439,8 +443,8 @@ fn a_time_query_takes_the_lowest_offset_any_store_holds_at_or_after_the_time() {
     let now = Instant::now();
     let golden = topic("golden");
     // S1 holds offsets 0..10 of P1; S2 holds 5..20 of P1 (its first ones gone) and P2's 0..4.
-    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
-    let log2 = MapLog(
+    let log1 = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = map_log(
         BTreeMap::from([(id(P1), (5, 20)), (id(P2), (0, 4))]),
         golden.clone(),
     );
@@ -483,7 +487,7 @@ fn a_time_query_takes_the_lowest_offset_any_store_holds_at_or_after_the_time() {
 fn a_time_query_without_the_answers_subscription_gets_no_heads_end() {
     let now = Instant::now();
     let golden = topic("golden");
-    let log = MapLog(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
     let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
     let mut r = reader(S1_READER, S1_WRITER);
     // 'R' seen, 'Z' not yet: the XPUB may still drop the answers, so no end marker.
@@ -501,8 +505,8 @@ fn a_time_query_without_the_answers_subscription_gets_no_heads_end() {
 #[test]
 fn a_topics_query_is_answered_once_every_reachable_store_listed_its_topics() {
     let now = Instant::now();
-    let log1 = MapLog(BTreeMap::from([(id(P1), (0, 10))]), topic("golden"));
-    let log2 = MapLog(BTreeMap::from([(id(P2), (0, 1))]), topic("silver"));
+    let log1 = map_log(BTreeMap::from([(id(P1), (0, 10))]), topic("golden"));
+    let log2 = map_log(BTreeMap::from([(id(P2), (0, 1))]), topic("silver"));
     let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
     let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
     connect(&mut c, &mut r1, S1_READER, &log1, now);
@@ -520,4 +524,70 @@ fn a_topics_query_is_answered_once_every_reachable_store_listed_its_topics() {
     let topics: Vec<Topic> = c.finish_topics_query().unwrap().into_iter().collect();
     assert_eq!(topics, vec![topic("golden"), topic("silver")]);
     assert!(!c.topics_answered(), "the query ended");
+}
+
+#[test]
+fn a_group_commit_is_answered_once_every_reachable_store_has_it_and_sent_to_a_new_one() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    // Both stores hold P1's partition; only the first holds P2's.
+    let log1 = map_log(
+        BTreeMap::from([(id(P1), (0, 10)), (id(P2), (0, 5))]),
+        golden.clone(),
+    );
+    let log2 = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
+    connect(&mut c, &mut r1, S1_READER, &log1, now);
+    while c.poll_transmit().is_some() {}
+    let group = GroupName::new("billing").unwrap();
+    let at = |p: &str, offset: u64| GroupOffset {
+        topic: golden.clone(),
+        partition: id(p),
+        offset,
+    };
+    c.commit_offsets(group.clone(), vec![at(P1, 7), at(P2, 3)], false);
+    assert!(!c.group_answered());
+    to_readers(&mut c, &mut [(&mut r1, &log1)]);
+    to_consumer(&mut r1, &log1, &mut c, now);
+    assert!(c.group_answered());
+    // A second store becomes reachable while the commit runs: sent to it too, and awaited.
+    connect(&mut c, &mut r2, S2_READER, &log2, now);
+    assert!(!c.group_answered());
+    to_readers(&mut c, &mut [(&mut r2, &log2)]);
+    to_consumer(&mut r2, &log2, &mut c, now);
+    assert!(c.group_answered());
+    let heard = c.finish_group_ask().unwrap();
+    assert_eq!(
+        heard,
+        BTreeMap::from([((golden.clone(), id(P1)), 7), ((golden.clone(), id(P2)), 3)])
+    );
+    assert!(
+        log2.2.committed(&group, &[]) == vec![at(P1, 7)],
+        "the second store has the partition it holds"
+    );
+    // A query gets the largest offset any store holds: the first store is ahead.
+    log1.2.commit(&group, &[at(P1, 9)], false, |_, _| true);
+    c.query_committed(group.clone(), Vec::new());
+    to_readers(&mut c, &mut [(&mut r1, &log1), (&mut r2, &log2)]);
+    to_consumer(&mut r1, &log1, &mut c, now);
+    to_consumer(&mut r2, &log2, &mut c, now);
+    assert!(c.group_answered());
+    assert_eq!(
+        c.group_heard().unwrap().get(&(golden.clone(), id(P1))),
+        Some(&9)
+    );
+    // An answer to an earlier request counts for nothing.
+    let stale = Message::DirectCommitted(dafka_proto::DirectCommitted {
+        to: id(C1),
+        store: id(S1_READER),
+        request: 0,
+        group: group.clone(),
+        offsets: vec![at(P1, 100)],
+    });
+    c.handle_message(&stale, now).unwrap();
+    assert_eq!(
+        c.finish_group_ask().unwrap().get(&(golden, id(P1))),
+        Some(&9)
+    );
 }

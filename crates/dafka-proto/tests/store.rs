@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -32,8 +31,8 @@ type Held = (Bytes, RecordMeta);
 struct MemLog {
     parts: BTreeMap<(Topic, NodeId), (u64, Vec<Held>)>,
     damaged: Vec<((Topic, NodeId), u64, u64)>,
-    /// Committed offsets by group, topic and partition.
-    offsets: RefCell<BTreeMap<(GroupName, Topic, NodeId), u64>>,
+    /// Committed group offsets.
+    offsets: common::MemOffsets,
 }
 
 impl MemLog {
@@ -69,39 +68,12 @@ impl StoreLog for MemLog {
         offsets: &[GroupOffset],
         seek: bool,
     ) -> Result<Vec<GroupOffset>, Infallible> {
-        let mut held = self.offsets.borrow_mut();
-        let mut after = Vec::new();
-        for o in offsets {
-            if !self.parts.contains_key(&(o.topic.clone(), o.partition)) {
-                continue;
-            }
-            let slot = held
-                .entry((group.clone(), o.topic.clone(), o.partition))
-                .or_insert(o.offset);
-            *slot = if seek { o.offset } else { o.offset.max(*slot) };
-            after.push(GroupOffset {
-                offset: *slot,
-                ..o.clone()
-            });
-        }
-        Ok(after)
+        let holds = |t: &Topic, p: &NodeId| self.parts.contains_key(&(t.clone(), *p));
+        Ok(self.offsets.commit(group, offsets, seek, holds))
     }
 
     fn committed(&self, group: &GroupName, partitions: &[(Topic, NodeId)]) -> Vec<GroupOffset> {
-        self.offsets
-            .borrow()
-            .iter()
-            .filter(|((g, t, p), _)| {
-                g == group
-                    && (partitions.is_empty()
-                        || partitions.iter().any(|(pt, pp)| pt == t && pp == p))
-            })
-            .map(|((_, topic, partition), offset)| GroupOffset {
-                topic: topic.clone(),
-                partition: *partition,
-                offset: *offset,
-            })
-            .collect()
+        self.offsets.committed(group, partitions)
     }
 
     fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)> {

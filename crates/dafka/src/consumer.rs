@@ -9,15 +9,16 @@
 //! [`ConsumerOptions::max_buffered`] records; while that queue is full it stops reading its
 //! subscriber. [`ConsumerNode::poll`] takes batches from the queue.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::consumer::PastEnd;
+use dafka_proto::group::GroupName;
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, Loss, Message, NodeId, OffsetReset, PeerError, RecordMeta,
-    TimeOffset, Topic,
+    Bounds, CallerError, Consumer, ConsumerConfig, GroupOffset, Limits, Loss, Message, NodeId,
+    OffsetReset, PeerError, RecordMeta, TimeOffset, Topic,
 };
 use dafka_zmtp::{Socket, SocketType};
 
@@ -472,6 +473,86 @@ impl ConsumerNode {
             )
             .await?;
         Ok(heard.unwrap_or_default().into_iter().collect())
+    }
+
+    /// Commits `offsets` (topic, partition, next offset to read) of consumer group `group` to
+    /// the stores: each store reader that holds one of the partitions writes its offset to
+    /// disk (synced) before it answers; a forward commit keeps the larger of the stored and
+    /// the committed offset, `seek` sets it even backwards. Returns, once every store reader
+    /// reachable answered (as [`offsets`](Self::offsets) waits), each partition's offset
+    /// after the commit (the largest any store holds); [`Error::NotCommitted`] when no store
+    /// acknowledged some of them (no store holds those partitions).
+    pub async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: &[(Topic, NodeId, u64)],
+        seek: bool,
+        timeout: Duration,
+    ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
+        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
+        let max = Limits::DEFAULT.max_offsets;
+        if offsets.is_empty() || offsets.len() > max {
+            return Err(Error::Caller(CallerError::OffsetCount {
+                count: offsets.len(),
+                max,
+            }));
+        }
+        let list: Vec<GroupOffset> = offsets
+            .iter()
+            .map(|(topic, partition, offset)| GroupOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+            })
+            .collect();
+        let heard = self
+            .ask_stores(
+                timeout,
+                |c| c.commit_offsets(group.clone(), list, seek),
+                |c| (c.group_answered(), c.group_heard().cloned()),
+                Consumer::finish_group_ask,
+            )
+            .await?
+            .unwrap_or_default();
+        let missing: Vec<String> = offsets
+            .iter()
+            .filter(|(t, p, _)| !heard.contains_key(&(t.clone(), *p)))
+            .map(|(t, p, _)| format!("{t}/{p}"))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::NotCommitted { missing });
+        }
+        Ok(heard)
+    }
+
+    /// Consumer group `group`'s committed offsets of `partitions` (all the stores hold when
+    /// empty): per partition, the largest any store reachable holds. Waits as
+    /// [`offsets`](Self::offsets) does; only our stores answer (COMMITTED-QUERY, an
+    /// extension).
+    pub async fn committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[(Topic, NodeId)],
+        timeout: Duration,
+    ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
+        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
+        let max = Limits::DEFAULT.max_offsets;
+        if partitions.len() > max {
+            return Err(Error::Caller(CallerError::OffsetCount {
+                count: partitions.len(),
+                max,
+            }));
+        }
+        let list = partitions.to_vec();
+        let heard = self
+            .ask_stores(
+                timeout,
+                |c| c.query_committed(group.clone(), list),
+                |c| (c.group_answered(), c.group_heard().cloned()),
+                Consumer::finish_group_ask,
+            )
+            .await?;
+        Ok(heard.unwrap_or_default())
     }
 
     /// A query of the stores: `start` sends it; then, until a store reader is reachable both

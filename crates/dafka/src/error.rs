@@ -103,6 +103,19 @@ pub enum Error {
     /// The producer state machine refused a record for a reason of its own.
     #[error(transparent)]
     Refused(dafka_proto::SendError),
+    /// No store acknowledged the commit of these partitions (`topic/partition`): no store
+    /// reachable holds them.
+    #[error(
+        "no store acknowledged the commit of {} (does a store hold them?)",
+        missing.join(", ")
+    )]
+    NotCommitted {
+        /// The partitions not acknowledged.
+        missing: Vec<String>,
+    },
+    /// A consumer group name breaks the rules (empty, over 255 bytes, or with a NUL byte).
+    #[error("bad group name: {0}")]
+    GroupName(#[from] dafka_proto::GroupNameError),
     /// The node was closed.
     #[error("the node is closed")]
     Closed,

@@ -1060,3 +1060,78 @@ async fn committed_offsets_are_answered_and_survive_a_store_sigkill() {
     producer.close().await;
     tower.close().await;
 }
+
+/// The consumer's side of group offsets: `commit_offsets` returns once the stores have them on
+/// disk (a partition no store holds is an error, as is a bad group name or an empty commit),
+/// and `committed_offsets` reads them back after the store was SIGKILLed and restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_commits_group_offsets_and_reads_them_back_after_a_store_sigkill() {
+    use dafka_proto::Topic;
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let child = ChildStore::spawn(dir.path(), &tower.towers());
+    let producer = ProducerNode::start("g2", fast(&towers), producer_options())
+        .await
+        .unwrap();
+    producer
+        .send_many((0..5).map(|i| Bytes::from(format!("r{i}"))))
+        .await
+        .unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    let consumer = ConsumerNode::start(
+        &["g2"],
+        fast(&towers),
+        ConsumerOptions::default().with_offset_reset(OffsetReset::Earliest),
+    )
+    .await
+    .unwrap();
+    let topic = Topic::try_from("g2").unwrap();
+    let key = (topic.clone(), partition);
+    let done = consumer
+        .commit_offsets("billing", &[(topic.clone(), partition, 4)], false, PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(done.get(&key), Some(&4));
+    let done = consumer
+        .commit_offsets("billing", &[(topic.clone(), partition, 2)], false, PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(done.get(&key), Some(&4), "never backwards without seek");
+    let unknown: NodeId = "00112233445566778899AABBCCDDEEFF".parse().unwrap();
+    let err = consumer
+        .commit_offsets("billing", &[(topic.clone(), unknown, 1)], false, PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotCommitted { .. }), "{err}");
+    assert!(
+        err.to_string().contains("00112233445566778899AABBCCDDEEFF"),
+        "{err}"
+    );
+    let err = consumer
+        .commit_offsets("", &[(topic.clone(), partition, 1)], false, PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::GroupName(_)), "{err}");
+    let err = consumer
+        .commit_offsets("billing", &[], false, PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("0 group offsets"), "{err}");
+    child.kill();
+    let _child = ChildStore::spawn(dir.path(), &tower.towers());
+    // The restarted store is reachable again once it said hello: until then the query waits.
+    let got = consumer
+        .committed_offsets("billing", &[], PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(got.get(&key), Some(&4), "kept across the SIGKILL: {got:?}");
+    let got = consumer
+        .committed_offsets("other", std::slice::from_ref(&key), PATIENCE)
+        .await
+        .unwrap();
+    assert!(got.is_empty(), "another group's: {got:?}");
+    consumer.close().await;
+    producer.close().await;
+    tower.close().await;
+}

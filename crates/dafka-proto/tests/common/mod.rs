@@ -72,3 +72,59 @@ pub fn id(hex: &str) -> NodeId {
 pub fn topic(name: &str) -> Topic {
     Topic::try_from(name).unwrap()
 }
+
+/// A store's committed group offsets in memory, with the rules of the real one (forward
+/// commits keep the larger offset, seeks set it), for the test logs.
+#[derive(Default)]
+pub struct MemOffsets(
+    std::cell::RefCell<BTreeMap<(dafka_proto::group::GroupName, Topic, NodeId), u64>>,
+);
+
+impl MemOffsets {
+    /// Commits the offsets of the partitions `holds` says the store holds.
+    pub fn commit(
+        &self,
+        group: &dafka_proto::group::GroupName,
+        offsets: &[dafka_proto::GroupOffset],
+        seek: bool,
+        holds: impl Fn(&Topic, &NodeId) -> bool,
+    ) -> Vec<dafka_proto::GroupOffset> {
+        let mut held = self.0.borrow_mut();
+        offsets
+            .iter()
+            .filter(|o| holds(&o.topic, &o.partition))
+            .map(|o| {
+                let slot = held
+                    .entry((group.clone(), o.topic.clone(), o.partition))
+                    .or_insert(o.offset);
+                *slot = if seek { o.offset } else { o.offset.max(*slot) };
+                dafka_proto::GroupOffset {
+                    offset: *slot,
+                    ..o.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// The group's offsets among `partitions` (all when empty).
+    pub fn committed(
+        &self,
+        group: &dafka_proto::group::GroupName,
+        partitions: &[(Topic, NodeId)],
+    ) -> Vec<dafka_proto::GroupOffset> {
+        self.0
+            .borrow()
+            .iter()
+            .filter(|((g, t, p), _)| {
+                g == group
+                    && (partitions.is_empty()
+                        || partitions.iter().any(|(pt, pp)| pt == t && pp == p))
+            })
+            .map(|((_, topic, partition), offset)| dafka_proto::GroupOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+            })
+            .collect()
+    }
+}
