@@ -526,6 +526,164 @@ impl Ownership {
     }
 }
 
+/// A change a [`GroupMember`] reports: of its view, or of what it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupEvent {
+    /// A member joined the view.
+    Joined(NodeId),
+    /// A member left the view.
+    Left(NodeId, LeaveCause),
+    /// Start reading this partition (from the group's committed offset).
+    Assigned(PartitionKey),
+    /// Stop reading this partition (commit what was processed first).
+    Revoked(PartitionKey),
+}
+
+/// One member of a group as a consumer node drives it: its [`Membership`], the partitions of
+/// the group's topics it has learnt of (at most `max_partitions`), and its [`Ownership`] of
+/// them, kept following what its view gives it. Sans-IO: the node passes heartbeats,
+/// partitions and the time in, and takes heartbeats to send, the next deadline and the
+/// changes ([`GroupEvent`]) out.
+#[derive(Debug)]
+pub struct GroupMember {
+    membership: Membership,
+    ownership: Ownership,
+    partitions: std::collections::BTreeSet<PartitionKey>,
+    max_partitions: usize,
+    events: VecDeque<GroupEvent>,
+}
+
+impl GroupMember {
+    /// Most partitions a member keeps track of, by default.
+    pub const MAX_PARTITIONS: usize = 100_000;
+
+    /// Member `me` of `group` starting at `now`, knowing no partition yet.
+    pub fn new(
+        group: GroupName,
+        me: NodeId,
+        config: MembershipConfig,
+        now: Instant,
+    ) -> Result<Self, CallerError> {
+        Ok(GroupMember {
+            membership: Membership::new(group, me, config, now)?,
+            ownership: Ownership::for_member(&config, now),
+            partitions: Default::default(),
+            max_partitions: Self::MAX_PARTITIONS,
+            events: VecDeque::new(),
+        })
+    }
+
+    /// A partition of the group's topics, learnt of (from the stores' answers or a record):
+    /// it gets an owner. Returns `false` when it is new but `max_partitions` are known.
+    pub fn add_partition(&mut self, key: PartitionKey, now: Instant) -> bool {
+        if self.partitions.contains(&key) {
+            return true;
+        }
+        if self.partitions.len() >= self.max_partitions {
+            return false;
+        }
+        self.partitions.insert(key);
+        self.refresh(now);
+        true
+    }
+
+    /// A heartbeat received (see [`Membership::handle_heartbeat`]).
+    pub fn handle_heartbeat(&mut self, hb: &GroupHeartbeat, now: Instant) {
+        self.membership.handle_heartbeat(hb, now);
+        if self.take_view_changes() {
+            self.refresh(now);
+        }
+    }
+
+    /// Drops silent members and starts the partitions whose wait is over, as of `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.membership.handle_timeout(now);
+        if self.take_view_changes() {
+            self.refresh(now);
+        }
+        self.ownership.handle_timeout(now);
+        self.take_ownership_changes();
+    }
+
+    /// The heartbeat to send now, if one is due.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<GroupHeartbeat> {
+        self.membership.poll_transmit(now)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) or
+    /// [`poll_transmit`](Self::poll_transmit) next has something to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (
+            self.membership.poll_timeout(),
+            self.ownership.poll_timeout(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next change, oldest first.
+    pub fn poll_event(&mut self) -> Option<GroupEvent> {
+        self.events.pop_front()
+    }
+
+    /// The partitions this member reads now.
+    pub fn owned(&self) -> impl Iterator<Item = &PartitionKey> {
+        self.ownership.owned()
+    }
+
+    /// The members in the view, this one included.
+    pub fn view(&self) -> Vec<NodeId> {
+        self.membership.view()
+    }
+
+    /// The partitions known.
+    pub fn partitions(&self) -> impl Iterator<Item = &PartitionKey> {
+        self.partitions.iter()
+    }
+
+    /// Leaves the group: every partition read is revoked (events) and the leaving heartbeat
+    /// to send is returned.
+    pub fn close(&mut self) -> GroupHeartbeat {
+        self.ownership.revoke_all();
+        self.take_ownership_changes();
+        self.membership.close()
+    }
+
+    /// Moves the view's changes to the events; whether there were any.
+    fn take_view_changes(&mut self) -> bool {
+        let mut changed = false;
+        while let Some(e) = self.membership.poll_event() {
+            changed = true;
+            self.events.push_back(match e {
+                MembershipEvent::Joined(id) => GroupEvent::Joined(id),
+                MembershipEvent::Left(id, cause) => GroupEvent::Left(id, cause),
+            });
+        }
+        changed
+    }
+
+    fn take_ownership_changes(&mut self) {
+        while let Some(e) = self.ownership.poll_event() {
+            self.events.push_back(match e {
+                OwnershipEvent::Assigned(p) => GroupEvent::Assigned(p),
+                OwnershipEvent::Revoked(p) => GroupEvent::Revoked(p),
+            });
+        }
+    }
+
+    /// Gives the ownership what the view gives this member now.
+    fn refresh(&mut self, now: Instant) {
+        let partitions: Vec<PartitionKey> = self.partitions.iter().cloned().collect();
+        let wanted: Vec<PartitionKey> = (self.membership.owned(&partitions).into_iter())
+            .map(|i| partitions[i].clone())
+            .collect();
+        self.ownership.update(&wanted, now);
+        self.ownership.handle_timeout(now);
+        self.take_ownership_changes();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -992,12 +1150,12 @@ mod tests {
         assert_eq!(total, 12);
     }
 
-    /// Members that also read: each tick, heartbeats delivered to all, views updated, and
-    /// each member's ownership following its view (as a consumer node will drive them).
+    /// Members that also read, as a consumer node drives them ([`GroupMember`]): each tick,
+    /// heartbeats delivered to all and timeouts handled.
     struct Readers {
         now: Instant,
         config: MembershipConfig,
-        members: Vec<(Membership, Ownership)>,
+        members: Vec<GroupMember>,
         partitions: Vec<PartitionKey>,
         /// Every tick's owners of each partition, checked: never two at once.
         ticks: usize,
@@ -1019,9 +1177,11 @@ mod tests {
         }
 
         fn join(&mut self, i: u64) {
-            let m = Membership::new(group("billing"), id(i), self.config, self.now).unwrap();
-            let o = Ownership::for_member(&self.config, self.now);
-            self.members.push((m, o));
+            let mut m = GroupMember::new(group("billing"), id(i), self.config, self.now).unwrap();
+            for p in &self.partitions {
+                assert!(m.add_partition(p.clone(), self.now));
+            }
+            self.members.push(m);
         }
 
         /// Member `i` closes: its leaving heartbeat reaches the others, it gives up all.
@@ -1029,19 +1189,19 @@ mod tests {
             let at = self
                 .members
                 .iter()
-                .position(|(m, _)| m.me == id(i))
+                .position(|m| m.membership.me == id(i))
                 .unwrap();
-            let (mut m, mut o) = self.members.remove(at);
-            o.revoke_all();
+            let mut m = self.members.remove(at);
             let bye = m.close();
-            for (other, _) in &mut self.members {
+            assert_eq!(m.owned().count(), 0);
+            for other in &mut self.members {
                 other.handle_heartbeat(&bye, self.now);
             }
         }
 
         /// Member `i` dies: nothing more from it.
         fn kill(&mut self, i: u64) {
-            self.members.retain(|(m, _)| m.me != id(i));
+            self.members.retain(|m| m.membership.me != id(i));
         }
 
         fn run(&mut self, for_: Duration) {
@@ -1049,13 +1209,17 @@ mod tests {
             while self.now < end {
                 self.now += Duration::from_millis(100);
                 let now = self.now;
-                exchange(self.members.iter_mut().map(|(m, _)| m), now, &[]);
-                for (m, o) in &mut self.members {
-                    let wanted: Vec<PartitionKey> = (m.owned(&self.partitions).into_iter())
-                        .map(|i| self.partitions[i].clone())
-                        .collect();
-                    o.update(&wanted, now);
-                    o.handle_timeout(now);
+                let sent: Vec<GroupHeartbeat> = (self.members.iter_mut())
+                    .filter_map(|m| m.poll_transmit(now))
+                    .collect();
+                for m in &mut self.members {
+                    for hb in &sent {
+                        m.handle_heartbeat(hb, now);
+                    }
+                    if m.poll_timeout().is_some_and(|t| t <= now) {
+                        m.handle_timeout(now);
+                    }
+                    while m.poll_event().is_some() {}
                 }
                 self.check_no_partition_read_twice();
             }
@@ -1064,8 +1228,8 @@ mod tests {
         fn check_no_partition_read_twice(&mut self) {
             self.ticks += 1;
             let mut seen = std::collections::BTreeSet::new();
-            for (m, o) in &self.members {
-                for p in o.owned() {
+            for m in &self.members {
+                for p in m.owned() {
                     assert!(
                         seen.insert(p.clone()),
                         "tick {}: {p:?} read twice ({m:?})",
@@ -1076,10 +1240,7 @@ mod tests {
         }
 
         fn loads(&self) -> Vec<usize> {
-            self.members
-                .iter()
-                .map(|(_, o)| o.owned().count())
-                .collect()
+            self.members.iter().map(|m| m.owned().count()).collect()
         }
     }
 
@@ -1112,6 +1273,64 @@ mod tests {
         assert_eq!(r.loads(), vec![4, 4], "kept until the session timeout");
         r.run(r.config.heartbeat_interval + r.config.settle + SECOND);
         assert_eq!(r.loads(), vec![6, 6]);
+    }
+
+    #[test]
+    fn a_partition_that_appears_later_gets_an_owner_and_the_changes_are_reported() {
+        let mut r = Readers::new(2);
+        let settled = r.config.session_timeout + r.config.settle + SECOND;
+        r.run(settled);
+        assert_eq!(r.loads(), vec![6, 6]);
+        // A new producer's partition: learnt by both, read by one of them after `settle`.
+        let late: PartitionKey = (Topic::try_from("t9").unwrap(), id(99));
+        let now = r.now;
+        for m in &mut r.members {
+            assert!(m.add_partition(late.clone(), now));
+            assert!(m.add_partition(late.clone(), now), "known already");
+        }
+        r.run(r.config.settle + SECOND);
+        let readers = r.members.iter().filter(|m| m.owned().any(|p| *p == late));
+        assert_eq!(readers.count(), 1);
+        assert_eq!(r.loads().iter().sum::<usize>(), 13);
+        // The events a node acts on: a third member joins, and someone revokes for it.
+        let mut events = Vec::new();
+        r.join(3);
+        let now = r.now + Duration::from_millis(100);
+        let hb = r.members[2].poll_transmit(now).unwrap();
+        for m in &mut r.members[..2] {
+            m.handle_heartbeat(&hb, now);
+            events.extend(std::iter::from_fn(|| m.poll_event()));
+        }
+        assert!(events.contains(&GroupEvent::Joined(id(3))));
+        assert!(events.iter().any(|e| matches!(e, GroupEvent::Revoked(_))));
+    }
+
+    #[test]
+    fn a_member_keeps_track_of_at_most_max_partitions() {
+        let now = Instant::now();
+        let config = MembershipConfig::default();
+        let mut m = GroupMember::new(group("g"), id(1), config, now).unwrap();
+        m.max_partitions = 2;
+        let t = Topic::try_from("t").unwrap();
+        assert!(m.add_partition((t.clone(), id(1)), now));
+        assert!(m.add_partition((t.clone(), id(2)), now));
+        assert!(!m.add_partition((t.clone(), id(3)), now));
+        assert_eq!(m.partitions().count(), 2);
+        // Alone, it reads both once its first session timeout and `settle` passed.
+        let later = now + config.session_timeout + config.settle;
+        m.handle_timeout(later);
+        assert_eq!(m.owned().count(), 2);
+        let events: Vec<GroupEvent> = std::iter::from_fn(|| m.poll_event()).collect();
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, GroupEvent::Assigned(_)))
+                .count(),
+            2
+        );
+        let _bye = m.close();
+        let events: Vec<GroupEvent> = std::iter::from_fn(|| m.poll_event()).collect();
+        assert_eq!(events.len(), 2, "both revoked on close: {events:?}");
     }
 
     #[test]
