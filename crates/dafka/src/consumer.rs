@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::consumer::PastEnd;
-use dafka_proto::group::GroupName;
+use dafka_proto::group::{GroupEvent, GroupMember, GroupName, MembershipConfig};
 use dafka_proto::{
     Bounds, CallerError, Consumer, ConsumerConfig, GroupOffset, Limits, Loss, Message, NodeId,
     OffsetReset, PeerError, RecordMeta, TimeOffset, Topic,
@@ -72,6 +72,53 @@ pub struct ConsumerOptions {
     pub start_offsets: Vec<(String, NodeId, u64)>,
     /// Most records received and not yet polled; past it the node stops reading its peers.
     pub max_buffered: usize,
+    /// The consumer group to join (`None`: read every partition of the topics, alone).
+    pub group: Option<GroupOptions>,
+}
+
+/// A consumer group's settings (see `docs/groups.md`).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct GroupOptions {
+    /// The group's name (1-255 bytes, no NUL).
+    pub name: String,
+    /// Session timeout, heartbeat interval, settle time, most members.
+    pub membership: MembershipConfig,
+    /// Commit what the application took this often (`None`: only on `commit` and when a
+    /// partition is given up or the consumer closes). Default 5 s.
+    pub auto_commit: Option<Duration>,
+    /// Ask the stores for the topics' partitions this often (new producers get an owner).
+    /// Default: the heartbeat interval.
+    pub discovery: Duration,
+}
+
+impl GroupOptions {
+    /// Group `name` with the default settings (a 10 s session timeout, auto-commit every 5 s).
+    pub fn new(name: impl Into<String>) -> Self {
+        let membership = MembershipConfig::default();
+        GroupOptions {
+            name: name.into(),
+            membership,
+            auto_commit: Some(Duration::from_secs(5)),
+            discovery: membership.heartbeat_interval,
+        }
+    }
+
+    /// Sets the session timeout (the heartbeat interval, settle time and discovery interval
+    /// follow it).
+    #[must_use]
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.membership = MembershipConfig::with_session_timeout(timeout);
+        self.discovery = self.membership.heartbeat_interval;
+        self
+    }
+
+    /// Sets [`auto_commit`](Self::auto_commit).
+    #[must_use]
+    pub fn with_auto_commit(mut self, every: Option<Duration>) -> Self {
+        self.auto_commit = every;
+        self
+    }
 }
 
 impl Default for ConsumerOptions {
@@ -83,6 +130,7 @@ impl Default for ConsumerOptions {
             protocol: ConsumerConfig::new(NodeId::from_bytes([0; 16])),
             start_offsets: Vec::new(),
             max_buffered: 100_000,
+            group: None,
         }
     }
 }
@@ -106,6 +154,13 @@ impl ConsumerOptions {
     #[must_use]
     pub fn with_start_offset(mut self, topic: &str, partition: NodeId, next: u64) -> Self {
         self.start_offsets.push((topic.to_owned(), partition, next));
+        self
+    }
+
+    /// Joins the consumer group `group` (see [`GroupOptions`]).
+    #[must_use]
+    pub fn with_group(mut self, group: GroupOptions) -> Self {
+        self.group = Some(group);
         self
     }
 
@@ -133,6 +188,28 @@ const OFFSETS_TICK: Duration = Duration::from_millis(10);
 struct State {
     consumer: Consumer,
     records: VecDeque<ConsumerRecord>,
+    group: Option<GroupState>,
+}
+
+/// A consumer group member's state, beside its consumer's.
+struct GroupState {
+    name: GroupName,
+    member: GroupMember,
+    /// Changes for the group's driver task, oldest first.
+    events: VecDeque<GroupEvent>,
+    /// Per partition read, the offset after the last record the application took: what a
+    /// commit commits.
+    taken: BTreeMap<(Topic, NodeId), u64>,
+}
+
+impl GroupState {
+    /// Moves the member's changes to `events`; whether there were any.
+    fn take_events(&mut self) -> bool {
+        let before = self.events.len();
+        self.events
+            .extend(std::iter::from_fn(|| self.member.poll_event()));
+        self.events.len() > before
+    }
 }
 
 struct Shared {
@@ -141,6 +218,10 @@ struct Shared {
     subscriber: Socket,
     control: Arc<Control>,
     max_buffered: usize,
+    /// The group's driver has changes to act on.
+    group_changed: tokio::sync::Notify,
+    /// One group offsets commit or query at a time (the state machine runs one).
+    group_asks: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -180,12 +261,391 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Reads `partition` of `topic` from offset `next` at once (see
+    /// [`Consumer::assign`](dafka_proto::Consumer::assign)): drops records of the partition
+    /// already queued and, with `end`, reads the range `next..end` (FETCHed at once, nothing
+    /// past it delivered). Subscribes to the topic if needed, except for a range of an
+    /// [`OffsetReset::Assigned`] consumer, which reads only the stores' answers to it. With
+    /// [`OffsetReset::Assigned`] only assigned partitions are delivered.
+    pub(crate) fn assign(
+        &self,
+        topic: &str,
+        partition: NodeId,
+        next: u64,
+        end: Option<u64>,
+    ) -> Result<(), Error> {
+        let topic = Topic::try_from(topic)?;
+        let shared = self;
+        let mut state = shared.lock();
+        shared.unqueue(&mut state, |q| {
+            q.retain(|r| r.topic != topic || r.partition != partition);
+        });
+        let subscriptions = state
+            .consumer
+            .assign(topic, partition, next, end, crate::node::now());
+        for s in subscriptions.iter().flatten() {
+            shared.subscriber.subscribe(s)?;
+        }
+        let refused = shared.publish_queued(&mut state);
+        drop(state);
+        log_refused(refused);
+        // The FETCH retry timer is new: let the task take its deadline.
+        shared.control.wake.notify_one();
+        Ok(())
+    }
+
+    /// Stops reading `partition` of `topic`: forgets its position and drops its queued records.
+    pub(crate) fn unassign(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
+        let topic = Topic::try_from(topic)?;
+        let shared = self;
+        let mut state = shared.lock();
+        state.consumer.unassign(&topic, &partition);
+        shared.unqueue(&mut state, |q| {
+            q.retain(|r| r.topic != topic || r.partition != partition);
+        });
+        Ok(())
+    }
+
+    /// The partitions of `topic` the stores hold, with their [`Bounds`] (first offset held, one
+    /// past the last), by partition id; the topic need not be subscribed.
+    ///
+    /// Sends GET-HEADS (and HEADS-QUERY) and waits for a store reader to be reachable both ways
+    /// (its STORE-HELLO heard, its `'W'` subscription seen: it then has the question and its
+    /// answers reach us), then until every reachable store ended its answers with a HEADS-END
+    /// (our stores do), or else until [`OFFSETS_SETTLE`] passes with no new answer (a
+    /// reference store sends no HEADS-END: it sends all its answers at once, others may be
+    /// slower). Fails with [`Error::NoStore`] when no store became reachable
+    /// within `timeout` (towers unreachable, or no store running). A store out of reach then
+    /// is not counted: its partitions may be missing.
+    pub(crate) async fn offsets(
+        &self,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Vec<(NodeId, Bounds)>, Error> {
+        let topic = Topic::try_from(topic)?;
+        let heard = self
+            .ask_stores(
+                timeout,
+                |c| c.query_offsets(topic.clone()),
+                |c| (c.query_answered(&topic), c.offsets(&topic).cloned()),
+                |c| c.finish_query(&topic),
+            )
+            .await?;
+        Ok(heard.unwrap_or_default().into_iter().collect())
+    }
+
+    /// Commits `offsets` (topic, partition, next offset to read) of consumer group `group` to
+    /// the stores: each store reader that holds one of the partitions writes its offset to
+    /// disk (synced) before it answers; a forward commit keeps the larger of the stored and
+    /// the committed offset, `seek` sets it even backwards. Returns, once every store reader
+    /// reachable answered (as [`offsets`](Self::offsets) waits), each partition's offset
+    /// after the commit (the largest any store holds); [`Error::NotCommitted`] when no store
+    /// acknowledged some of them (no store holds those partitions).
+    pub(crate) async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: &[(Topic, NodeId, u64)],
+        seek: bool,
+        timeout: Duration,
+    ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
+        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
+        let max = Limits::DEFAULT.max_offsets;
+        if offsets.is_empty() || offsets.len() > max {
+            return Err(Error::Caller(CallerError::OffsetCount {
+                count: offsets.len(),
+                max,
+            }));
+        }
+        // One group ask at a time: the driver's and the application's would replace each
+        // other's in the state machine.
+        let _one = self.group_asks.lock().await;
+        let list: Vec<GroupOffset> = offsets
+            .iter()
+            .map(|(topic, partition, offset)| GroupOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+            })
+            .collect();
+        let heard = self
+            .ask_stores(
+                timeout,
+                |c| c.commit_offsets(group.clone(), list, seek),
+                |c| (c.group_answered(), c.group_heard().cloned()),
+                Consumer::finish_group_ask,
+            )
+            .await?
+            .unwrap_or_default();
+        let missing: Vec<String> = offsets
+            .iter()
+            .filter(|(t, p, _)| !heard.contains_key(&(t.clone(), *p)))
+            .map(|(t, p, _)| format!("{t}/{p}"))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::NotCommitted { missing });
+        }
+        Ok(heard)
+    }
+
+    /// Consumer group `group`'s committed offsets of `partitions` (all the stores hold when
+    /// empty): per partition, the largest any store reachable holds. Waits as
+    /// [`offsets`](Self::offsets) does; only our stores answer (COMMITTED-QUERY, an
+    /// extension).
+    pub(crate) async fn committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[(Topic, NodeId)],
+        timeout: Duration,
+    ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
+        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
+        let max = Limits::DEFAULT.max_offsets;
+        if partitions.len() > max {
+            return Err(Error::Caller(CallerError::OffsetCount {
+                count: partitions.len(),
+                max,
+            }));
+        }
+        let _one = self.group_asks.lock().await;
+        let list = partitions.to_vec();
+        let heard = self
+            .ask_stores(
+                timeout,
+                |c| c.query_committed(group.clone(), list),
+                |c| (c.group_answered(), c.group_heard().cloned()),
+                Consumer::finish_group_ask,
+            )
+            .await?;
+        Ok(heard.unwrap_or_default())
+    }
+
+    /// A query of the stores: `start` sends it; then, until a store reader is reachable both
+    /// ways and every reachable one ended its answers (`heard` says whether, and what was
+    /// heard so far), or else until [`OFFSETS_SETTLE`] passes with nothing new (a reference
+    /// store sends no end marker); `finish` ends it and returns what it heard. Fails with
+    /// [`Error::NoStore`] when no store became reachable within `timeout`.
+    async fn ask_stores<T: PartialEq + Clone>(
+        &self,
+        timeout: Duration,
+        start: impl FnOnce(&mut Consumer),
+        heard: impl Fn(&Consumer) -> (bool, Option<T>),
+        finish: impl Fn(&mut Consumer) -> Option<T>,
+    ) -> Result<Option<T>, Error> {
+        let shared = self;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let refused = {
+            let mut state = shared.lock();
+            start(&mut state.consumer);
+            shared.publish_queued(&mut state)
+        };
+        log_refused(refused);
+        let finish = |shared: &Shared| finish(&mut shared.lock().consumer);
+        let mut seen = None;
+        let mut quiet_since = None;
+        loop {
+            if shared.control.stopping() {
+                return Err(Error::Closed);
+            }
+            let now = tokio::time::Instant::now();
+            let (reachable, (answered, so_far)) = {
+                let state = shared.lock();
+                (state.consumer.stores_reachable(), heard(&state.consumer))
+            };
+            if answered {
+                return Ok(finish(shared));
+            }
+            if reachable == 0 {
+                if now >= deadline {
+                    finish(shared);
+                    return Err(Error::NoStore { waited: timeout });
+                }
+            } else if quiet_since.is_none() || seen != Some((reachable, so_far.as_ref().cloned())) {
+                seen = Some((reachable, so_far));
+                quiet_since = Some(now);
+            } else if quiet_since.is_some_and(|t| now.duration_since(t) >= OFFSETS_SETTLE) {
+                return Ok(finish(shared));
+            }
+            tokio::time::sleep(OFFSETS_TICK).await;
+        }
+    }
+}
+
+/// How long a group member's commit on close waits for the stores.
+const CLOSE_COMMIT: Duration = Duration::from_secs(5);
+/// How long the group's driver waits for the stores' answers about partitions and offsets.
+const GROUP_ASK: Duration = Duration::from_secs(5);
+
+impl Shared {
+    /// The group's name, if this consumer is a member of one.
+    fn group_name(&self) -> Option<GroupName> {
+        self.lock().group.as_ref().map(|g| g.name.clone())
+    }
+
+    /// Commits the offsets the application took of the partitions read (see
+    /// [`ConsumerNode::commit`]).
+    async fn commit_taken(
+        &self,
+        timeout: Duration,
+    ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
+        let (name, taken) = {
+            let state = self.lock();
+            let Some(g) = &state.group else {
+                return Err(Error::Caller(CallerError::Config(
+                    "commit needs a consumer group (ConsumerOptions::with_group)",
+                )));
+            };
+            let owned: std::collections::BTreeSet<&(Topic, NodeId)> = g.member.owned().collect();
+            let taken: Vec<(Topic, NodeId, u64)> = (g.taken.iter())
+                .filter(|(k, _)| owned.contains(k))
+                .map(|((t, p), o)| (t.clone(), *p, *o))
+                .collect();
+            (g.name.clone(), taken)
+        };
+        self.commit_list(&name, &taken, timeout).await
+    }
+
+    /// Commits `offsets` for the group, in pieces of at most `Limits::max_offsets`.
+    async fn commit_list(
+        &self,
+        name: &GroupName,
+        offsets: &[(Topic, NodeId, u64)],
+        timeout: Duration,
+    ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
+        let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
+        let mut done = BTreeMap::new();
+        for piece in offsets.chunks(Limits::DEFAULT.max_offsets) {
+            done.extend(self.commit_offsets(&name, piece, false, timeout).await?);
+        }
+        Ok(done)
+    }
+}
+
+/// A group member's driver: learns the partitions of its topics from the stores (so that
+/// each gets an owner), starts each partition given at the group's committed offset (or
+/// where `reset` says when there is none), commits and stops each one taken away, and
+/// commits what the application took every `auto_commit`.
+async fn drive_group(
+    shared: Arc<Shared>,
+    topics: Vec<Topic>,
+    reset: OffsetReset,
+    options: GroupOptions,
+) {
+    let Some(name) = shared.group_name() else {
+        return;
+    };
+    let group = String::from_utf8_lossy(name.as_bytes()).into_owned();
+    let mut bounds: BTreeMap<(Topic, NodeId), Bounds> = BTreeMap::new();
+    let mut next_discovery = tokio::time::Instant::now();
+    let mut next_commit = options.auto_commit.map(|e| tokio::time::Instant::now() + e);
+    loop {
+        if shared.control.stopping() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= next_discovery {
+            next_discovery = now + options.discovery;
+            for topic in &topics {
+                let Ok(found) = shared.offsets(&topic.to_string(), GROUP_ASK).await else {
+                    continue;
+                };
+                let mut state = shared.lock();
+                if let Some(g) = &mut state.group {
+                    for (partition, b) in found {
+                        let key = (topic.clone(), partition);
+                        bounds.insert(key.clone(), b);
+                        if !g.member.add_partition(key, crate::node::now()) {
+                            tracing::warn!(topic = %topic, "too many partitions to share: some have no owner");
+                        }
+                    }
+                    g.take_events();
+                }
+                drop(state);
+                shared.control.wake.notify_one();
+            }
+        }
+        let events: Vec<GroupEvent> = {
+            let mut state = shared.lock();
+            state
+                .group
+                .as_mut()
+                .map(|g| g.events.drain(..).collect())
+                .unwrap_or_default()
+        };
+        for event in events {
+            match event {
+                GroupEvent::Joined(member) => {
+                    tracing::info!(group = %group, member = %member, "a member joined the group")
+                }
+                GroupEvent::Left(member, cause) => {
+                    tracing::info!(group = %group, member = %member, ?cause, "a member left the group")
+                }
+                GroupEvent::Assigned((topic, partition)) => {
+                    let key = (topic.clone(), partition);
+                    let committed = shared
+                        .committed_offsets(&group, std::slice::from_ref(&key), GROUP_ASK)
+                        .await
+                        .ok()
+                        .and_then(|c| c.get(&key).copied());
+                    let b = bounds.get(&key);
+                    let next = match (committed, reset) {
+                        (Some(c), _) => c,
+                        (None, OffsetReset::Earliest) => b.map_or(0, |b| b.low),
+                        (None, _) => b.map_or(0, |b| b.end),
+                    };
+                    if let Err(e) = shared.assign(&topic.to_string(), partition, next, None) {
+                        tracing::warn!(error = %e, topic = %topic, partition = %partition, "a partition given could not be started");
+                    }
+                    tracing::info!(group = %group, topic = %topic, partition = %partition, next, "partition assigned");
+                }
+                GroupEvent::Revoked((topic, partition)) => {
+                    let key = (topic.clone(), partition);
+                    let taken = shared
+                        .lock()
+                        .group
+                        .as_mut()
+                        .and_then(|g| g.taken.remove(&key));
+                    if let Some(next) = taken
+                        && let Err(e) = shared
+                            .commit_list(&name, &[(topic.clone(), partition, next)], GROUP_ASK)
+                            .await
+                    {
+                        tracing::warn!(error = %e, topic = %topic, partition = %partition, "the offset of a partition given up was not committed");
+                    }
+                    let _ = shared.unassign(&topic.to_string(), partition);
+                    tracing::info!(group = %group, topic = %topic, partition = %partition, "partition revoked");
+                }
+            }
+        }
+        if let Some(at) = next_commit
+            && tokio::time::Instant::now() >= at
+        {
+            next_commit = options.auto_commit.map(|e| at + e);
+            if let Err(e) = shared.commit_taken(GROUP_ASK).await {
+                tracing::warn!(error = %e, group = %group, "auto-commit failed");
+            }
+        }
+        let wake = [Some(next_discovery), next_commit]
+            .into_iter()
+            .flatten()
+            .min();
+        let changed = shared.group_changed.notified();
+        match wake {
+            Some(at) => {
+                let _ = tokio::time::timeout_at(at, changed).await;
+            }
+            None => changed.await,
+        }
+    }
+}
+
 /// A running consumer. Dropping it stops the node; [`close`](Self::close) also waits for its
 /// task.
 pub struct ConsumerNode {
     shared: Arc<Shared>,
     id: NodeId,
     towers: TowerWait,
+    /// The consumer group's driver task, for a member of one.
+    driver: Option<tokio::task::JoinHandle<()>>,
     task: NodeTask,
 }
 
@@ -208,6 +668,22 @@ impl ConsumerNode {
         let mut config = options.protocol;
         config.id = id;
         let reset = config.offset_reset;
+        let group = match &options.group {
+            None => None,
+            Some(g) => {
+                let name = GroupName::new(Bytes::copy_from_slice(g.name.as_bytes()))?;
+                let member = GroupMember::new(name.clone(), id, g.membership, crate::node::now())?;
+                // A member reads only the partitions its group gives it, each from the
+                // group's committed offset (or `reset` where there is none).
+                config.offset_reset = OffsetReset::Assigned;
+                Some(GroupState {
+                    name,
+                    member,
+                    events: VecDeque::new(),
+                    taken: BTreeMap::new(),
+                })
+            }
+        };
         let mut consumer = Consumer::new(config)?;
         for (topic, partition, next) in &options.start_offsets {
             consumer.set_position(Topic::try_from(topic.as_str())?, *partition, *next);
@@ -216,22 +692,37 @@ impl ConsumerNode {
         for s in consumer.subscriptions() {
             plumbing.subscriber.subscribe(&s)?;
         }
+        if let Some(g) = &group {
+            plumbing
+                .subscriber
+                .subscribe(&dafka_proto::subscription::group(&g.name))?;
+        }
         let towers = plumbing.tower_wait();
         let control = Arc::new(Control::default());
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 consumer,
                 records: VecDeque::new(),
+                group,
             }),
             publisher: plumbing.publisher.clone(),
             subscriber: plumbing.subscriber.clone(),
             control: control.clone(),
             max_buffered: options.max_buffered.max(1),
+            group_changed: tokio::sync::Notify::new(),
+            group_asks: tokio::sync::Mutex::new(()),
+        });
+        let driver = options.group.map(|g| {
+            let topics: Vec<Topic> = (topics.iter())
+                .filter_map(|t| Topic::try_from(*t).ok())
+                .collect();
+            tokio::spawn(drive_group(shared.clone(), topics, reset, g))
         });
         let node = ConsumerNode {
             shared: shared.clone(),
             id,
             towers,
+            driver,
             task: NodeTask::spawn(
                 plumbing,
                 ConsumerRole {
@@ -349,7 +840,46 @@ impl ConsumerNode {
     pub fn take(&self, max: usize) -> Vec<ConsumerRecord> {
         let shared = &self.shared;
         let mut state = shared.lock();
-        shared.unqueue(&mut state, |q| q.drain(..max.min(q.len())).collect())
+        let taken: Vec<ConsumerRecord> =
+            shared.unqueue(&mut state, |q| q.drain(..max.min(q.len())).collect());
+        if let Some(g) = &mut state.group {
+            for r in &taken {
+                let next = r.offset.saturating_add(1);
+                let at = g
+                    .taken
+                    .entry((r.topic.clone(), r.partition))
+                    .or_insert(next);
+                *at = (*at).max(next);
+            }
+        }
+        taken
+    }
+
+    /// The partitions this member of a consumer group reads now (empty without a group).
+    pub fn assignment(&self) -> Vec<(Topic, NodeId)> {
+        let state = self.shared.lock();
+        state
+            .group
+            .as_ref()
+            .map(|g| g.member.owned().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The members of this consumer's group it hears, itself included (empty without one).
+    pub fn group_members(&self) -> Vec<NodeId> {
+        let state = self.shared.lock();
+        state
+            .group
+            .as_ref()
+            .map(|g| g.member.view())
+            .unwrap_or_default()
+    }
+
+    /// Commits, for every partition this group member reads, the offset after the last
+    /// record the application took (see [`commit_offsets`](Self::commit_offsets)); nothing
+    /// when it took none. [`Error::Caller`] without a group.
+    pub async fn commit(&self, timeout: Duration) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
+        self.shared.commit_taken(timeout).await
     }
 
     /// The next offset to deliver in every partition known.
@@ -379,36 +909,12 @@ impl ConsumerNode {
         next: u64,
         end: Option<u64>,
     ) -> Result<(), Error> {
-        let topic = Topic::try_from(topic)?;
-        let shared = &self.shared;
-        let mut state = shared.lock();
-        shared.unqueue(&mut state, |q| {
-            q.retain(|r| r.topic != topic || r.partition != partition);
-        });
-        let subscriptions = state
-            .consumer
-            .assign(topic, partition, next, end, crate::node::now());
-        for s in subscriptions.iter().flatten() {
-            shared.subscriber.subscribe(s)?;
-        }
-        let refused = shared.publish_queued(&mut state);
-        drop(state);
-        log_refused(refused);
-        // The FETCH retry timer is new: let the task take its deadline.
-        shared.control.wake.notify_one();
-        Ok(())
+        self.shared.assign(topic, partition, next, end)
     }
 
     /// Stops reading `partition` of `topic`: forgets its position and drops its queued records.
     pub fn unassign(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
-        let topic = Topic::try_from(topic)?;
-        let shared = &self.shared;
-        let mut state = shared.lock();
-        state.consumer.unassign(&topic, &partition);
-        shared.unqueue(&mut state, |q| {
-            q.retain(|r| r.topic != topic || r.partition != partition);
-        });
-        Ok(())
+        self.shared.unassign(topic, partition)
     }
 
     /// The partitions of `topic` the stores hold, with their [`Bounds`] (first offset held, one
@@ -427,52 +933,7 @@ impl ConsumerNode {
         topic: &str,
         timeout: Duration,
     ) -> Result<Vec<(NodeId, Bounds)>, Error> {
-        let topic = Topic::try_from(topic)?;
-        let heard = self
-            .ask_stores(
-                timeout,
-                |c| c.query_offsets(topic.clone()),
-                |c| (c.query_answered(&topic), c.offsets(&topic).cloned()),
-                |c| c.finish_query(&topic),
-            )
-            .await?;
-        Ok(heard.unwrap_or_default().into_iter().collect())
-    }
-
-    /// For each partition of `topic` the stores hold, the first offset whose record's
-    /// timestamp is at or after `time` (microseconds since the epoch, UTC; the lowest any store
-    /// holds), `None` when no store holds a record that recent. Waits as
-    /// [`offsets`](Self::offsets) does; only our stores answer (TIME-QUERY, an extension).
-    pub async fn offsets_for_time(
-        &self,
-        topic: &str,
-        time: i64,
-        timeout: Duration,
-    ) -> Result<Vec<(NodeId, TimeOffset)>, Error> {
-        let topic = Topic::try_from(topic)?;
-        let heard = self
-            .ask_stores(
-                timeout,
-                |c| c.query_time(topic.clone(), time),
-                |c| (c.time_answered(&topic), c.time_offsets(&topic).cloned()),
-                |c| c.finish_time_query(&topic),
-            )
-            .await?;
-        Ok(heard.unwrap_or_default().into_iter().collect())
-    }
-
-    /// Every topic of which a reachable store holds a partition. Waits as
-    /// [`offsets`](Self::offsets) does; only our stores answer (TOPICS-QUERY, an extension).
-    pub async fn topics(&self, timeout: Duration) -> Result<Vec<Topic>, Error> {
-        let heard = self
-            .ask_stores(
-                timeout,
-                Consumer::query_topics,
-                |c| (c.topics_answered(), c.topics_heard().cloned()),
-                Consumer::finish_topics_query,
-            )
-            .await?;
-        Ok(heard.unwrap_or_default().into_iter().collect())
+        self.shared.offsets(topic, timeout).await
     }
 
     /// Commits `offsets` (topic, partition, next offset to read) of consumer group `group` to
@@ -489,40 +950,9 @@ impl ConsumerNode {
         seek: bool,
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
-        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
-        let max = Limits::DEFAULT.max_offsets;
-        if offsets.is_empty() || offsets.len() > max {
-            return Err(Error::Caller(CallerError::OffsetCount {
-                count: offsets.len(),
-                max,
-            }));
-        }
-        let list: Vec<GroupOffset> = offsets
-            .iter()
-            .map(|(topic, partition, offset)| GroupOffset {
-                topic: topic.clone(),
-                partition: *partition,
-                offset: *offset,
-            })
-            .collect();
-        let heard = self
-            .ask_stores(
-                timeout,
-                |c| c.commit_offsets(group.clone(), list, seek),
-                |c| (c.group_answered(), c.group_heard().cloned()),
-                Consumer::finish_group_ask,
-            )
-            .await?
-            .unwrap_or_default();
-        let missing: Vec<String> = offsets
-            .iter()
-            .filter(|(t, p, _)| !heard.contains_key(&(t.clone(), *p)))
-            .map(|(t, p, _)| format!("{t}/{p}"))
-            .collect();
-        if !missing.is_empty() {
-            return Err(Error::NotCommitted { missing });
-        }
-        Ok(heard)
+        self.shared
+            .commit_offsets(group, offsets, seek, timeout)
+            .await
     }
 
     /// Consumer group `group`'s committed offsets of `partitions` (all the stores hold when
@@ -535,74 +965,47 @@ impl ConsumerNode {
         partitions: &[(Topic, NodeId)],
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
-        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
-        let max = Limits::DEFAULT.max_offsets;
-        if partitions.len() > max {
-            return Err(Error::Caller(CallerError::OffsetCount {
-                count: partitions.len(),
-                max,
-            }));
-        }
-        let list = partitions.to_vec();
-        let heard = self
-            .ask_stores(
-                timeout,
-                |c| c.query_committed(group.clone(), list),
-                |c| (c.group_answered(), c.group_heard().cloned()),
-                Consumer::finish_group_ask,
-            )
-            .await?;
-        Ok(heard.unwrap_or_default())
+        self.shared
+            .committed_offsets(group, partitions, timeout)
+            .await
     }
 
-    /// A query of the stores: `start` sends it; then, until a store reader is reachable both
-    /// ways and every reachable one ended its answers (`heard` says whether, and what was
-    /// heard so far), or else until [`OFFSETS_SETTLE`] passes with nothing new (a reference
-    /// store sends no end marker); `finish` ends it and returns what it heard. Fails with
-    /// [`Error::NoStore`] when no store became reachable within `timeout`.
-    async fn ask_stores<T: PartialEq + Clone>(
+    /// For each partition of `topic` the stores hold, the first offset whose record's
+    /// timestamp is at or after `time` (microseconds since the epoch, UTC; the lowest any store
+    /// holds), `None` when no store holds a record that recent. Waits as
+    /// [`offsets`](Self::offsets) does; only our stores answer (TIME-QUERY, an extension).
+    pub async fn offsets_for_time(
         &self,
+        topic: &str,
+        time: i64,
         timeout: Duration,
-        start: impl FnOnce(&mut Consumer),
-        heard: impl Fn(&Consumer) -> (bool, Option<T>),
-        finish: impl Fn(&mut Consumer) -> Option<T>,
-    ) -> Result<Option<T>, Error> {
-        let shared = &self.shared;
-        let deadline = tokio::time::Instant::now() + timeout;
-        let refused = {
-            let mut state = shared.lock();
-            start(&mut state.consumer);
-            shared.publish_queued(&mut state)
-        };
-        log_refused(refused);
-        let finish = |shared: &Shared| finish(&mut shared.lock().consumer);
-        let mut seen = None;
-        let mut quiet_since = None;
-        loop {
-            if shared.control.stopping() {
-                return Err(Error::Closed);
-            }
-            let now = tokio::time::Instant::now();
-            let (reachable, (answered, so_far)) = {
-                let state = shared.lock();
-                (state.consumer.stores_reachable(), heard(&state.consumer))
-            };
-            if answered {
-                return Ok(finish(shared));
-            }
-            if reachable == 0 {
-                if now >= deadline {
-                    finish(shared);
-                    return Err(Error::NoStore { waited: timeout });
-                }
-            } else if quiet_since.is_none() || seen != Some((reachable, so_far.as_ref().cloned())) {
-                seen = Some((reachable, so_far));
-                quiet_since = Some(now);
-            } else if quiet_since.is_some_and(|t| now.duration_since(t) >= OFFSETS_SETTLE) {
-                return Ok(finish(shared));
-            }
-            tokio::time::sleep(OFFSETS_TICK).await;
-        }
+    ) -> Result<Vec<(NodeId, TimeOffset)>, Error> {
+        let topic = Topic::try_from(topic)?;
+        let heard = self
+            .shared
+            .ask_stores(
+                timeout,
+                |c| c.query_time(topic.clone(), time),
+                |c| (c.time_answered(&topic), c.time_offsets(&topic).cloned()),
+                |c| c.finish_time_query(&topic),
+            )
+            .await?;
+        Ok(heard.unwrap_or_default().into_iter().collect())
+    }
+
+    /// Every topic of which a reachable store holds a partition. Waits as
+    /// [`offsets`](Self::offsets) does; only our stores answer (TOPICS-QUERY, an extension).
+    pub async fn topics(&self, timeout: Duration) -> Result<Vec<Topic>, Error> {
+        let heard = self
+            .shared
+            .ask_stores(
+                timeout,
+                Consumer::query_topics,
+                |c| (c.topics_answered(), c.topics_heard().cloned()),
+                Consumer::finish_topics_query,
+            )
+            .await?;
+        Ok(heard.unwrap_or_default().into_iter().collect())
     }
 
     /// The subscribed topics no store holds: every store reachable now answered that it holds
@@ -624,8 +1027,31 @@ impl ConsumerNode {
         &self.task.stats
     }
 
-    /// Stops the node: pending and later calls fail with [`Error::Closed`].
+    /// Stops the node: pending and later calls fail with [`Error::Closed`]. A group member
+    /// first commits what the application took and says it leaves (the others take its
+    /// partitions over without waiting for the session timeout).
     pub async fn close(mut self) {
+        if let Some(driver) = self.driver.take() {
+            driver.abort();
+            let _ = driver.await;
+            if let Err(e) = self.shared.commit_taken(CLOSE_COMMIT).await {
+                tracing::warn!(error = %e, "the group's offsets were not committed on close");
+            }
+            let bye = {
+                let mut state = self.shared.lock();
+                state.group.as_mut().map(|g| {
+                    let bye = g.member.close();
+                    g.events.clear();
+                    bye
+                })
+            };
+            if let Some(bye) = bye {
+                log_refused(publish(
+                    &self.shared.publisher,
+                    std::iter::once(Message::GroupHeartbeat(bye)),
+                ));
+            }
+        }
         self.task.close().await;
     }
 }
@@ -649,6 +1075,15 @@ struct ConsumerRole {
 impl Role for ConsumerRole {
     fn on_message(&mut self, message: Message, now: Instant) -> Result<(), PeerError> {
         let mut state = self.shared.lock();
+        if let Message::GroupHeartbeat(hb) = &message {
+            if let Some(g) = &mut state.group {
+                g.member.handle_heartbeat(hb, now);
+                if g.take_events() {
+                    self.shared.group_changed.notify_one();
+                }
+            }
+            return Ok(());
+        }
         let result = state.consumer.handle(message, now);
         let before = state.records.len();
         while let Some(d) = state.consumer.poll_record() {
@@ -705,6 +1140,14 @@ impl Role for ConsumerRole {
     fn on_timeout(&mut self, now: Instant) {
         let past: Vec<PastEnd> = {
             let mut state = self.shared.lock();
+            if let Some(g) = &mut state.group
+                && g.member.poll_timeout().is_some_and(|t| t <= now)
+            {
+                g.member.handle_timeout(now);
+                if g.take_events() {
+                    self.shared.group_changed.notify_one();
+                }
+            }
             state.consumer.handle_timeout(now);
             // Found only when a timeout is handled (every store had time to answer).
             std::iter::from_fn(|| state.consumer.poll_past_end()).collect()
@@ -721,14 +1164,25 @@ impl Role for ConsumerRole {
         // the stores send again what waits to be read (a store rewinds its answer to the
         // offset asked), growing what is queued towards us. A poll that makes room puts the
         // retries off by `fetch_retry` (`Shared::unqueue`) and wakes the task.
+        let group = state.group.as_ref().and_then(|g| g.member.poll_timeout());
         if self.shared.full(&state) {
-            return None;
+            return group;
         }
-        state.consumer.poll_timeout()
+        match (state.consumer.poll_timeout(), group) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
         let mut state = self.shared.lock();
+        let state = &mut *state;
+        if let Some(g) = &mut state.group
+            && out.len() < max
+            && let Some(hb) = g.member.poll_transmit(crate::node::now())
+        {
+            out.push(Message::GroupHeartbeat(hb));
+        }
         take_up_to(out, max, || state.consumer.poll_transmit())
     }
 

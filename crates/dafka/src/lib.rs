@@ -63,7 +63,9 @@ mod store;
 mod tower;
 pub mod zre_discovery;
 
-pub use consumer::{ConsumerNode, ConsumerOptions, ConsumerRecord, OFFSETS_SETTLE, Position};
+pub use consumer::{
+    ConsumerNode, ConsumerOptions, ConsumerRecord, GroupOptions, OFFSETS_SETTLE, Position,
+};
 pub use dafka_proto::record::is_header_name;
 pub use dafka_proto::{
     Bounds, Header, HeaderRef, MetaParts, NodeId, OffsetReset, RecordMeta, RefusalReason,
