@@ -865,6 +865,13 @@ impl ConsumerNode {
             .unwrap_or_default()
     }
 
+    /// The name of this consumer's group, if it is a member of one.
+    pub fn group_name(&self) -> Option<String> {
+        self.shared
+            .group_name()
+            .map(|n| String::from_utf8_lossy(n.as_bytes()).into_owned())
+    }
+
     /// The members of this consumer's group it hears, itself included (empty without one).
     pub fn group_members(&self) -> Vec<NodeId> {
         let state = self.shared.lock();

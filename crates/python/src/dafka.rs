@@ -17,8 +17,8 @@ use std::time::Duration;
 use arrow_array::RecordBatch;
 use arrow_pyarrow::ToPyArrow;
 use dafka_node::{
-    ConsumerNode, ConsumerOptions, NodeConfig, NodeId, OffsetReset, ProducerNode, ProducerOptions,
-    StoreNode, StoreOptions, SyncPolicy, Tower, TowerConfig,
+    ConsumerNode, ConsumerOptions, GroupOptions, NodeConfig, NodeId, OffsetReset, ProducerNode,
+    ProducerOptions, StoreNode, StoreOptions, SyncPolicy, Tower, TowerConfig,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -110,6 +110,22 @@ node_lifecycle!(PyTower, Tower::close);
 node_lifecycle!(PyStore, StoreNode::close);
 node_lifecycle!(PyProducer, ProducerNode::close);
 node_lifecycle!(PyConsumer, ConsumerNode::close);
+
+/// Offsets by partition as Python's `{(topic, partition): offset}`.
+fn offsets_dict(
+    py: Python<'_>,
+    offsets: std::collections::BTreeMap<(dafka_node::Topic, NodeId), u64>,
+) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    for ((topic, partition), offset) in offsets {
+        let key = (
+            String::from_utf8_lossy(topic.as_bytes()).into_owned(),
+            partition.to_string(),
+        );
+        out.set_item(key, offset)?;
+    }
+    Ok(out)
+}
 
 /// The node settings for `towers`: tower endpoints, or `zre://CLUSTER` (no towers: ZRE).
 pub(crate) fn node_config(towers: &str) -> PyResult<NodeConfig> {
@@ -512,7 +528,8 @@ impl PyConsumer {
     #[new]
     #[pyo3(signature = (
         topics, towers, offset_reset = "latest", start_offsets = None, *, curve = None,
-        connect_timeout = Some(5.0), host = None, bind = None,
+        connect_timeout = Some(5.0), host = None, bind = None, group = None,
+        session_timeout = 10.0, enable_auto_commit = true, auto_commit_interval = 5.0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -525,6 +542,10 @@ impl PyConsumer {
         connect_timeout: Option<f64>,
         host: Option<String>,
         bind: Option<String>,
+        group: Option<String>,
+        session_timeout: f64,
+        enable_auto_commit: bool,
+        auto_commit_interval: f64,
     ) -> PyResult<Self> {
         let topics = topics_of(topics)?;
         let reset = match offset_reset {
@@ -545,6 +566,31 @@ impl PyConsumer {
                 .extract()
                 .map_err(|_| errors::invalid("start_offsets values must be offsets (int >= 0)"))?;
             options = options.with_start_offset(&topic, partition_id(&partition)?, next);
+        }
+        if let Some(name) = group {
+            if start_offsets.is_some_and(|d| !d.is_empty()) {
+                return Err(errors::invalid(
+                    "start_offsets and group exclude each other: a group member starts each \
+                     partition at its group's committed offset",
+                ));
+            }
+            let session = seconds("session_timeout", Some(session_timeout))?
+                .filter(|t| *t >= Duration::from_millis(100))
+                .ok_or_else(|| errors::invalid("session_timeout must be at least 0.1 s"))?;
+            let every = if enable_auto_commit {
+                Some(
+                    seconds("auto_commit_interval", Some(auto_commit_interval))?
+                        .filter(|t| !t.is_zero())
+                        .ok_or_else(|| errors::invalid("auto_commit_interval must be above 0"))?,
+                )
+            } else {
+                None
+            };
+            options = options.with_group(
+                GroupOptions::new(name)
+                    .with_session_timeout(session)
+                    .with_auto_commit(every),
+            );
         }
         let node = node_config_at(towers, host, bind)?
             .with_security(security(curve))
@@ -656,6 +702,65 @@ impl PyConsumer {
             out.set_item(key, p.next)?;
         }
         Ok(out)
+    }
+
+    /// The partitions this group member reads now, as `(topic, partition)` (empty without
+    /// a group).
+    fn assignment(&self, py: Python<'_>) -> PyResult<Vec<(String, String)>> {
+        let node = self.node.get("consumer")?;
+        Ok(py
+            .detach(|| node.assignment())
+            .into_iter()
+            .map(|(t, p)| {
+                (
+                    String::from_utf8_lossy(t.as_bytes()).into_owned(),
+                    p.to_string(),
+                )
+            })
+            .collect())
+    }
+
+    /// Commits, for every partition this group member reads, the offset after the last
+    /// record `poll` returned, on every store that holds the partition (written to disk
+    /// before the stores answer); returns the committed offsets by `(topic, partition)`.
+    /// With `asynchronous=True` it returns `None` at once and the outcome is logged.
+    #[pyo3(signature = (asynchronous = false, timeout = 10.0))]
+    fn commit<'py>(
+        &self,
+        py: Python<'py>,
+        asynchronous: bool,
+        timeout: f64,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let node = self.node.get("consumer")?;
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        if asynchronous {
+            runtime::handle().spawn(async move {
+                if let Err(e) = node.commit(timeout).await {
+                    tracing::warn!(error = %e, "asynchronous commit failed");
+                }
+            });
+            return Ok(None);
+        }
+        let done = runtime::wait_for(py, async move { node.commit(timeout).await })?
+            .map_err(errors::node)?;
+        offsets_dict(py, done).map(Some)
+    }
+
+    /// The group's committed offsets the reachable stores hold, by `(topic, partition)`.
+    #[pyo3(signature = (timeout = 10.0))]
+    fn committed<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyDict>> {
+        let node = self.node.get("consumer")?;
+        let Some(group) = py.detach(|| node.group_name()) else {
+            return Err(errors::invalid(
+                "committed() needs a consumer group: Consumer(..., group=\"name\")",
+            ));
+        };
+        let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        let got = runtime::wait_for(py, async move {
+            node.committed_offsets(&group, &[], timeout).await
+        })?
+        .map_err(errors::node)?;
+        offsets_dict(py, got)
     }
 
     fn subscribe(&self, py: Python<'_>, topic: &str) -> PyResult<()> {

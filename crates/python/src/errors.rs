@@ -71,7 +71,9 @@ pub(crate) fn node(err: dafka_node::Error) -> PyErr {
     use dafka_node::Error as E;
     let msg = err.to_string();
     match err {
-        E::Caller(_) | E::Topic(_) | E::Endpoint { .. } => InvalidArgumentError::new_err(msg),
+        E::Caller(_) | E::Topic(_) | E::GroupName(_) | E::Endpoint { .. } => {
+            InvalidArgumentError::new_err(msg)
+        }
         E::SendTimeout { .. }
         | E::FlushTimeout { .. }
         | E::ResumeTimeout { .. }

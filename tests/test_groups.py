@@ -1,0 +1,100 @@
+"""Consumer groups from Python: members of a group share the partitions of their topics,
+commit what they processed to the stores, and a member that starts later resumes from the
+group's committed offsets. (docs/groups.md: the sharing and the hand-over are tested at
+length in crates/dafka/tests/groups.rs.)"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+import dafka
+from tests.conftest import unique_topic
+
+SESSION = 1.0
+
+
+def _member(cluster: Any, topic: str, group: str, **kw: Any) -> dafka.Consumer:
+    kw.setdefault("session_timeout", SESSION)
+    return dafka.Consumer(topic, towers=cluster.towers, offset_reset="earliest", group=group, **kw)
+
+
+def _until(check: Any, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _produce(cluster: Any, topic: str, partitions: int, records: int) -> list[dafka.Producer]:
+    producers = [dafka.Producer(topic, towers=cluster.towers) for _ in range(partitions)]
+    for i, p in enumerate(producers):
+        p.send_many([f"{i}-{n}".encode() for n in range(records)])
+        p.flush(timeout=20)
+    return producers
+
+
+def test_two_members_share_the_partitions_and_a_later_one_resumes_from_the_commit(
+    cluster: Any,
+) -> None:
+    topic = unique_topic("group")
+    group = unique_topic("billing")
+    producers = _produce(cluster, topic, 4, 5)
+    try:
+        a = _member(cluster, topic, group, enable_auto_commit=False)
+        b = _member(cluster, topic, group, enable_auto_commit=False)
+        assert _until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+        assert not set(a.assignment()) & set(b.assignment())
+        seen: dict[tuple[str, str], list[int]] = {}
+        deadline = time.monotonic() + 20
+        while sum(map(len, seen.values())) < 20 and time.monotonic() < deadline:
+            for m in (a, b):
+                batch = m.poll(100, 0.05)
+                for row in batch.to_pylist():
+                    key = (row["topic"], row["partition"])
+                    assert key in m.assignment()
+                    seen.setdefault(key, []).append(row["offset"])
+        assert sorted(seen) == sorted(a.assignment() + b.assignment())
+        assert all(v == [0, 1, 2, 3, 4] for v in seen.values()), seen
+        done = a.commit()
+        assert done == dict.fromkeys(a.assignment(), 5)
+        assert b.commit(asynchronous=True) is None
+        assert _until(lambda: len(a.committed()) == 4)
+        assert set(a.committed().values()) == {5}
+        a.close()
+        b.close()
+        # Five more records per partition: a new member of the group starts at the commit.
+        for i, p in enumerate(producers):
+            p.send_many([f"{i}-late-{n}".encode() for n in range(5)])
+            p.flush(timeout=20)
+        with _member(cluster, topic, group) as c:
+            got: list[int] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 20 and time.monotonic() < deadline:
+                got += c.poll(100, 0.1).column("offset").to_pylist()
+            assert sorted(got) == sorted(list(range(5, 10)) * 4), got
+    finally:
+        for p in producers:
+            p.close()
+
+
+def test_bad_group_arguments_are_refused_at_the_call(cluster: Any) -> None:
+    topic = unique_topic("group-bad")
+    with pytest.raises(dafka.InvalidArgumentError, match="group"):
+        _member(cluster, topic, "")
+    with pytest.raises(dafka.InvalidArgumentError, match="group"):
+        _member(cluster, topic, "x" * 256)
+    with pytest.raises(dafka.InvalidArgumentError, match="start_offsets"):
+        _member(cluster, topic, "g", start_offsets={(topic, "0" * 32): 1})
+    with pytest.raises(dafka.InvalidArgumentError, match="session_timeout"):
+        _member(cluster, topic, "g", session_timeout=0)
+    with dafka.Consumer(topic, towers=cluster.towers) as plain:
+        assert plain.assignment() == []
+        with pytest.raises(dafka.InvalidArgumentError, match="group"):
+            plain.commit()
+        with pytest.raises(dafka.InvalidArgumentError, match="group"):
+            plain.committed()
