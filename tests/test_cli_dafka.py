@@ -57,7 +57,7 @@ def towers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert stop(tower, signal.SIGINT) == 0
 
 
-@pytest.mark.parametrize("command", ["tower", "store", "produce", "consume"])
+@pytest.mark.parametrize("command", ["tower", "store", "produce", "consume", "groups"])
 def test_help(command: str) -> None:
     out = dafka(command, "--help")
     assert out.returncode == 0
@@ -69,7 +69,7 @@ def test_help(command: str) -> None:
 def test_top_level_help_lists_the_commands() -> None:
     out = dafka("--help")
     assert out.returncode == 0
-    for command in (b"tower", b"store", b"produce", b"consume"):
+    for command in (b"tower", b"store", b"produce", b"consume", b"groups"):
         assert command in out.stdout
 
 
@@ -285,3 +285,38 @@ def test_ctrl_c_stops_a_consumer_cleanly(towers: str) -> None:
     assert stop(consumer, signal.SIGINT) == 0
     assert consumer.stderr is not None
     assert b"processed 0 records" in consumer.stderr.read()
+
+
+def test_consume_as_a_group_commits_and_groups_shows_the_lag(towers: str) -> None:
+    def groups() -> list[dict]:
+        out = dafka("groups", "g-cli", "--towers", towers, "--json")
+        assert out.returncode == 0, out.stderr
+        return [json.loads(line) for line in out.stdout.splitlines()]
+
+    assert groups() == []
+    sent = dafka(
+        "produce", "t-grp", "--towers", towers, stdin=b"".join(b"a%d\n" % i for i in range(10))
+    )
+    assert sent.returncode == 0, sent.stderr
+    group = ["--group", "g-cli", "--session-timeout", "1"]
+    first = dafka(
+        "consume", "t-grp", "--towers", towers, "--from-beginning", *group, "--max-records", "10"
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == [b"a%d" % i for i in range(10)]
+    (row,) = groups()
+    assert (row["topic"], row["committed"], row["end"], row["lag"]) == ("t-grp", 10, 10, 0)
+    # A second `dafka produce` is a new producer: a new partition, with no commit yet.
+    sent = dafka("produce", "t-grp", "--towers", towers, stdin=b"b0\nb1\nb2\n")
+    assert sent.returncode == 0, sent.stderr
+    rows = groups()
+    assert sorted((r["committed"] or -1, r["lag"]) for r in rows) == [(-1, 3), (10, 0)], rows
+    # The group resumes at its commit in the first, from the earliest in the new one.
+    again = dafka(
+        "consume", "t-grp", "--towers", towers, "--from-beginning", *group, "--max-records", "3"
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == [b"b0", b"b1", b"b2"]
+    assert sorted((r["committed"], r["lag"]) for r in groups()) == [(3, 0), (10, 0)]
+    table = dafka("groups", "g-cli", "--towers", towers)
+    assert b"COMMITTED" in table.stdout and b"t-grp" in table.stdout, table

@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 
 from dafka import __version__
-from dafka._cli import consume, produce, store, tower, zre
+from dafka._cli import consume, groups, produce, store, tower, zre
 from dafka.errors import DafkaError
 
-COMMANDS = [tower, store, produce, consume, zre]
+COMMANDS = [tower, store, produce, consume, groups, zre]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -112,7 +112,7 @@ node_lifecycle!(PyProducer, ProducerNode::close);
 node_lifecycle!(PyConsumer, ConsumerNode::close);
 
 /// Offsets by partition as Python's `{(topic, partition): offset}`.
-fn offsets_dict(
+pub(crate) fn offsets_dict(
     py: Python<'_>,
     offsets: std::collections::BTreeMap<(dafka_node::Topic, NodeId), u64>,
 ) -> PyResult<Bound<'_, PyDict>> {

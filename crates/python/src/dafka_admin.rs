@@ -186,6 +186,26 @@ impl PyPartitionReader {
         topics(py, node, &self.towers, timeout)
     }
 
+    /// Consumer group `group`'s committed offsets the reachable stores hold, by
+    /// `(topic, partition)` (without joining the group). Raises `dafka.TimeoutError` when no
+    /// store is reachable within `timeout` seconds.
+    #[pyo3(signature = (group, timeout = 10.0))]
+    fn committed<'py>(
+        &self,
+        py: Python<'py>,
+        group: String,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let node = self.node.get("reader")?;
+        let wait = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        let towers = self.towers.clone();
+        let got = runtime::wait_for(py, async move {
+            node.committed_offsets(&group, &[], wait).await
+        })?
+        .map_err(|e| no_store(e, &towers))?;
+        crate::dafka::offsets_dict(py, got)
+    }
+
     /// Reads `partition` of `topic` from `offset` on; with `end` (exclusive) only the range
     /// `offset..end`, FETCHed at once from the stores (nothing past `end` is delivered; the
     /// topic's live records are not received unless an assign without `end` subscribed this

@@ -61,6 +61,22 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="JSON lines; a value that is not UTF-8 goes in value_base64 instead of value",
     )
+    p.add_argument(
+        "--group",
+        default=None,
+        metavar="NAME",
+        help="join consumer group NAME: share the topics' partitions with its other members, "
+        "start each at the group's committed offset (--from-beginning: at the earliest record "
+        "where the group has none), and commit what was printed",
+    )
+    p.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --group: a member silent this long is replaced (default 10); a new group "
+        "reads nothing for this long at its start",
+    )
     p.add_argument("--max-records", type=int, default=None, help="exit after this many records")
     p.add_argument(
         "--idle-timeout",
@@ -148,6 +164,8 @@ def consume(args: argparse.Namespace, progress: Progress, out: Any, render: Any)
             connect_timeout=args.tower_timeout,
             host=args.host,
             bind=args.bind,
+            group=args.group,
+            session_timeout=args.session_timeout,
         ) as consumer,
         sigterm_as_interrupt(),
     ):
