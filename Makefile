@@ -22,7 +22,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
 
-.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre bench-dafka soak fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean \
+.PHONY: help demo test bench bench-zmtp bench-store bench-python bench-security bench-spark bench-zre bench-dafka bench-groups soak fuzz fuzz-build venv sysdeps wheel develop lint-rust test-rust test-python clean \
   wheel-aarch64 wheel-x86_64 test-aarch64 test-x86_64 test-sdist check-macos
 
 help:
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-python - only the Python-level pairing (dafka.zmtp against pyzmq)"
 	@echo "make bench-spark - rows/s into Spark: format(\"dafka\") vs createDataFrame, local[2] and a standalone cluster"
 	@echo "make bench-zre - ZRE: start to ENTER, 100 nodes in one process, WHISPER/SHOUT vs pyre"
+	@echo "make bench-groups - consumer groups: three members vs one consumer, take-over after SIGKILL, commit cost"
 	@echo "make bench-dafka - Dafka end to end: producer -> store (fdatasync) -> consumer, Rust and Python"
 	@echo "make soak   - SOAK_SECONDS (1800) of produce -> 2 stores -> consumers + Spark, a fault a minute (root)"
 	@echo "make fuzz   - run each fuzz target for FUZZ_SECONDS (needs cargo-fuzz and nightly)"
@@ -131,7 +132,7 @@ fuzz:
 	    -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 # Every layer's benchmark, each rewriting its own part of BENCHMARKS.md.
-bench: bench-zmtp bench-python bench-store bench-dafka bench-security bench-spark bench-zre
+bench: bench-zmtp bench-python bench-store bench-dafka bench-security bench-spark bench-zre bench-groups
 
 # ZMTP from Rust: dafka against libzmq, zmq.rs and raw TCP (rewrites BENCHMARKS.md,
 # keeping the sections the other targets own).
@@ -163,6 +164,11 @@ bench-spark: venv sysdeps wheel
 bench-zre: venv wheel
 	$(CARGO) build --release --locked -p dafka-zre --example zre_mesh
 	$(PY) benches/zre.py --bin $(TARGET_DIR)/release/examples/zre_mesh
+
+# Consumer groups: a group of three against one consumer alone, a member's take-over after
+# a SIGKILL, the cost of a commit (issue 26).
+bench-groups: venv wheel
+	$(PY) benches/groups.py
 
 # The storage engine: 3 s per case, then a memory run of STORE_MEMORY_SECONDS (10 min).
 STORE_MEMORY_SECONDS ?= 600

@@ -261,6 +261,7 @@ SECTIONS = {
     "zre": ("<!-- zre-bench:begin (benches/zre.py) -->", "<!-- zre-bench:end -->"),
     "dafka": ("<!-- dafka-e2e:begin (benches/dafka_e2e.py) -->", "<!-- dafka-e2e:end -->"),
     "soak": ("<!-- soak:begin (benches/soak.py) -->", "<!-- soak:end -->"),
+    "groups": ("<!-- groups:begin (benches/groups.py) -->", "<!-- groups:end -->"),
 }
 
 

@@ -894,6 +894,11 @@ impl Consumer {
         self.group_ask.as_ref().map(|a| &a.offsets)
     }
 
+    /// Whether a group offsets commit or query runs.
+    pub fn group_asking(&self) -> bool {
+        self.group_ask.is_some()
+    }
+
     /// Ends the running group offsets commit or query and returns what it heard.
     pub fn finish_group_ask(&mut self) -> Option<BTreeMap<(Topic, NodeId), u64>> {
         self.group_ask.take().map(|a| a.offsets)

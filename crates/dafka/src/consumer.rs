@@ -368,12 +368,18 @@ impl Shared {
                 offset: *offset,
             })
             .collect();
+        // A store answers a commit once it is on its disk; a reference store never does: the
+        // commit may end short of every reachable store's answer only when each partition
+        // was acknowledged by one of ours.
+        let keys: Vec<(Topic, NodeId)> = offsets.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
         let heard = self
-            .ask_stores(
+            .ask_stores_settling(
                 timeout,
                 |c| c.commit_offsets(group.clone(), list, seek),
                 |c| (c.group_answered(), c.group_heard().cloned()),
                 Consumer::finish_group_ask,
+                |so_far| so_far.is_some_and(|h| keys.iter().all(|k| h.contains_key(k))),
+                COMMIT_SETTLE,
             )
             .await?
             .unwrap_or_default();
@@ -408,12 +414,16 @@ impl Shared {
         }
         let _one = self.group_asks.lock().await;
         let list = partitions.to_vec();
+        // Every reachable store's answer is awaited (the largest offset counts: one answer
+        // missing could be the newest), up to `timeout`.
         let heard = self
-            .ask_stores(
+            .ask_stores_settling(
                 timeout,
                 |c| c.query_committed(group.clone(), list),
                 |c| (c.group_answered(), c.group_heard().cloned()),
                 Consumer::finish_group_ask,
+                |_| false,
+                COMMIT_SETTLE,
             )
             .await?;
         Ok(heard.unwrap_or_default())
@@ -431,6 +441,22 @@ impl Shared {
         heard: impl Fn(&Consumer) -> (bool, Option<T>),
         finish: impl Fn(&mut Consumer) -> Option<T>,
     ) -> Result<Option<T>, Error> {
+        self.ask_stores_settling(timeout, start, heard, finish, |_| true, OFFSETS_SETTLE)
+            .await
+    }
+
+    /// [`ask_stores`](Self::ask_stores) where, short of every reachable store's answer, what
+    /// was heard is returned after `settle` with nothing new only if `may_settle` says it is
+    /// enough (else the wait goes on until `timeout`, then returns it).
+    async fn ask_stores_settling<T: PartialEq + Clone>(
+        &self,
+        timeout: Duration,
+        start: impl FnOnce(&mut Consumer),
+        heard: impl Fn(&Consumer) -> (bool, Option<T>),
+        finish: impl Fn(&mut Consumer) -> Option<T>,
+        may_settle: impl Fn(Option<&T>) -> bool,
+        settle: Duration,
+    ) -> Result<Option<T>, Error> {
         let shared = self;
         let deadline = tokio::time::Instant::now() + timeout;
         let refused = {
@@ -439,6 +465,8 @@ impl Shared {
             shared.publish_queued(&mut state)
         };
         log_refused(refused);
+        // A task that stopped reading (queue full) reads again while a group ask runs.
+        shared.control.wake.notify_one();
         let finish = |shared: &Shared| finish(&mut shared.lock().consumer);
         let mut seen = None;
         let mut quiet_since = None;
@@ -462,7 +490,10 @@ impl Shared {
             } else if quiet_since.is_none() || seen != Some((reachable, so_far.as_ref().cloned())) {
                 seen = Some((reachable, so_far));
                 quiet_since = Some(now);
-            } else if quiet_since.is_some_and(|t| now.duration_since(t) >= OFFSETS_SETTLE) {
+            } else if now >= deadline
+                || (quiet_since.is_some_and(|t| now.duration_since(t) >= settle)
+                    && may_settle(so_far.as_ref()))
+            {
                 return Ok(finish(shared));
             }
             tokio::time::sleep(OFFSETS_TICK).await;
@@ -470,6 +501,10 @@ impl Shared {
     }
 }
 
+/// How long a commit waits, once every partition was acknowledged by a store, for the other
+/// reachable stores to answer (a reference store never does; one of ours syncing its offsets
+/// file slowly does within it).
+const COMMIT_SETTLE: Duration = Duration::from_secs(1);
 /// How long a group member's commit on close waits for the stores.
 const CLOSE_COMMIT: Duration = Duration::from_secs(5);
 /// How long the group's driver waits for the stores' answers about partitions and offsets.
@@ -1194,6 +1229,10 @@ impl Role for ConsumerRole {
     }
 
     fn wants_input(&self) -> bool {
-        !self.shared.full(&self.shared.lock())
+        let state = self.shared.lock();
+        // A group offsets commit or query waits for the stores' answers, which come in on
+        // the same socket as the records: they are read even while the queue is full (the
+        // application may be the one waiting, in `commit`), for as long as the ask runs.
+        !self.shared.full(&state) || state.consumer.group_asking()
     }
 }
