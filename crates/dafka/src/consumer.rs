@@ -195,21 +195,64 @@ struct State {
 struct GroupState {
     name: GroupName,
     member: GroupMember,
-    /// Changes for the group's driver task, oldest first.
+    /// Changes for the group's driver task, oldest first (revokes are applied at once, in
+    /// [`apply_group_changes`]; their commits wait in `to_commit`).
     events: VecDeque<GroupEvent>,
-    /// Per partition read, the offset after the last record the application took: what a
-    /// commit commits.
-    taken: BTreeMap<(Topic, NodeId), u64>,
+    /// Per partition, the offset after the last record of the application's latest take: not
+    /// yet known processed (Kafka's rule: records count as processed once the application
+    /// polls again, or calls `commit`).
+    polled: BTreeMap<(Topic, NodeId), u64>,
+    /// Per partition, the offset after the last record of the takes before the latest: what
+    /// auto-commit and a revoke commit.
+    processed: BTreeMap<(Topic, NodeId), u64>,
+    /// Offsets of revoked partitions, to commit.
+    to_commit: BTreeMap<(Topic, NodeId), u64>,
 }
 
-impl GroupState {
-    /// Moves the member's changes to `events`; whether there were any.
-    fn take_events(&mut self) -> bool {
-        let before = self.events.len();
-        self.events
-            .extend(std::iter::from_fn(|| self.member.poll_event()));
-        self.events.len() > before
+fn raise(map: &mut BTreeMap<(Topic, NodeId), u64>, key: (Topic, NodeId), next: u64) {
+    let at = map.entry(key).or_insert(next);
+    *at = (*at).max(next);
+}
+
+/// Moves the group member's changes out: a revoked partition stops at once (no record of it
+/// delivered from now on, its queued records dropped, what the application processed of it
+/// kept to commit); the others go to the driver. Whether the driver has anything new.
+fn apply_group_changes(shared: &Shared, state: &mut State) -> bool {
+    let Some(g) = &mut state.group else {
+        return false;
+    };
+    let mut revoked = Vec::new();
+    let mut news = false;
+    while let Some(e) = g.member.poll_event() {
+        match e {
+            GroupEvent::Revoked(key) => {
+                g.polled.remove(&key);
+                if let Some(next) = g.processed.remove(&key) {
+                    raise(&mut g.to_commit, key.clone(), next);
+                }
+                news |= g.to_commit.contains_key(&key);
+                revoked.push(key);
+            }
+            other => {
+                g.events.push_back(other);
+                news = true;
+            }
+        }
     }
+    for (topic, partition) in &revoked {
+        state.consumer.unassign(topic, partition);
+        tracing::debug!(topic = %topic, partition = %partition, "partition revoked");
+    }
+    if !revoked.is_empty() {
+        shared.unqueue(state, |q| {
+            q.retain(|r| {
+                !revoked
+                    .iter()
+                    .any(|(t, p)| *p == r.partition && *t == r.topic)
+            })
+        });
+    }
+    news
 }
 
 struct Shared {
@@ -518,25 +561,45 @@ impl Shared {
 
     /// Commits the offsets the application took of the partitions read (see
     /// [`ConsumerNode::commit`]).
+    ///
+    /// `everything`: also the application's latest take (an explicit commit, a close), else
+    /// only what it polled before it (auto-commit). The offsets of revoked partitions waiting
+    /// to be committed go with it; they are forgotten once committed.
     async fn commit_taken(
         &self,
         timeout: Duration,
+        everything: bool,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
-        let (name, taken) = {
-            let state = self.lock();
-            let Some(g) = &state.group else {
+        let (name, list) = {
+            let mut state = self.lock();
+            let Some(g) = &mut state.group else {
                 return Err(Error::Caller(CallerError::Config(
                     "commit needs a consumer group (ConsumerOptions::with_group)",
                 )));
             };
+            if everything {
+                for (key, next) in std::mem::take(&mut g.polled) {
+                    raise(&mut g.processed, key, next);
+                }
+            }
             let owned: std::collections::BTreeSet<&(Topic, NodeId)> = g.member.owned().collect();
-            let taken: Vec<(Topic, NodeId, u64)> = (g.taken.iter())
+            let mut all: BTreeMap<(Topic, NodeId), u64> = (g.processed.iter())
                 .filter(|(k, _)| owned.contains(k))
-                .map(|((t, p), o)| (t.clone(), *p, *o))
+                .map(|(k, o)| (k.clone(), *o))
                 .collect();
-            (g.name.clone(), taken)
+            for (key, next) in &g.to_commit {
+                raise(&mut all, key.clone(), *next);
+            }
+            let list: Vec<(Topic, NodeId, u64)> =
+                all.into_iter().map(|((t, p), o)| (t, p, o)).collect();
+            (g.name.clone(), list)
         };
-        self.commit_list(&name, &taken, timeout).await
+        let done = self.commit_list(&name, &list, timeout).await?;
+        if let Some(g) = &mut self.lock().group {
+            g.to_commit
+                .retain(|k, next| done.get(k).is_none_or(|d| *d < *next));
+        }
+        Ok(done)
     }
 
     /// Commits `offsets` for the group, in pieces of at most `Limits::max_offsets`.
@@ -572,6 +635,7 @@ async fn drive_group(
     let mut bounds: BTreeMap<(Topic, NodeId), Bounds> = BTreeMap::new();
     let mut next_discovery = tokio::time::Instant::now();
     let mut next_commit = options.auto_commit.map(|e| tokio::time::Instant::now() + e);
+    let mut retry: Vec<GroupEvent> = Vec::new();
     loop {
         if shared.control.stopping() {
             return;
@@ -592,8 +656,8 @@ async fn drive_group(
                             tracing::warn!(topic = %topic, "too many partitions to share: some have no owner");
                         }
                     }
-                    g.take_events();
                 }
+                apply_group_changes(&shared, &mut state);
                 drop(state);
                 shared.control.wake.notify_one();
             }
@@ -616,11 +680,28 @@ async fn drive_group(
                 }
                 GroupEvent::Assigned((topic, partition)) => {
                     let key = (topic.clone(), partition);
-                    let committed = shared
+                    let still = shared
+                        .lock()
+                        .group
+                        .as_ref()
+                        .is_some_and(|g| g.member.owned().any(|k| *k == key));
+                    if !still {
+                        continue; // revoked meanwhile
+                    }
+                    let committed = match shared
                         .committed_offsets(&group, std::slice::from_ref(&key), GROUP_ASK)
                         .await
-                        .ok()
-                        .and_then(|c| c.get(&key).copied());
+                    {
+                        Ok(c) => c.get(&key).copied(),
+                        Err(e) => {
+                            // Not "nothing committed": ask again soon, never start at the
+                            // reset offset for want of an answer.
+                            tracing::warn!(error = %e, topic = %topic, partition = %partition,
+                                "the group's committed offset could not be read: asking again");
+                            retry.push(GroupEvent::Assigned(key));
+                            continue;
+                        }
+                    };
                     let b = bounds.get(&key);
                     let next = match (committed, reset) {
                         (Some(c), _) => c,
@@ -632,34 +713,31 @@ async fn drive_group(
                     }
                     tracing::info!(group = %group, topic = %topic, partition = %partition, next, "partition assigned");
                 }
-                GroupEvent::Revoked((topic, partition)) => {
-                    let key = (topic.clone(), partition);
-                    let taken = shared
-                        .lock()
-                        .group
-                        .as_mut()
-                        .and_then(|g| g.taken.remove(&key));
-                    if let Some(next) = taken
-                        && let Err(e) = shared
-                            .commit_list(&name, &[(topic.clone(), partition, next)], GROUP_ASK)
-                            .await
-                    {
-                        tracing::warn!(error = %e, topic = %topic, partition = %partition, "the offset of a partition given up was not committed");
-                    }
-                    let _ = shared.unassign(&topic.to_string(), partition);
-                    tracing::info!(group = %group, topic = %topic, partition = %partition, "partition revoked");
-                }
+                GroupEvent::Revoked(_) => {} // applied at once by `apply_group_changes`
             }
         }
-        if let Some(at) = next_commit
-            && tokio::time::Instant::now() >= at
-        {
-            next_commit = options.auto_commit.map(|e| at + e);
-            if let Err(e) = shared.commit_taken(GROUP_ASK).await {
-                tracing::warn!(error = %e, group = %group, "auto-commit failed");
+        let retrying = !retry.is_empty();
+        if retrying && let Some(g) = &mut shared.lock().group {
+            g.events.extend(retry.drain(..));
+        }
+        let revoked_to_commit = shared
+            .lock()
+            .group
+            .as_ref()
+            .is_some_and(|g| !g.to_commit.is_empty());
+        let commit_due = next_commit.is_some_and(|at| tokio::time::Instant::now() >= at);
+        if commit_due || revoked_to_commit {
+            if let Some(at) = next_commit
+                && commit_due
+            {
+                next_commit = options.auto_commit.map(|e| at + e);
+            }
+            if let Err(e) = shared.commit_taken(GROUP_ASK, false).await {
+                tracing::warn!(error = %e, group = %group, "commit failed");
             }
         }
-        let wake = [Some(next_discovery), next_commit]
+        let soon = retrying.then(|| tokio::time::Instant::now() + Duration::from_millis(200));
+        let wake = [Some(next_discovery), next_commit, soon]
             .into_iter()
             .flatten()
             .min();
@@ -715,7 +793,9 @@ impl ConsumerNode {
                     name,
                     member,
                     events: VecDeque::new(),
-                    taken: BTreeMap::new(),
+                    polled: BTreeMap::new(),
+                    processed: BTreeMap::new(),
+                    to_commit: BTreeMap::new(),
                 })
             }
         };
@@ -878,13 +958,16 @@ impl ConsumerNode {
         let taken: Vec<ConsumerRecord> =
             shared.unqueue(&mut state, |q| q.drain(..max.min(q.len())).collect());
         if let Some(g) = &mut state.group {
+            // Polling again says the previous batch was processed.
+            for (key, next) in std::mem::take(&mut g.polled) {
+                raise(&mut g.processed, key, next);
+            }
             for r in &taken {
-                let next = r.offset.saturating_add(1);
-                let at = g
-                    .taken
-                    .entry((r.topic.clone(), r.partition))
-                    .or_insert(next);
-                *at = (*at).max(next);
+                raise(
+                    &mut g.polled,
+                    (r.topic.clone(), r.partition),
+                    r.offset.saturating_add(1),
+                );
             }
         }
         taken
@@ -921,7 +1004,7 @@ impl ConsumerNode {
     /// record the application took (see [`commit_offsets`](Self::commit_offsets)); nothing
     /// when it took none. [`Error::Caller`] without a group.
     pub async fn commit(&self, timeout: Duration) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
-        self.shared.commit_taken(timeout).await
+        self.shared.commit_taken(timeout, true).await
     }
 
     /// The next offset to deliver in every partition known.
@@ -1076,7 +1159,7 @@ impl ConsumerNode {
         if let Some(driver) = self.driver.take() {
             driver.abort();
             let _ = driver.await;
-            if let Err(e) = self.shared.commit_taken(CLOSE_COMMIT).await {
+            if let Err(e) = self.shared.commit_taken(CLOSE_COMMIT, true).await {
                 tracing::warn!(error = %e, "the group's offsets were not committed on close");
             }
             let bye = {
@@ -1120,9 +1203,9 @@ impl Role for ConsumerRole {
         if let Message::GroupHeartbeat(hb) = &message {
             if let Some(g) = &mut state.group {
                 g.member.handle_heartbeat(hb, now);
-                if g.take_events() {
-                    self.shared.group_changed.notify_one();
-                }
+            }
+            if apply_group_changes(&self.shared, &mut state) {
+                self.shared.group_changed.notify_one();
             }
             return Ok(());
         }
@@ -1186,9 +1269,9 @@ impl Role for ConsumerRole {
                 && g.member.poll_timeout().is_some_and(|t| t <= now)
             {
                 g.member.handle_timeout(now);
-                if g.take_events() {
-                    self.shared.group_changed.notify_one();
-                }
+            }
+            if apply_group_changes(&self.shared, &mut state) {
+                self.shared.group_changed.notify_one();
             }
             state.consumer.handle_timeout(now);
             // Found only when a timeout is handled (every store had time to answer).

@@ -104,9 +104,11 @@ pub enum Error {
     #[error(transparent)]
     Refused(dafka_proto::SendError),
     /// No store acknowledged the commit of these partitions (`topic/partition`): no store
-    /// reachable holds them.
+    /// reachable holds them, or the offset is past the partition's end, or no store could
+    /// write it.
     #[error(
-        "no store acknowledged the commit of {} (does a store hold them?)",
+        "no store acknowledged the commit of {} (does a store hold them? is the offset past \
+         the partition's end?)",
         missing.join(", ")
     )]
     NotCommitted {

@@ -522,9 +522,17 @@ impl StoreLog for EngineLog {
         offsets: &[GroupOffset],
         seek: bool,
     ) -> Result<Vec<GroupOffset>, LogError> {
+        // Partitions held only, and offsets at most their head (the next offset to read can
+        // be the head itself: everything read): a commit past it would make every later
+        // owner skip records never written. Left out of the answer, so the member's commit
+        // fails for them.
         let held: Vec<&GroupOffset> = offsets
             .iter()
-            .filter(|o| self.id(&o.topic, &o.partition).is_some())
+            .filter(|o| {
+                self.id(&o.topic, &o.partition)
+                    .and_then(|id| self.engine.head(id))
+                    .is_some_and(|head| o.offset <= head)
+            })
             .collect();
         let keys: Vec<(OffsetKey, u64)> = held
             .iter()

@@ -1098,6 +1098,16 @@ async fn a_consumer_commits_group_offsets_and_reads_them_back_after_a_store_sigk
         .await
         .unwrap();
     assert_eq!(done.get(&key), Some(&4), "never backwards without seek");
+    // Past the partition's end (5 records: offsets up to 5 are offsets to read next): refused,
+    // and the stored offset is unchanged.
+    let err = consumer
+        .commit_offsets("billing", &[(topic.clone(), partition, 6)], true, PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("past the partition's end"),
+        "{err}"
+    );
     let unknown: NodeId = "00112233445566778899AABBCCDDEEFF".parse().unwrap();
     let err = consumer
         .commit_offsets("billing", &[(topic.clone(), unknown, 1)], false, PATIENCE)

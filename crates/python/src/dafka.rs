@@ -734,7 +734,12 @@ impl PyConsumer {
         let node = self.node.get("consumer")?;
         let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
         if asynchronous {
+            // The task holds the node only while it commits: a `close()` right after still
+            // closes it (the close commits too).
+            let weak = Arc::downgrade(&node);
+            drop(node);
             runtime::handle().spawn(async move {
+                let Some(node) = weak.upgrade() else { return };
                 if let Err(e) = node.commit(timeout).await {
                     tracing::warn!(error = %e, "asynchronous commit failed");
                 }

@@ -187,28 +187,47 @@ impl GroupOffsets {
             .collect();
         generations.sort();
         let mut report = OffsetsReport::default();
-        let mut chosen = None;
-        while let Some((generation, name)) = generations.pop() {
-            let file = dir.open(&name)?;
+        // The newest generation with a whole snapshot is used; newer ones without (a
+        // compaction cut short) are removed. When none is whole (damage), the newest with any
+        // offsets is used as it is, never removed: an offset that checks out is never lost.
+        let mut replayed = Vec::new();
+        for (generation, name) in generations.iter().rev() {
+            let file = dir.open(name)?;
             let bytes = read_all(&*file, config.max_file_bytes())?;
-            let replay = replay(&bytes, &name);
-            if replay.snapshot_len.is_some() {
-                if replay.torn_at < bytes.len() {
+            let replay = replay(&bytes, name);
+            let whole = replay.whole;
+            replayed.push((*generation, name.clone(), file, bytes.len(), replay));
+            if whole {
+                break;
+            }
+        }
+        let pick = replayed
+            .iter()
+            .position(|r| r.4.whole)
+            .or_else(|| replayed.iter().position(|r| !r.4.offsets.is_empty()))
+            .or_else(|| (!replayed.is_empty()).then_some(0));
+        let mut chosen = None;
+        for (i, (generation, name, file, len, replay)) in replayed.into_iter().enumerate() {
+            if Some(i) == pick {
+                if replay.torn_at < len {
                     file.set_len(replay.torn_at as u64)?;
                     file.sync_data()?;
                 }
                 report.damaged = replay.damaged;
-                report.torn_bytes = (bytes.len() - replay.torn_at) as u64;
+                report.torn_bytes = (len - replay.torn_at) as u64;
                 chosen = Some((generation, file, replay));
-                break;
+            } else {
+                tracing::warn!(file = %name, "committed offsets without a whole snapshot: removed");
+                dir.remove(&name)?;
+                report.removed += 1;
             }
-            tracing::warn!(file = %name, "committed offsets without a whole snapshot: removed");
-            dir.remove(&name)?;
-            report.removed += 1;
         }
-        for (_, name) in generations {
-            dir.remove(&name)?;
-            report.removed += 1;
+        let kept = chosen.as_ref().map(|(g, _, _)| *g);
+        for (generation, name) in generations {
+            if Some(generation) < kept {
+                dir.remove(&name)?;
+                report.removed += 1;
+            }
         }
         if report.removed > 0 {
             dir.sync()?;
@@ -299,8 +318,13 @@ impl GroupOffsets {
         for (key, next) in changed {
             self.offsets.insert(key.clone(), next);
         }
-        if self.len > self.config.compact_bytes && self.len > 4 * self.snapshot_len {
-            self.compact()?;
+        if self.len > self.config.compact_bytes
+            && self.len > 4 * self.snapshot_len
+            && let Err(e) = self.compact()
+        {
+            // The commit is durable already; the file stays as it is and is compacted at a
+            // later commit.
+            tracing::warn!(error = %e, "committed offsets not compacted");
         }
         Ok(result)
     }
@@ -335,6 +359,11 @@ impl GroupOffsets {
     /// old one.
     fn compact(&mut self) -> Result<(), OffsetsError> {
         let next = self.generation + 1;
+        // A compaction cut short before left it: it never was the one in use.
+        match self.dir.remove(&file_name(next)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
         let (file, len) = write_generation(&*self.dir, next, &self.offsets)?;
         let old = file_name(self.generation);
         self.generation = next;
@@ -434,6 +463,11 @@ enum Entry {
 /// The entry at the start of `bytes` and its length, if it checks out whole.
 fn entry_at(bytes: &[u8]) -> Option<(Entry, usize)> {
     let prefix = format::decode_prefix(bytes).ok()?;
+    // No entry of this file is longer: a damaged length is not followed by a CRC over
+    // megabytes at every position a resync tries.
+    if prefix.entry_len() > MAX_OFFSET_ENTRY {
+        return None;
+    }
     let entry = bytes.get(..prefix.entry_len())?;
     format::check_entry(entry).ok()?;
     let body = &entry[ENTRY_PREFIX_LEN..];
@@ -471,6 +505,8 @@ struct Replay {
     offsets: BTreeMap<OffsetKey, u64>,
     /// Length up to the snapshot end, when there is one.
     snapshot_len: Option<usize>,
+    /// The snapshot end is there and counts exactly the offsets read before it.
+    whole: bool,
     damaged: usize,
     /// Where the whole entries end (the file's length when nothing is torn).
     torn_at: usize,
@@ -481,6 +517,7 @@ fn replay(bytes: &[u8], name: &str) -> Replay {
     let mut r = Replay {
         offsets: BTreeMap::new(),
         snapshot_len: None,
+        whole: false,
         damaged: 0,
         torn_at: bytes.len(),
     };
@@ -515,13 +552,17 @@ fn replay(bytes: &[u8], name: &str) -> Replay {
                 r.offsets.insert(key, apply(current, next, mode));
             }
             Entry::SnapshotEnd(count) => {
-                if r.snapshot_len.is_none() && count != r.offsets.len() as u64 {
-                    // A damaged entry of the snapshot was skipped: its offset is gone (the
-                    // group resumes from an older commit, or from its reset policy).
-                    tracing::warn!(file = %name, expected = count, found = r.offsets.len(),
-                        "committed offsets snapshot incomplete");
+                if r.snapshot_len.is_none() {
+                    r.whole = count == r.offsets.len() as u64;
+                    if !r.whole {
+                        // A damaged entry of the snapshot was skipped (or a compaction's
+                        // write was cut before its sync): an older generation is used if there
+                        // is one, else this one as it is.
+                        tracing::warn!(file = %name, expected = count, found = r.offsets.len(),
+                            "committed offsets snapshot incomplete");
+                    }
+                    r.snapshot_len = Some(pos + len);
                 }
-                r.snapshot_len.get_or_insert(pos + len);
             }
         }
         pos += len;
@@ -532,12 +573,12 @@ fn replay(bytes: &[u8], name: &str) -> Replay {
 /// The first position from `from` where a whole entry checks out and is followed by the
 /// end of the file or by another whole entry.
 fn resync(bytes: &[u8], from: usize) -> Option<usize> {
-    (from..bytes.len()).find(|&at| {
-        entry_at(&bytes[at..]).is_some_and(|(_, len)| {
-            let after = at + len;
-            after == bytes.len() || entry_at(&bytes[after..]).is_some()
-        })
-    })
+    let whole = |at: usize| entry_at(&bytes[at..]).map(|(_, len)| at + len);
+    (from..bytes.len())
+        .find(|&at| whole(at).is_some_and(|after| after == bytes.len() || whole(after).is_some()))
+        // Failing that, a whole entry followed by a torn one: an acknowledged commit before
+        // the last one, which was cut; the walk then cuts only the torn one.
+        .or_else(|| (from..bytes.len()).find(|&at| whole(at).is_some()))
 }
 
 #[cfg(test)]
@@ -654,6 +695,49 @@ mod tests {
         let (entry, len) = entry_at(bytes).unwrap();
         assert!(matches!(entry, Entry::SnapshotEnd(0)));
         len
+    }
+
+    #[test]
+    fn a_damaged_snapshot_end_loses_nothing_that_checks_out() {
+        let dir = MemDir::default();
+        let (mut o, _) = open(&dir);
+        let k = key("g", "t", 1);
+        o.commit(&[(k.clone(), 42)], CommitMode::Forward).unwrap();
+        drop(o);
+        // The only generation's snapshot end (its first entry here) is damaged.
+        let file = dir.file(&file_name(0)).unwrap();
+        let mut bytes = file.contents();
+        bytes[ENTRY_PREFIX_LEN] ^= 0xFF;
+        file.replace(bytes);
+        let (o, report) = open(&dir);
+        assert_eq!(o.get(&k), Some(42), "the commit after it is kept");
+        assert_eq!((report.generation, report.removed), (0, 0));
+    }
+
+    #[test]
+    fn an_acknowledged_commit_between_damage_and_a_torn_tail_is_kept() {
+        let dir = MemDir::default();
+        let (mut o, _) = open(&dir);
+        let keys: Vec<OffsetKey> = (0..3).map(|p| key("g", "t", p)).collect();
+        for (i, k) in keys.iter().enumerate() {
+            o.commit(&[(k.clone(), 10 + i as u64)], CommitMode::Forward)
+                .unwrap();
+        }
+        drop(o);
+        let file = dir.file(&file_name(0)).unwrap();
+        let whole = file.contents();
+        let entry = (whole.len() - file_len_before_commits(&whole)) / 3;
+        let first = whole.len() - 3 * entry;
+        let mut bytes = whole[..whole.len() - entry / 2].to_vec(); // the last one torn
+        bytes[first + entry / 2] ^= 0x01; // the first one damaged
+        file.replace(bytes);
+        let (o, report) = open(&dir);
+        assert_eq!(report.damaged, 1);
+        assert_eq!(
+            (o.get(&keys[0]), o.get(&keys[1]), o.get(&keys[2])),
+            (None, Some(11), None),
+            "the acknowledged one between is kept"
+        );
     }
 
     #[test]
