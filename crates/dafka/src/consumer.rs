@@ -305,12 +305,7 @@ impl Shared {
 }
 
 impl Shared {
-    /// Reads `partition` of `topic` from offset `next` at once (see
-    /// [`Consumer::assign`](dafka_proto::Consumer::assign)): drops records of the partition
-    /// already queued and, with `end`, reads the range `next..end` (FETCHed at once, nothing
-    /// past it delivered). Subscribes to the topic if needed, except for a range of an
-    /// [`OffsetReset::Assigned`] consumer, which reads only the stores' answers to it. With
-    /// [`OffsetReset::Assigned`] only assigned partitions are delivered.
+    /// [`ConsumerNode::assign`] (its documentation).
     pub(crate) fn assign(
         &self,
         topic: &str,
@@ -338,7 +333,7 @@ impl Shared {
         Ok(())
     }
 
-    /// Stops reading `partition` of `topic`: forgets its position and drops its queued records.
+    /// [`ConsumerNode::unassign`] (its documentation).
     pub(crate) fn unassign(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
         let topic = Topic::try_from(topic)?;
         let shared = self;
@@ -350,17 +345,7 @@ impl Shared {
         Ok(())
     }
 
-    /// The partitions of `topic` the stores hold, with their [`Bounds`] (first offset held, one
-    /// past the last), by partition id; the topic need not be subscribed.
-    ///
-    /// Sends GET-HEADS (and HEADS-QUERY) and waits for a store reader to be reachable both ways
-    /// (its STORE-HELLO heard, its `'W'` subscription seen: it then has the question and its
-    /// answers reach us), then until every reachable store ended its answers with a HEADS-END
-    /// (our stores do), or else until [`OFFSETS_SETTLE`] passes with no new answer (a
-    /// reference store sends no HEADS-END: it sends all its answers at once, others may be
-    /// slower). Fails with [`Error::NoStore`] when no store became reachable
-    /// within `timeout` (towers unreachable, or no store running). A store out of reach then
-    /// is not counted: its partitions may be missing.
+    /// [`ConsumerNode::offsets`] (its documentation).
     pub(crate) async fn offsets(
         &self,
         topic: &str,
@@ -378,13 +363,7 @@ impl Shared {
         Ok(heard.unwrap_or_default().into_iter().collect())
     }
 
-    /// Commits `offsets` (topic, partition, next offset to read) of consumer group `group` to
-    /// the stores: each store reader that holds one of the partitions writes its offset to
-    /// disk (synced) before it answers; a forward commit keeps the larger of the stored and
-    /// the committed offset, `seek` sets it even backwards. Returns, once every store reader
-    /// reachable answered (as [`offsets`](Self::offsets) waits), each partition's offset
-    /// after the commit (the largest any store holds); [`Error::NotCommitted`] when no store
-    /// acknowledged some of them (no store holds those partitions).
+    /// [`ConsumerNode::commit_offsets`] (its documentation).
     pub(crate) async fn commit_offsets(
         &self,
         group: &str,
@@ -437,10 +416,7 @@ impl Shared {
         Ok(heard)
     }
 
-    /// Consumer group `group`'s committed offsets of `partitions` (all the stores hold when
-    /// empty): per partition, the largest any store reachable holds. Waits as
-    /// [`offsets`](Self::offsets) does; only our stores answer (COMMITTED-QUERY, an
-    /// extension).
+    /// [`ConsumerNode::committed_offsets`] (its documentation).
     pub(crate) async fn committed_offsets(
         &self,
         group: &str,
