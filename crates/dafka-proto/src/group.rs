@@ -576,15 +576,32 @@ impl GroupMember {
     /// A partition of the group's topics, learnt of (from the stores' answers or a record):
     /// it gets an owner. Returns `false` when it is new but `max_partitions` are known.
     pub fn add_partition(&mut self, key: PartitionKey, now: Instant) -> bool {
-        if self.partitions.contains(&key) {
-            return true;
+        self.add_partitions(std::iter::once(key), now) == 0
+    }
+
+    /// [`add_partition`](Self::add_partition) of many at once: the assignment is computed
+    /// again once, not once per partition. Returns how many new ones found no room.
+    pub fn add_partitions(
+        &mut self,
+        keys: impl IntoIterator<Item = PartitionKey>,
+        now: Instant,
+    ) -> usize {
+        let (mut added, mut refused) = (false, 0);
+        for key in keys {
+            if self.partitions.contains(&key) {
+                continue;
+            }
+            if self.partitions.len() >= self.max_partitions {
+                refused += 1;
+                continue;
+            }
+            self.partitions.insert(key);
+            added = true;
         }
-        if self.partitions.len() >= self.max_partitions {
-            return false;
+        if added {
+            self.refresh(now);
         }
-        self.partitions.insert(key);
-        self.refresh(now);
-        true
+        refused
     }
 
     /// A heartbeat received (see [`Membership::handle_heartbeat`]).

@@ -265,6 +265,8 @@ struct Shared {
     group_changed: tokio::sync::Notify,
     /// One group offsets commit or query at a time (the state machine runs one).
     group_asks: tokio::sync::Mutex<()>,
+    /// One offsets query at a time (see [`Shared::offsets`]).
+    offsets_asks: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -352,6 +354,9 @@ impl Shared {
         timeout: Duration,
     ) -> Result<Vec<(NodeId, Bounds)>, Error> {
         let topic = Topic::try_from(topic)?;
+        // One offsets query at a time: the state machine keeps one per topic, and a group's
+        // driver asks too.
+        let _one = self.offsets_asks.lock().await;
         let heard = self
             .ask_stores(
                 timeout,
@@ -623,18 +628,19 @@ async fn drive_group(
                 let Ok(found) = shared.offsets(&topic.to_string(), GROUP_ASK).await else {
                     continue;
                 };
+                let keys: Vec<(Topic, NodeId)> = (found.iter())
+                    .map(|(partition, _)| (topic.clone(), *partition))
+                    .collect();
+                bounds.extend(keys.iter().cloned().zip(found.into_iter().map(|(_, b)| b)));
                 let mut state = shared.lock();
-                if let Some(g) = &mut state.group {
-                    for (partition, b) in found {
-                        let key = (topic.clone(), partition);
-                        bounds.insert(key.clone(), b);
-                        if !g.member.add_partition(key, crate::node::now()) {
-                            tracing::warn!(topic = %topic, "too many partitions to share: some have no owner");
-                        }
-                    }
-                }
+                let refused = (state.group.as_mut())
+                    .map_or(0, |g| g.member.add_partitions(keys, crate::node::now()));
                 apply_group_changes(&shared, &mut state);
                 drop(state);
+                if refused > 0 {
+                    tracing::warn!(topic = %topic, refused,
+                        "too many partitions to share: some have no owner");
+                }
                 shared.control.wake.notify_one();
             }
         }
@@ -760,6 +766,11 @@ impl ConsumerNode {
         let group = match &options.group {
             None => None,
             Some(g) => {
+                if g.auto_commit.is_some_and(|d| d.is_zero()) || g.discovery.is_zero() {
+                    return Err(Error::Caller(CallerError::Config(
+                        "a group's auto_commit and discovery intervals must be above zero",
+                    )));
+                }
                 let name = GroupName::new(Bytes::copy_from_slice(g.name.as_bytes()))?;
                 let member = GroupMember::new(name.clone(), id, g.membership, crate::node::now())?;
                 // A member reads only the partitions its group gives it, each from the
@@ -802,6 +813,7 @@ impl ConsumerNode {
             max_buffered: options.max_buffered.max(1),
             group_changed: tokio::sync::Notify::new(),
             group_asks: tokio::sync::Mutex::new(()),
+            offsets_asks: tokio::sync::Mutex::new(()),
         });
         let driver = options.group.map(|g| {
             let topics: Vec<Topic> = (topics.iter())

@@ -228,3 +228,30 @@ async fn a_crashed_members_partitions_resume_from_its_last_commit() {
     store.close().await;
     tower.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_group_settings_are_refused_at_the_start() {
+    let (tower, towers) = tower().await;
+    let start = |group: GroupOptions| {
+        ConsumerNode::start(
+            &["t"],
+            fast(&towers),
+            ConsumerOptions::default().with_group(group),
+        )
+    };
+    for bad in [
+        GroupOptions::new(""),
+        GroupOptions::new("x".repeat(256)),
+        GroupOptions::new("g").with_auto_commit(Some(Duration::ZERO)),
+    ] {
+        let err = start(bad).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                dafka_node::Error::GroupName(_) | dafka_node::Error::Caller(_)
+            ),
+            "{err}"
+        );
+    }
+    tower.close().await;
+}
