@@ -1145,3 +1145,50 @@ async fn a_consumer_commits_group_offsets_and_reads_them_back_after_a_store_sigk
     producer.close().await;
     tower.close().await;
 }
+
+/// Two stores hold a partition: a commit returns once both have it; with one of them
+/// SIGKILLed, the other still serves it; the restarted one serves it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_are_served_by_the_other_store_when_one_is_down() {
+    use dafka_proto::Topic;
+    let (tower, towers) = tower().await;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = ChildStore::spawn(d1.path(), &tower.towers());
+    let second = store(d2.path(), &towers).await;
+    let producer = ProducerNode::start("g3", fast(&towers), producer_options().with_min_acks(2))
+        .await
+        .unwrap();
+    producer
+        .send_many((0..4).map(|i| Bytes::from(format!("r{i}"))))
+        .await
+        .unwrap();
+    producer.flush(Some(PATIENCE)).await.unwrap();
+    let partition = producer.partition();
+    let consumer = ConsumerNode::start(&["g3"], fast(&towers), ConsumerOptions::default())
+        .await
+        .unwrap();
+    let topic = Topic::try_from("g3").unwrap();
+    let key = (topic.clone(), partition);
+    let done = consumer
+        .commit_offsets("ops", &[(topic.clone(), partition, 3)], false, PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(done.get(&key), Some(&3));
+    // Both stores have it on disk: the one in this process reads it from its own file.
+    let on_second = dafka_store::GroupOffsets::open(
+        std::sync::Arc::new(dafka_store::FsDir::new(d2.path()).unwrap()),
+        dafka_store::OffsetsConfig::default(),
+    );
+    let (offsets, _) = on_second.unwrap();
+    assert_eq!(offsets.all().count(), 1);
+    first.kill();
+    let got = consumer
+        .committed_offsets("ops", std::slice::from_ref(&key), PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(got.get(&key), Some(&3), "served by the store still up");
+    consumer.close().await;
+    producer.close().await;
+    second.close().await;
+    tower.close().await;
+}
