@@ -98,3 +98,34 @@ def test_bad_group_arguments_are_refused_at_the_call(cluster: Any) -> None:
             plain.commit()
         with pytest.raises(dafka.InvalidArgumentError, match="group"):
             plain.committed()
+
+
+def test_seek_moves_a_member_back_and_lag_counts_what_is_left(cluster: Any) -> None:
+    topic = unique_topic("group-seek")
+    producers = _produce(cluster, topic, 1, 10)
+    try:
+        with _member(cluster, topic, unique_topic("seek"), enable_auto_commit=False) as m:
+            assert _until(lambda: len(m.assignment()) == 1)
+            ((_, partition),) = m.assignment()
+            got: list[int] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 10 and time.monotonic() < deadline:
+                got += m.poll(100, 0.1).column("offset").to_pylist()
+            assert got == list(range(10))
+            assert m.commit() == {(topic, partition): 10}
+            assert _until(lambda: m.lag() == {(topic, partition): 0})
+            m.seek(topic, partition, 4)
+            again: list[int] = []
+            deadline = time.monotonic() + 20
+            while len(again) < 6 and time.monotonic() < deadline:
+                again += m.poll(100, 0.1).column("offset").to_pylist()
+            assert again == list(range(4, 10))
+            # A commit after a seek moves the group's offset back (never otherwise).
+            m.seek(topic, partition, 7)
+            assert m.commit() == {(topic, partition): 7}
+            assert m.committed() == {(topic, partition): 7}
+            with pytest.raises(dafka.StateError, match="not assigned"):
+                m.seek(topic, "0" * 32, 0)
+    finally:
+        for p in producers:
+            p.close()

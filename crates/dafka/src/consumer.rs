@@ -207,6 +207,11 @@ struct GroupState {
     processed: BTreeMap<(Topic, NodeId), u64>,
     /// Offsets of revoked partitions, to commit.
     to_commit: BTreeMap<(Topic, NodeId), u64>,
+    /// Partitions moved by `seek` since their last commit: committed as seeks (even
+    /// backwards).
+    seeked: std::collections::BTreeSet<(Topic, NodeId)>,
+    /// Per partition, its end as the last discovery found it (for the lag).
+    ends: BTreeMap<(Topic, NodeId), u64>,
 }
 
 fn raise(map: &mut BTreeMap<(Topic, NodeId), u64>, key: (Topic, NodeId), next: u64) {
@@ -571,11 +576,21 @@ impl Shared {
             for (key, next) in &g.to_commit {
                 raise(&mut all, key.clone(), *next);
             }
-            let list: Vec<(Topic, NodeId, u64)> =
-                all.into_iter().map(|((t, p), o)| (t, p, o)).collect();
-            (g.name.clone(), list)
+            let (seeks, forward): (Vec<_>, Vec<_>) = (all.into_iter())
+                .map(|((t, p), o)| (t, p, o))
+                .partition(|(t, p, _)| g.seeked.contains(&(t.clone(), *p)));
+            (g.name.clone(), (seeks, forward))
         };
-        let done = self.commit_list(&name, &list, timeout).await?;
+        let (seeks, list) = list;
+        let mut done = self.commit_list(&name, &list, false, timeout).await?;
+        if !seeks.is_empty() {
+            done.extend(self.commit_list(&name, &seeks, true, timeout).await?);
+            if let Some(g) = &mut self.lock().group {
+                for (t, p, _) in &seeks {
+                    g.seeked.remove(&(t.clone(), *p));
+                }
+            }
+        }
         if let Some(g) = &mut self.lock().group {
             g.to_commit
                 .retain(|k, next| done.get(k).is_none_or(|d| *d < *next));
@@ -588,12 +603,13 @@ impl Shared {
         &self,
         name: &GroupName,
         offsets: &[(Topic, NodeId, u64)],
+        seek: bool,
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
         let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
         let mut done = BTreeMap::new();
         for piece in offsets.chunks(Limits::DEFAULT.max_offsets) {
-            done.extend(self.commit_offsets(&name, piece, false, timeout).await?);
+            done.extend(self.commit_offsets(&name, piece, seek, timeout).await?);
         }
         Ok(done)
     }
@@ -633,6 +649,13 @@ async fn drive_group(
                     .collect();
                 bounds.extend(keys.iter().cloned().zip(found.into_iter().map(|(_, b)| b)));
                 let mut state = shared.lock();
+                if let Some(g) = &mut state.group {
+                    for key in &keys {
+                        if let Some(b) = bounds.get(key) {
+                            g.ends.insert(key.clone(), b.end);
+                        }
+                    }
+                }
                 let refused = (state.group.as_mut())
                     .map_or(0, |g| g.member.add_partitions(keys, crate::node::now()));
                 apply_group_changes(&shared, &mut state);
@@ -783,6 +806,8 @@ impl ConsumerNode {
                     polled: BTreeMap::new(),
                     processed: BTreeMap::new(),
                     to_commit: BTreeMap::new(),
+                    seeked: Default::default(),
+                    ends: BTreeMap::new(),
                 })
             }
         };
@@ -969,6 +994,49 @@ impl ConsumerNode {
             .as_ref()
             .map(|g| g.member.owned().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Moves this group member's reading of a partition it reads to `offset`: the next
+    /// records delivered start there (records of it already queued are dropped), and the
+    /// next commit of it sets the group's offset there, even backwards.
+    /// [`Error::NotAssigned`] for a partition it does not read (or without a group).
+    pub fn seek(&self, topic: &str, partition: NodeId, offset: u64) -> Result<(), Error> {
+        let key = (Topic::try_from(topic)?, partition);
+        let owned = (self.shared.lock().group.as_ref())
+            .is_some_and(|g| g.member.owned().any(|k| *k == key));
+        if !owned {
+            return Err(Error::NotAssigned {
+                partition: format!("{}/{}", key.0, key.1),
+            });
+        }
+        self.shared.assign(topic, partition, offset, None)?;
+        if let Some(g) = &mut self.shared.lock().group {
+            g.polled.remove(&key);
+            g.processed.insert(key.clone(), offset);
+            g.seeked.insert(key);
+        }
+        Ok(())
+    }
+
+    /// Per partition this group member reads, the records after its position: the
+    /// partition's end as the stores last reported it (every discovery, a heartbeat interval)
+    /// less the next offset to deliver (empty without a group).
+    pub fn lag(&self) -> BTreeMap<(Topic, NodeId), u64> {
+        let state = self.shared.lock();
+        let Some(g) = &state.group else {
+            return BTreeMap::new();
+        };
+        let next: BTreeMap<(Topic, NodeId), u64> = (state.consumer.positions())
+            .map(|(t, p, n)| ((t.clone(), *p), n))
+            .collect();
+        g.member
+            .owned()
+            .map(|key| {
+                let end = g.ends.get(key).copied().unwrap_or(0);
+                let at = next.get(key).copied().unwrap_or(end);
+                (key.clone(), end.saturating_sub(at))
+            })
+            .collect()
     }
 
     /// The name of this consumer's group, if it is a member of one.

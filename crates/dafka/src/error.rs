@@ -115,6 +115,12 @@ pub enum Error {
         /// The partitions not acknowledged.
         missing: Vec<String>,
     },
+    /// `seek` of a partition this group member does not read.
+    #[error("partition {partition} is not assigned to this consumer (seek needs one it reads)")]
+    NotAssigned {
+        /// `topic/partition`.
+        partition: String,
+    },
     /// A consumer group name breaks the rules (empty, over 255 bytes, or with a NUL byte).
     #[error("bad group name: {0}")]
     GroupName(#[from] dafka_proto::GroupNameError),

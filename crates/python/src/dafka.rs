@@ -751,6 +751,23 @@ impl PyConsumer {
         offsets_dict(py, done).map(Some)
     }
 
+    /// Moves this group member's reading of a partition it reads to `offset` (the next
+    /// records come from there; the next commit sets the group's offset there, even
+    /// backwards). `dafka.StateError` for a partition it does not read.
+    fn seek(&self, py: Python<'_>, topic: &str, partition: &str, offset: u64) -> PyResult<()> {
+        let node = self.node.get("consumer")?;
+        let partition = partition_id(partition)?;
+        py.detach(|| node.seek(topic, partition, offset))
+            .map_err(errors::node)
+    }
+
+    /// Per partition this group member reads, the records after its position (the end as
+    /// the stores last reported it, every heartbeat interval); `{}` without a group.
+    fn lag<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let node = self.node.get("consumer")?;
+        offsets_dict(py, py.detach(|| node.lag()))
+    }
+
     /// The group's committed offsets the reachable stores hold, by `(topic, partition)`.
     #[pyo3(signature = (timeout = 10.0))]
     fn committed<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyDict>> {

@@ -78,7 +78,7 @@ pub(crate) fn node(err: dafka_node::Error) -> PyErr {
         | E::FlushTimeout { .. }
         | E::ResumeTimeout { .. }
         | E::NoTower { .. } => TimeoutError::new_err(msg),
-        E::Refused(_) => StateError::new_err(msg),
+        E::Refused(_) | E::NotAssigned { .. } => StateError::new_err(msg),
         E::Closed => ClosedError::new_err(msg),
         E::Storage(_) | E::StoreRefused { .. } => StorageError::new_err(msg),
         E::Socket(e) => zmtp(e),
