@@ -129,3 +129,73 @@ def test_seek_moves_a_member_back_and_lag_counts_what_is_left(cluster: Any) -> N
     finally:
         for p in producers:
             p.close()
+
+
+MEMBER = """
+import json, sys, dafka
+towers, topic, group = sys.argv[1:4]
+with dafka.Consumer(topic, towers=towers, offset_reset="earliest", group=group,
+                    session_timeout=1.0, auto_commit_interval=0.2) as c:
+    print(json.dumps({"ready": True}), flush=True)
+    while True:
+        b = c.poll(1000, 0.1)
+        if b.num_rows:
+            rows = list(zip(b.column("partition").to_pylist(), b.column("offset").to_pylist()))
+            print(json.dumps({"rows": rows}), flush=True)
+"""
+
+
+def test_a_member_sigkilled_has_its_partitions_taken_over_from_its_last_commit(
+    cluster: Any,
+) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    topic = unique_topic("group-kill")
+    group = unique_topic("kill")
+    producers = _produce(cluster, topic, 4, 20)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MEMBER, cluster.towers, topic, group],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    seen: list[list[tuple[str, int]]] = [[], []]
+
+    def follow(i: int) -> None:
+        out = procs[i].stdout
+        assert out is not None
+        for line in out:
+            seen[i].extend((p, o) for p, o in json.loads(line).get("rows", []))
+
+    threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        assert _until(lambda: len(set(seen[0]) | set(seen[1])) == 80), (seen[0], seen[1])
+        victim = {p for p, _ in seen[0]}
+        assert victim and not victim & {p for p, _ in seen[1]}, "shared, one owner each"
+        # The victim polls on: what it read is committed within its auto-commit interval.
+        with dafka.PartitionReader(cluster.towers) as reader:
+            assert _until(lambda: len(reader.committed(group)) == 4)
+            committed = {p: o for (_, p), o in reader.committed(group).items()}
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait()
+        for i, p in enumerate(producers):
+            p.send_many([f"{i}-late-{n}".encode() for n in range(20)])
+            p.flush(timeout=20)
+        assert _until(lambda: len(set(seen[0]) | set(seen[1])) == 160, 30), "all read"
+        assert {p for p, o in seen[1] if o >= 20} == {p for p, _ in seen[0] + seen[1]}
+        both = [r for r in seen[1] if r in set(seen[0])]
+        assert all(p in victim and o >= committed[p] for p, o in both), (both, committed)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for p in producers:
+            p.close()
