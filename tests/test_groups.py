@@ -199,3 +199,47 @@ def test_a_member_sigkilled_has_its_partitions_taken_over_from_its_last_commit(
             p.wait()
         for p in producers:
             p.close()
+
+
+def test_on_assign_and_on_revoke_are_called_from_poll(cluster: Any) -> None:
+    topic = unique_topic("group-cb")
+    group = unique_topic("cb")
+    producers = _produce(cluster, topic, 2, 1)
+    calls: list[tuple[str, list[tuple[str, str]]]] = []
+    try:
+
+        def member(name: str) -> dafka.Consumer:
+            return _member(
+                cluster,
+                topic,
+                group,
+                on_assign=lambda c, ps: calls.append((f"{name}+", sorted(ps))),
+                on_revoke=lambda c, ps: calls.append((f"{name}-", sorted(ps))),
+            )
+
+        with member("a") as a:
+            assert _until(lambda: a.poll(10, 0.05) is not None and len(a.assignment()) == 2)
+            a.poll(10, 0.05)
+            everything = sorted(a.assignment())
+            assert ("a+", everything) in calls
+            with member("b") as b:
+                assert _until(
+                    lambda: (
+                        a.poll(10, 0.01) is not None
+                        and b.poll(10, 0.01) is not None
+                        and len(a.assignment()) == 1
+                        and len(b.assignment()) == 1
+                    )
+                )
+                a.poll(10, 0.05)
+                b.poll(10, 0.05)
+                moved = b.assignment()
+                assert ("a-", moved) in calls, calls
+                assert ("b+", moved) in calls, calls
+        with pytest.raises(dafka.InvalidArgumentError, match="need a consumer group"):
+            dafka.Consumer(topic, towers=cluster.towers, on_assign=lambda c, p: None)
+        with pytest.raises(dafka.InvalidArgumentError, match="callable"):
+            _member(cluster, topic, group, on_revoke=3)
+    finally:
+        for p in producers:
+            p.close()

@@ -212,6 +212,22 @@ struct GroupState {
     seeked: std::collections::BTreeSet<(Topic, NodeId)>,
     /// Per partition, its end as the last discovery found it (for the lag).
     ends: BTreeMap<(Topic, NodeId), u64>,
+    /// Partitions started (`true`) and stopped, oldest first, for the application's
+    /// callbacks ([`ConsumerNode::assignment_changes`]); the oldest are dropped past
+    /// [`MAX_CHANGES`].
+    changes: VecDeque<(bool, (Topic, NodeId))>,
+}
+
+/// Most assignment changes kept for an application that does not take them.
+const MAX_CHANGES: usize = 10_000;
+
+impl GroupState {
+    fn changed(&mut self, assigned: bool, key: (Topic, NodeId)) {
+        if self.changes.len() >= MAX_CHANGES {
+            self.changes.pop_front();
+        }
+        self.changes.push_back((assigned, key));
+    }
 }
 
 fn raise(map: &mut BTreeMap<(Topic, NodeId), u64>, key: (Topic, NodeId), next: u64) {
@@ -231,6 +247,7 @@ fn apply_group_changes(shared: &Shared, state: &mut State) -> bool {
     while let Some(e) = g.member.poll_event() {
         match e {
             GroupEvent::Revoked(key) => {
+                g.changed(false, key.clone());
                 g.polled.remove(&key);
                 if let Some(next) = g.processed.remove(&key) {
                     raise(&mut g.to_commit, key.clone(), next);
@@ -715,6 +732,8 @@ async fn drive_group(
                     };
                     if let Err(e) = shared.assign(&topic.to_string(), partition, next, None) {
                         tracing::warn!(error = %e, topic = %topic, partition = %partition, "a partition given could not be started");
+                    } else if let Some(g) = &mut shared.lock().group {
+                        g.changed(true, key.clone());
                     }
                     tracing::info!(group = %group, topic = %topic, partition = %partition, next, "partition assigned");
                 }
@@ -808,6 +827,7 @@ impl ConsumerNode {
                     to_commit: BTreeMap::new(),
                     seeked: Default::default(),
                     ends: BTreeMap::new(),
+                    changes: VecDeque::new(),
                 })
             }
         };
@@ -1037,6 +1057,16 @@ impl ConsumerNode {
                 (key.clone(), end.saturating_sub(at))
             })
             .collect()
+    }
+
+    /// The partitions this group member started (`true`) and stopped since the last call,
+    /// oldest first: for an application's `on_assign` / `on_revoke`. A partition stops
+    /// before it is reported (nothing of it is delivered from then on); one starts when its
+    /// first records can come.
+    pub fn assignment_changes(&self) -> Vec<(bool, (Topic, NodeId))> {
+        (self.shared.lock().group.as_mut())
+            .map(|g| g.changes.drain(..).collect())
+            .unwrap_or_default()
     }
 
     /// The name of this consumer's group, if it is a member of one.

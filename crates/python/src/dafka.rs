@@ -489,6 +489,10 @@ impl PyProducer {
 pub(crate) struct PyConsumer {
     node: Slot<ConsumerNode>,
     towers: String,
+    /// `on_assign(consumer, partitions)` / `on_revoke(consumer, partitions)`, called from
+    /// `poll` and iteration with the `(topic, partition)`s started or stopped since.
+    on_assign: Option<Py<PyAny>>,
+    on_revoke: Option<Py<PyAny>>,
 }
 
 fn topics_of(topics: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -521,6 +525,37 @@ impl PyConsumer {
         py.detach(|| records_batch(records, true))
             .map_err(arrow_batch::batch_error)
     }
+
+    /// Calls `on_revoke`, then `on_assign`, with the partitions stopped and started since the
+    /// last call (each only when some were). An exception of a callback is raised by the
+    /// `poll` that called it.
+    fn fire_callbacks(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let this = slf.get();
+        if this.on_assign.is_none() && this.on_revoke.is_none() {
+            return Ok(());
+        }
+        let Ok(node) = this.node.get("consumer") else {
+            return Ok(());
+        };
+        let py = slf.py();
+        let changes = py.detach(|| node.assignment_changes());
+        let name = |(t, p): &(dafka_node::Topic, NodeId)| {
+            (
+                String::from_utf8_lossy(t.as_bytes()).into_owned(),
+                p.to_string(),
+            )
+        };
+        let (assigned, revoked): (Vec<_>, Vec<_>) = changes.iter().partition(|(a, _)| *a);
+        for (callback, list) in [(&this.on_revoke, revoked), (&this.on_assign, assigned)] {
+            if let Some(cb) = callback
+                && !list.is_empty()
+            {
+                let partitions: Vec<(String, String)> = list.iter().map(|(_, k)| name(k)).collect();
+                cb.call1(py, (slf, partitions))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[pymethods]
@@ -530,6 +565,7 @@ impl PyConsumer {
         topics, towers, offset_reset = "latest", start_offsets = None, *, curve = None,
         connect_timeout = Some(5.0), host = None, bind = None, group = None,
         session_timeout = 10.0, enable_auto_commit = true, auto_commit_interval = 5.0,
+        on_assign = None, on_revoke = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -546,7 +582,21 @@ impl PyConsumer {
         session_timeout: f64,
         enable_auto_commit: bool,
         auto_commit_interval: f64,
+        on_assign: Option<Py<PyAny>>,
+        on_revoke: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        if (on_assign.is_some() || on_revoke.is_some()) && group.is_none() {
+            return Err(errors::invalid(
+                "on_assign and on_revoke need a consumer group: Consumer(..., group=\"name\")",
+            ));
+        }
+        for (name, cb) in [("on_assign", &on_assign), ("on_revoke", &on_revoke)] {
+            if let Some(cb) = cb
+                && !cb.bind(py).is_callable()
+            {
+                return Err(errors::invalid(format!("{name} must be callable")));
+            }
+        }
         let topics = topics_of(topics)?;
         let reset = match offset_reset {
             "latest" => OffsetReset::Latest,
@@ -601,17 +651,20 @@ impl PyConsumer {
         Ok(PyConsumer {
             node: Slot::new(consumer),
             towers: towers.to_owned(),
+            on_assign,
+            on_revoke,
         })
     }
 
     /// Records that arrived within `timeout` seconds, at most `max_records`,
     /// as a `pyarrow.RecordBatch` (possibly empty).
     #[pyo3(signature = (max_records = 10000, timeout = 1.0))]
-    fn poll(&self, py: Python<'_>, max_records: usize, timeout: f64) -> PyResult<Py<PyAny>> {
+    fn poll(slf: &Bound<'_, Self>, max_records: usize, timeout: f64) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
         let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
-        self.batch(py, max_records, timeout)?
-            .to_pyarrow(py)
-            .map(Bound::unbind)
+        let batch = slf.get().batch(py, max_records, timeout)?;
+        Self::fire_callbacks(slf)?;
+        batch.to_pyarrow(py).map(Bound::unbind)
     }
 
     /// Awaitable `poll`. Cancelling the await loses no record: records are
@@ -634,12 +687,17 @@ impl PyConsumer {
     }
 
     /// The next non-empty batch; stops when the consumer is closed.
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
+        let py = slf.py();
         loop {
-            if self.node.is_closed() {
+            if slf.get().node.is_closed() {
                 return Ok(None);
             }
-            match self.batch(py, 10_000, Duration::from_secs(1)) {
+            let batch = slf.get().batch(py, 10_000, Duration::from_secs(1));
+            if batch.is_ok() {
+                Self::fire_callbacks(slf)?;
+            }
+            match batch {
                 Ok(b) if b.num_rows() == 0 => {}
                 Ok(b) => return b.to_pyarrow(py).map(|b| Some(b.unbind())),
                 Err(e) if e.is_instance_of::<errors::ClosedError>(py) => return Ok(None),
