@@ -126,6 +126,28 @@ def test_seek_moves_a_member_back_and_lag_counts_what_is_left(cluster: Any) -> N
             assert m.committed() == {(topic, partition): 7}
             with pytest.raises(dafka.StateError, match="not assigned"):
                 m.seek(topic, "0" * 32, 0)
+            # Paused: nothing delivered, the partition kept; resumed after the last record
+            # polled.
+            got = []
+            deadline = time.monotonic() + 20
+            while len(got) < 3 and time.monotonic() < deadline:
+                got += m.poll(3 - len(got), 0.1).column("offset").to_pylist()
+            assert got == [7, 8, 9]
+            m.seek(topic, partition, 5)
+            m.pause([(topic, partition)])
+            assert m.paused() == [(topic, partition)]
+            assert m.poll(100, 0.5).num_rows == 0
+            assert m.assignment() == [(topic, partition)]
+            m.resume([(topic, partition)])
+            assert m.paused() == []
+            again = []
+            deadline = time.monotonic() + 20
+            while len(again) < 5 and time.monotonic() < deadline:
+                again += m.poll(100, 0.1).column("offset").to_pylist()
+            assert again == [5, 6, 7, 8, 9]
+            with pytest.raises(dafka.StateError, match="not assigned"):
+                m.pause([(topic, partition), (topic, "0" * 32)])
+            assert m.paused() == [], "nothing paused when one is refused"
     finally:
         for p in producers:
             p.close()

@@ -216,6 +216,11 @@ struct GroupState {
     /// callbacks ([`ConsumerNode::assignment_changes`]); the oldest are dropped past
     /// [`MAX_CHANGES`].
     changes: VecDeque<(bool, (Topic, NodeId))>,
+    /// Per partition read, the next offset the application is to see: where it started,
+    /// then after each record it took (what `resume` restarts from).
+    next_for_app: BTreeMap<(Topic, NodeId), u64>,
+    /// Partitions read but paused by the application.
+    paused: std::collections::BTreeSet<(Topic, NodeId)>,
 }
 
 /// Most assignment changes kept for an application that does not take them.
@@ -248,6 +253,8 @@ fn apply_group_changes(shared: &Shared, state: &mut State) -> bool {
         match e {
             GroupEvent::Revoked(key) => {
                 g.changed(false, key.clone());
+                g.paused.remove(&key);
+                g.next_for_app.remove(&key);
                 g.polled.remove(&key);
                 if let Some(next) = g.processed.remove(&key) {
                     raise(&mut g.to_commit, key.clone(), next);
@@ -734,6 +741,7 @@ async fn drive_group(
                         tracing::warn!(error = %e, topic = %topic, partition = %partition, "a partition given could not be started");
                     } else if let Some(g) = &mut shared.lock().group {
                         g.changed(true, key.clone());
+                        g.next_for_app.insert(key.clone(), next);
                     }
                     tracing::info!(group = %group, topic = %topic, partition = %partition, next, "partition assigned");
                 }
@@ -828,6 +836,8 @@ impl ConsumerNode {
                     seeked: Default::default(),
                     ends: BTreeMap::new(),
                     changes: VecDeque::new(),
+                    next_for_app: BTreeMap::new(),
+                    paused: Default::default(),
                 })
             }
         };
@@ -996,11 +1006,9 @@ impl ConsumerNode {
                 raise(&mut g.processed, key, next);
             }
             for r in &taken {
-                raise(
-                    &mut g.polled,
-                    (r.topic.clone(), r.partition),
-                    r.offset.saturating_add(1),
-                );
+                let key = (r.topic.clone(), r.partition);
+                raise(&mut g.next_for_app, key.clone(), r.offset.saturating_add(1));
+                raise(&mut g.polled, key, r.offset.saturating_add(1));
             }
         }
         taken
@@ -1021,21 +1029,81 @@ impl ConsumerNode {
     /// next commit of it sets the group's offset there, even backwards.
     /// [`Error::NotAssigned`] for a partition it does not read (or without a group).
     pub fn seek(&self, topic: &str, partition: NodeId, offset: u64) -> Result<(), Error> {
-        let key = (Topic::try_from(topic)?, partition);
-        let owned = (self.shared.lock().group.as_ref())
-            .is_some_and(|g| g.member.owned().any(|k| *k == key));
-        if !owned {
-            return Err(Error::NotAssigned {
-                partition: format!("{}/{}", key.0, key.1),
-            });
+        let key = self.owned_key(topic, partition)?;
+        let paused = (self.shared.lock().group.as_ref()).is_some_and(|g| g.paused.contains(&key));
+        if !paused {
+            self.shared.assign(topic, partition, offset, None)?;
         }
-        self.shared.assign(topic, partition, offset, None)?;
         if let Some(g) = &mut self.shared.lock().group {
             g.polled.remove(&key);
             g.processed.insert(key.clone(), offset);
+            g.next_for_app.insert(key.clone(), offset);
             g.seeked.insert(key);
         }
         Ok(())
+    }
+
+    /// Stops delivering a partition this group member reads, keeping it (the group does not
+    /// give it to another member; records of it already received are dropped, and read again
+    /// on `resume`). [`Error::NotAssigned`] for a partition it does not read.
+    pub fn pause(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
+        let key = self.owned_key(topic, partition)?;
+        let mut state = self.shared.lock();
+        let newly = (state.group.as_mut()).is_some_and(|g| g.paused.insert(key.clone()));
+        if newly {
+            state.consumer.unassign(&key.0, &key.1);
+            self.shared.unqueue(&mut state, |q| {
+                q.retain(|r| r.partition != key.1 || r.topic != key.0)
+            });
+        }
+        Ok(())
+    }
+
+    /// Delivers a paused partition again, from the record after the last one the application
+    /// took of it. [`Error::NotAssigned`] for a partition it does not read.
+    pub fn resume(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
+        let key = self.owned_key(topic, partition)?;
+        let next = {
+            let mut state = self.shared.lock();
+            let Some(g) = &mut state.group else {
+                return Ok(());
+            };
+            if !g.paused.remove(&key) {
+                return Ok(());
+            }
+            g.next_for_app.get(&key).copied()
+        };
+        match next {
+            Some(next) => self.shared.assign(topic, partition, next, None),
+            None => Ok(()),
+        }
+    }
+
+    /// The partitions this group member reads and has paused.
+    pub fn paused(&self) -> Vec<(Topic, NodeId)> {
+        (self.shared.lock().group.as_ref())
+            .map(|g| g.paused.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether this group member reads `partition` of `topic` (as `seek`, `pause` and
+    /// `resume` need): [`Error::NotAssigned`] if not.
+    pub fn seek_check(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
+        self.owned_key(topic, partition).map(|_| ())
+    }
+
+    /// `(topic, partition)` if this group member reads it, else [`Error::NotAssigned`].
+    fn owned_key(&self, topic: &str, partition: NodeId) -> Result<(Topic, NodeId), Error> {
+        let key = (Topic::try_from(topic)?, partition);
+        let owned = (self.shared.lock().group.as_ref())
+            .is_some_and(|g| g.member.owned().any(|k| *k == key));
+        if owned {
+            Ok(key)
+        } else {
+            Err(Error::NotAssigned {
+                partition: format!("{}/{}", key.0, key.1),
+            })
+        }
     }
 
     /// Per partition this group member reads, the records after its position: the

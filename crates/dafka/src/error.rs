@@ -115,8 +115,11 @@ pub enum Error {
         /// The partitions not acknowledged.
         missing: Vec<String>,
     },
-    /// `seek` of a partition this group member does not read.
-    #[error("partition {partition} is not assigned to this consumer (seek needs one it reads)")]
+    /// `seek`, `pause` or `resume` of a partition this group member does not read.
+    #[error(
+        "partition {partition} is not assigned to this consumer (seek, pause and resume need \
+         one it reads)"
+    )]
     NotAssigned {
         /// `topic/partition`.
         partition: String,

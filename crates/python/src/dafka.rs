@@ -111,6 +111,14 @@ node_lifecycle!(PyStore, StoreNode::close);
 node_lifecycle!(PyProducer, ProducerNode::close);
 node_lifecycle!(PyConsumer, ConsumerNode::close);
 
+/// `(topic, partition)` pairs as given to `pause` / `resume`, the partitions checked.
+fn partitions_of(partitions: &[(String, String)]) -> PyResult<Vec<(String, NodeId)>> {
+    partitions
+        .iter()
+        .map(|(t, p)| Ok((t.clone(), partition_id(p)?)))
+        .collect()
+}
+
 /// Offsets by partition as Python's `{(topic, partition): offset}`.
 pub(crate) fn offsets_dict(
     py: Python<'_>,
@@ -817,6 +825,49 @@ impl PyConsumer {
         let partition = partition_id(partition)?;
         py.detach(|| node.seek(topic, partition, offset))
             .map_err(errors::node)
+    }
+
+    /// Stops delivering `(topic, partition)`s this group member reads, keeping them (the
+    /// group does not give them to another member). `dafka.StateError` for one it does not
+    /// read; nothing is paused then.
+    fn pause(&self, py: Python<'_>, partitions: Vec<(String, String)>) -> PyResult<()> {
+        let node = self.node.get("consumer")?;
+        let keys = partitions_of(&partitions)?;
+        py.detach(|| {
+            for (t, p) in &keys {
+                node.seek_check(t, *p)?;
+            }
+            keys.iter().try_for_each(|(t, p)| node.pause(t, *p))
+        })
+        .map_err(errors::node)
+    }
+
+    /// Delivers paused partitions again, from the record after the last one `poll` returned.
+    fn resume(&self, py: Python<'_>, partitions: Vec<(String, String)>) -> PyResult<()> {
+        let node = self.node.get("consumer")?;
+        let keys = partitions_of(&partitions)?;
+        py.detach(|| {
+            for (t, p) in &keys {
+                node.seek_check(t, *p)?;
+            }
+            keys.iter().try_for_each(|(t, p)| node.resume(t, *p))
+        })
+        .map_err(errors::node)
+    }
+
+    /// The `(topic, partition)`s this group member reads and has paused.
+    fn paused(&self, py: Python<'_>) -> PyResult<Vec<(String, String)>> {
+        let node = self.node.get("consumer")?;
+        Ok(py
+            .detach(|| node.paused())
+            .into_iter()
+            .map(|(t, p)| {
+                (
+                    String::from_utf8_lossy(t.as_bytes()).into_owned(),
+                    p.to_string(),
+                )
+            })
+            .collect())
     }
 
     /// Per partition this group member reads, the records after its position (the end as
