@@ -534,6 +534,25 @@ impl PyConsumer {
             .map_err(arrow_batch::batch_error)
     }
 
+    /// `apply` to each of `partitions`, once every one is known to be read by this member
+    /// (none applied otherwise).
+    fn each_read(
+        &self,
+        py: Python<'_>,
+        partitions: &[(String, String)],
+        apply: fn(&ConsumerNode, &str, NodeId) -> Result<(), dafka_node::Error>,
+    ) -> PyResult<()> {
+        let node = self.node.get("consumer")?;
+        let keys = partitions_of(partitions)?;
+        py.detach(|| {
+            for (t, p) in &keys {
+                node.seek_check(t, *p)?;
+            }
+            keys.iter().try_for_each(|(t, p)| apply(&node, t, *p))
+        })
+        .map_err(errors::node)
+    }
+
     /// Calls `on_revoke`, then `on_assign`, with the partitions stopped and started since the
     /// last call (each only when some were). An exception of a callback is raised by the
     /// `poll` that called it.
@@ -831,28 +850,12 @@ impl PyConsumer {
     /// group does not give them to another member). `dafka.StateError` for one it does not
     /// read; nothing is paused then.
     fn pause(&self, py: Python<'_>, partitions: Vec<(String, String)>) -> PyResult<()> {
-        let node = self.node.get("consumer")?;
-        let keys = partitions_of(&partitions)?;
-        py.detach(|| {
-            for (t, p) in &keys {
-                node.seek_check(t, *p)?;
-            }
-            keys.iter().try_for_each(|(t, p)| node.pause(t, *p))
-        })
-        .map_err(errors::node)
+        self.each_read(py, &partitions, ConsumerNode::pause)
     }
 
     /// Delivers paused partitions again, from the record after the last one `poll` returned.
     fn resume(&self, py: Python<'_>, partitions: Vec<(String, String)>) -> PyResult<()> {
-        let node = self.node.get("consumer")?;
-        let keys = partitions_of(&partitions)?;
-        py.detach(|| {
-            for (t, p) in &keys {
-                node.seek_check(t, *p)?;
-            }
-            keys.iter().try_for_each(|(t, p)| node.resume(t, *p))
-        })
-        .map_err(errors::node)
+        self.each_read(py, &partitions, ConsumerNode::resume)
     }
 
     /// The `(topic, partition)`s this group member reads and has paused.
