@@ -289,9 +289,11 @@ def test_ctrl_c_stops_a_consumer_cleanly(towers: str) -> None:
 
 def test_consume_as_a_group_commits_and_groups_shows_the_lag(towers: str) -> None:
     def groups() -> list[dict]:
-        out = dafka("groups", "g-cli", "--towers", towers, "--json")
+        out = dafka("groups", "g-cli", "--towers", towers, "--json", "--session-timeout", "1")
         assert out.returncode == 0, out.stderr
-        return [json.loads(line) for line in out.stdout.splitlines()]
+        lines = [json.loads(line) for line in out.stdout.splitlines()]
+        assert lines[0] == {"group": "g-cli", "members": []}, "nobody in the group now"
+        return lines[1:]
 
     assert groups() == []
     sent = dafka(
@@ -318,5 +320,6 @@ def test_consume_as_a_group_commits_and_groups_shows_the_lag(towers: str) -> Non
     assert again.returncode == 0, again.stderr
     assert again.stdout.split() == [b"b0", b"b1", b"b2"]
     assert sorted((r["committed"], r["lag"]) for r in groups()) == [(3, 0), (10, 0)]
-    table = dafka("groups", "g-cli", "--towers", towers)
+    table = dafka("groups", "g-cli", "--towers", towers, "--session-timeout", "1")
     assert b"COMMITTED" in table.stdout and b"t-grp" in table.stdout, table
+    assert b"0 members heard" in table.stdout, table

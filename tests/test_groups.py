@@ -49,6 +49,13 @@ def test_two_members_share_the_partitions_and_a_later_one_resumes_from_the_commi
         b = _member(cluster, topic, group, enable_auto_commit=False)
         assert _until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
         assert not set(a.assignment()) & set(b.assignment())
+        # Heard from outside (no join), and the assignment every member computes.
+        with dafka.PartitionReader(cluster.towers) as reader:
+            members = reader.group_members(group, wait=1.0, session_timeout=SESSION)
+        assert len(members) == 2
+        owners = dafka.group_assignment(members, a.assignment() + b.assignment())
+        assert sorted(owners.values()) == sorted(members * 2)
+        assert len({owners[k] for k in a.assignment()}) == 1
         seen: dict[tuple[str, str], list[int]] = {}
         deadline = time.monotonic() + 20
         while sum(map(len, seen.values())) < 20 and time.monotonic() < deadline:

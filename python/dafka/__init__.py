@@ -7,7 +7,15 @@ package adds the Python-facing names, type stubs and the Spark data source.
 from __future__ import annotations
 
 from dafka import _native
-from dafka._native import ClusterKeys, Consumer, PartitionReader, Producer, Store, Tower
+from dafka._native import (
+    ClusterKeys,
+    Consumer,
+    PartitionReader,
+    Producer,
+    Store,
+    Tower,
+    group_assignment,
+)
 from dafka.cluster import LocalCluster
 from dafka.errors import (
     ClosedError,
@@ -43,4 +51,5 @@ __all__ = [
     "TransportError",
     "WouldBlockError",
     "__version__",
+    "group_assignment",
 ]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dafka_proto::consumer::PastEnd;
-use dafka_proto::group::{GroupEvent, GroupMember, GroupName, MembershipConfig};
+use dafka_proto::group::{GroupEvent, GroupMember, GroupName, Membership, MembershipConfig};
 use dafka_proto::{
     Bounds, CallerError, Consumer, ConsumerConfig, GroupOffset, Limits, Loss, Message, NodeId,
     OffsetReset, PeerError, RecordMeta, TimeOffset, Topic,
@@ -189,7 +189,13 @@ struct State {
     consumer: Consumer,
     records: VecDeque<ConsumerRecord>,
     group: Option<GroupState>,
+    /// Groups this consumer listens to without joining (`observe_group`): their members as
+    /// their heartbeats say (at most [`MAX_OBSERVED`] groups).
+    observed: BTreeMap<GroupName, Membership>,
 }
+
+/// Most groups one consumer observes.
+const MAX_OBSERVED: usize = 64;
 
 /// A consumer group member's state, beside its consumer's.
 struct GroupState {
@@ -861,6 +867,7 @@ impl ConsumerNode {
                 consumer,
                 records: VecDeque::new(),
                 group,
+                observed: BTreeMap::new(),
             }),
             publisher: plumbing.publisher.clone(),
             subscriber: plumbing.subscriber.clone(),
@@ -1137,6 +1144,46 @@ impl ConsumerNode {
             .unwrap_or_default()
     }
 
+    /// Listens to consumer group `group`'s heartbeats without joining it (nothing is sent:
+    /// the group does not see this consumer), so that
+    /// [`observed_members`](Self::observed_members) can say who is in it. `session_timeout`
+    /// is the group's (a member not heard from for that long is dropped).
+    pub fn observe_group(&self, group: &str, session_timeout: Duration) -> Result<(), Error> {
+        let name = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
+        let config = MembershipConfig::with_session_timeout(session_timeout);
+        let mut state = self.shared.lock();
+        if state.observed.contains_key(&name) {
+            return Ok(());
+        }
+        if state.observed.len() >= MAX_OBSERVED {
+            return Err(Error::Caller(CallerError::Config(
+                "a consumer observes at most 64 groups",
+            )));
+        }
+        let observer = Membership::new(name.clone(), self.id, config, crate::node::now())?;
+        self.shared
+            .subscriber
+            .subscribe(&dafka_proto::subscription::group(&name))?;
+        state.observed.insert(name, observer);
+        Ok(())
+    }
+
+    /// The members of an observed group heard from within its session timeout, in id order
+    /// (empty for a group not observed).
+    pub fn observed_members(&self, group: &str) -> Vec<NodeId> {
+        let Ok(name) = GroupName::new(Bytes::copy_from_slice(group.as_bytes())) else {
+            return Vec::new();
+        };
+        let mut state = self.shared.lock();
+        let Some(m) = state.observed.get_mut(&name) else {
+            return Vec::new();
+        };
+        m.handle_timeout(crate::node::now());
+        while m.poll_event().is_some() {}
+        let me = self.id;
+        m.view().into_iter().filter(|id| *id != me).collect()
+    }
+
     /// The name of this consumer's group, if it is a member of one.
     pub fn group_name(&self) -> Option<String> {
         self.shared
@@ -1355,6 +1402,10 @@ impl Role for ConsumerRole {
     fn on_message(&mut self, message: Message, now: Instant) -> Result<(), PeerError> {
         let mut state = self.shared.lock();
         if let Message::GroupHeartbeat(hb) = &message {
+            if let Some(m) = state.observed.get_mut(&hb.group) {
+                m.handle_heartbeat(hb, now);
+                while m.poll_event().is_some() {}
+            }
             if let Some(g) = &mut state.group {
                 g.member.handle_heartbeat(hb, now);
             }

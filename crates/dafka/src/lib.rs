@@ -66,6 +66,7 @@ pub mod zre_discovery;
 pub use consumer::{
     ConsumerNode, ConsumerOptions, ConsumerRecord, GroupOptions, OFFSETS_SETTLE, Position,
 };
+pub use dafka_proto::group::assign as group_assign;
 pub use dafka_proto::record::is_header_name;
 pub use dafka_proto::{
     Bounds, Header, HeaderRef, MetaParts, NodeId, OffsetReset, RecordMeta, RefusalReason,

@@ -186,6 +186,31 @@ impl PyPartitionReader {
         topics(py, node, &self.towers, timeout)
     }
 
+    /// The members of consumer group `group` (their ids) heard within `wait` seconds (at
+    /// least one heartbeat interval, a quarter of `session_timeout`), without joining it.
+    #[pyo3(signature = (group, wait = 3.0, session_timeout = 10.0))]
+    fn group_members(
+        &self,
+        py: Python<'_>,
+        group: String,
+        wait: f64,
+        session_timeout: f64,
+    ) -> PyResult<Vec<String>> {
+        let node = self.node.get("reader")?;
+        let wait = seconds("wait", Some(wait))?.unwrap_or_default();
+        let session = seconds("session_timeout", Some(session_timeout))?
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| errors::invalid("session_timeout must be above 0"))?;
+        py.detach(|| node.observe_group(&group, session))
+            .map_err(errors::node)?;
+        runtime::wait_for(py, async move { tokio::time::sleep(wait).await })?;
+        Ok(py
+            .detach(|| node.observed_members(&group))
+            .iter()
+            .map(NodeId::to_string)
+            .collect())
+    }
+
     /// Consumer group `group`'s committed offsets the reachable stores hold, by
     /// `(topic, partition)` (without joining the group). Raises `dafka.TimeoutError` when no
     /// store is reachable within `timeout` seconds.
@@ -281,4 +306,31 @@ impl PyPartitionReader {
     fn __repr__(&self) -> String {
         format!("<dafka.PartitionReader towers={:?}>", self.towers)
     }
+}
+
+/// The owner of each `(topic, partition)` among `members` (ids, 32 hex digits) as every
+/// member of a consumer group computes it (`docs/groups.md`, *Assignment*); `{}` without
+/// members.
+#[pyfunction]
+pub(crate) fn group_assignment(
+    members: Vec<String>,
+    partitions: Vec<(String, String)>,
+) -> PyResult<std::collections::BTreeMap<(String, String), String>> {
+    let members: Vec<NodeId> = members
+        .iter()
+        .map(|m| partition_id(m))
+        .collect::<PyResult<_>>()?;
+    let keys: Vec<(dafka_node::Topic, NodeId)> = partitions
+        .iter()
+        .map(|(t, p)| {
+            let topic = dafka_node::Topic::try_from(t.as_str())
+                .map_err(|e| errors::invalid(format!("topic {t:?}: {e}")))?;
+            Ok((topic, partition_id(p)?))
+        })
+        .collect::<PyResult<_>>()?;
+    let owners = dafka_node::group_assign(&members, &keys).unwrap_or_default();
+    Ok(partitions
+        .into_iter()
+        .zip(owners.iter().map(NodeId::to_string))
+        .collect())
 }

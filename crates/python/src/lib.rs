@@ -75,6 +75,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<zre::PyZreNode>()?;
     m.add_class::<cluster_keys::PyClusterKeys>()?;
     m.add_function(wrap_pyfunction!(zmtp::term, m)?)?;
+    m.add_function(wrap_pyfunction!(dafka_admin::group_assignment, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_keypair, m)?)?;
     m.add_function(wrap_pyfunction!(security::curve_public, m)?)?;
     Ok(())
