@@ -222,9 +222,6 @@ struct GroupState {
     /// callbacks ([`ConsumerNode::assignment_changes`]); the oldest are dropped past
     /// [`MAX_CHANGES`].
     changes: VecDeque<(bool, (Topic, NodeId))>,
-    /// Per partition read, the next offset the application is to see: where it started,
-    /// then after each record it took (what `resume` restarts from).
-    next_for_app: BTreeMap<(Topic, NodeId), u64>,
     /// Partitions read but paused by the application.
     paused: std::collections::BTreeSet<(Topic, NodeId)>,
 }
@@ -260,7 +257,6 @@ fn apply_group_changes(shared: &Shared, state: &mut State) -> bool {
             GroupEvent::Revoked(key) => {
                 g.changed(false, key.clone());
                 g.paused.remove(&key);
-                g.next_for_app.remove(&key);
                 g.polled.remove(&key);
                 if let Some(next) = g.processed.remove(&key) {
                     raise(&mut g.to_commit, key.clone(), next);
@@ -345,20 +341,20 @@ impl Shared {
     /// [`ConsumerNode::assign`] (its documentation).
     pub(crate) fn assign(
         &self,
-        topic: &str,
+        topic: &Topic,
         partition: NodeId,
         next: u64,
         end: Option<u64>,
     ) -> Result<(), Error> {
-        let topic = Topic::try_from(topic)?;
         let shared = self;
         let mut state = shared.lock();
         shared.unqueue(&mut state, |q| {
-            q.retain(|r| r.topic != topic || r.partition != partition);
+            q.retain(|r| r.topic != *topic || r.partition != partition);
         });
-        let subscriptions = state
-            .consumer
-            .assign(topic, partition, next, end, crate::node::now());
+        let subscriptions =
+            state
+                .consumer
+                .assign(topic.clone(), partition, next, end, crate::node::now());
         for s in subscriptions.iter().flatten() {
             shared.subscriber.subscribe(s)?;
         }
@@ -371,24 +367,20 @@ impl Shared {
     }
 
     /// [`ConsumerNode::unassign`] (its documentation).
-    pub(crate) fn unassign(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
-        let topic = Topic::try_from(topic)?;
-        let shared = self;
-        let mut state = shared.lock();
-        state.consumer.unassign(&topic, &partition);
-        shared.unqueue(&mut state, |q| {
-            q.retain(|r| r.topic != topic || r.partition != partition);
+    pub(crate) fn unassign(&self, topic: &Topic, partition: NodeId) {
+        let mut state = self.lock();
+        state.consumer.unassign(topic, &partition);
+        self.unqueue(&mut state, |q| {
+            q.retain(|r| r.topic != *topic || r.partition != partition);
         });
-        Ok(())
     }
 
     /// [`ConsumerNode::offsets`] (its documentation).
     pub(crate) async fn offsets(
         &self,
-        topic: &str,
+        topic: &Topic,
         timeout: Duration,
     ) -> Result<Vec<(NodeId, Bounds)>, Error> {
-        let topic = Topic::try_from(topic)?;
         // One offsets query at a time: the state machine keeps one per topic, and a group's
         // driver asks too.
         let _one = self.offsets_asks.lock().await;
@@ -396,8 +388,8 @@ impl Shared {
             .ask_stores(
                 timeout,
                 |c| c.query_offsets(topic.clone()),
-                |c| (c.query_answered(&topic), c.offsets(&topic).cloned()),
-                |c| c.finish_query(&topic),
+                |c| (c.query_answered(topic), c.offsets(topic).cloned()),
+                |c| c.finish_query(topic),
             )
             .await?;
         Ok(heard.unwrap_or_default().into_iter().collect())
@@ -406,12 +398,11 @@ impl Shared {
     /// [`ConsumerNode::commit_offsets`] (its documentation).
     pub(crate) async fn commit_offsets(
         &self,
-        group: &str,
+        group: &GroupName,
         offsets: &[(Topic, NodeId, u64)],
         seek: bool,
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
-        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
         let max = Limits::DEFAULT.max_offsets;
         if offsets.is_empty() || offsets.len() > max {
             return Err(Error::Caller(CallerError::OffsetCount {
@@ -459,11 +450,10 @@ impl Shared {
     /// [`ConsumerNode::committed_offsets`] (its documentation).
     pub(crate) async fn committed_offsets(
         &self,
-        group: &str,
+        group: &GroupName,
         partitions: &[(Topic, NodeId)],
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
-        let group = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
         let max = Limits::DEFAULT.max_offsets;
         if partitions.len() > max {
             return Err(Error::Caller(CallerError::OffsetCount {
@@ -560,6 +550,11 @@ impl Shared {
     }
 }
 
+/// A group name given as text, checked.
+fn group_name(group: &str) -> Result<GroupName, Error> {
+    Ok(GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?)
+}
+
 /// How long a commit waits, once every partition was acknowledged by a store, for the other
 /// reachable stores to answer (a reference store never does; one of ours syncing its offsets
 /// file slowly does within it).
@@ -636,10 +631,9 @@ impl Shared {
         seek: bool,
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
-        let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
         let mut done = BTreeMap::new();
         for piece in offsets.chunks(Limits::DEFAULT.max_offsets) {
-            done.extend(self.commit_offsets(&name, piece, seek, timeout).await?);
+            done.extend(self.commit_offsets(name, piece, seek, timeout).await?);
         }
         Ok(done)
     }
@@ -658,7 +652,6 @@ async fn drive_group(
     let Some(name) = shared.group_name() else {
         return;
     };
-    let group = String::from_utf8_lossy(name.as_bytes()).into_owned();
     let mut bounds: BTreeMap<(Topic, NodeId), Bounds> = BTreeMap::new();
     let mut next_discovery = tokio::time::Instant::now();
     let mut next_commit = options.auto_commit.map(|e| tokio::time::Instant::now() + e);
@@ -671,7 +664,7 @@ async fn drive_group(
         if now >= next_discovery {
             next_discovery = now + options.discovery;
             for topic in &topics {
-                let Ok(found) = shared.offsets(&topic.to_string(), GROUP_ASK).await else {
+                let Ok(found) = shared.offsets(topic, GROUP_ASK).await else {
                     continue;
                 };
                 let keys: Vec<(Topic, NodeId)> = (found.iter())
@@ -708,10 +701,10 @@ async fn drive_group(
         for event in events {
             match event {
                 GroupEvent::Joined(member) => {
-                    tracing::info!(group = %group, member = %member, "a member joined the group")
+                    tracing::info!(group = %name, member = %member, "a member joined the group")
                 }
                 GroupEvent::Left(member, cause) => {
-                    tracing::info!(group = %group, member = %member, ?cause, "a member left the group")
+                    tracing::info!(group = %name, member = %member, ?cause, "a member left the group")
                 }
                 GroupEvent::Assigned((topic, partition)) => {
                     let key = (topic.clone(), partition);
@@ -724,7 +717,7 @@ async fn drive_group(
                         continue; // revoked meanwhile
                     }
                     let committed = match shared
-                        .committed_offsets(&group, std::slice::from_ref(&key), GROUP_ASK)
+                        .committed_offsets(&name, std::slice::from_ref(&key), GROUP_ASK)
                         .await
                     {
                         Ok(c) => c.get(&key).copied(),
@@ -743,13 +736,15 @@ async fn drive_group(
                         (None, OffsetReset::Earliest) => b.map_or(0, |b| b.low),
                         (None, _) => b.map_or(0, |b| b.end),
                     };
-                    if let Err(e) = shared.assign(&topic.to_string(), partition, next, None) {
+                    if let Err(e) = shared.assign(&topic, partition, next, None) {
                         tracing::warn!(error = %e, topic = %topic, partition = %partition, "a partition given could not be started");
                     } else if let Some(g) = &mut shared.lock().group {
                         g.changed(true, key.clone());
-                        g.next_for_app.insert(key.clone(), next);
+                        // Where it starts counts as processed: what `resume` restarts from
+                        // and what a commit keeps until records are taken.
+                        raise(&mut g.processed, key.clone(), next);
                     }
-                    tracing::info!(group = %group, topic = %topic, partition = %partition, next, "partition assigned");
+                    tracing::info!(group = %name, topic = %topic, partition = %partition, next, "partition assigned");
                 }
                 GroupEvent::Revoked(_) => {} // applied at once by `apply_group_changes`
             }
@@ -771,7 +766,7 @@ async fn drive_group(
                 next_commit = options.auto_commit.map(|e| at + e);
             }
             if let Err(e) = shared.commit_taken(GROUP_ASK, false).await {
-                tracing::warn!(error = %e, group = %group, "commit failed");
+                tracing::warn!(error = %e, group = %name, "commit failed");
             }
         }
         let soon = retrying.then(|| tokio::time::Instant::now() + Duration::from_millis(200));
@@ -827,7 +822,7 @@ impl ConsumerNode {
                         "a group's auto_commit and discovery intervals must be above zero",
                     )));
                 }
-                let name = GroupName::new(Bytes::copy_from_slice(g.name.as_bytes()))?;
+                let name = group_name(&g.name)?;
                 let member = GroupMember::new(name.clone(), id, g.membership, crate::node::now())?;
                 // A member reads only the partitions its group gives it, each from the
                 // group's committed offset (or `reset` where there is none).
@@ -842,7 +837,6 @@ impl ConsumerNode {
                     seeked: Default::default(),
                     ends: BTreeMap::new(),
                     changes: VecDeque::new(),
-                    next_for_app: BTreeMap::new(),
                     paused: Default::default(),
                 })
             }
@@ -1012,9 +1006,15 @@ impl ConsumerNode {
             for (key, next) in std::mem::take(&mut g.polled) {
                 raise(&mut g.processed, key, next);
             }
-            for r in &taken {
+            // Records come in runs of one partition, in offset order: the last of each run
+            // is its partition's furthest (one map update per run, not per record).
+            let ends = taken.iter().enumerate().filter(|(i, r)| {
+                taken
+                    .get(i + 1)
+                    .is_none_or(|n| n.partition != r.partition || n.topic != r.topic)
+            });
+            for (_, r) in ends {
                 let key = (r.topic.clone(), r.partition);
-                raise(&mut g.next_for_app, key.clone(), r.offset.saturating_add(1));
                 raise(&mut g.polled, key, r.offset.saturating_add(1));
             }
         }
@@ -1039,12 +1039,11 @@ impl ConsumerNode {
         let key = self.owned_key(topic, partition)?;
         let paused = (self.shared.lock().group.as_ref()).is_some_and(|g| g.paused.contains(&key));
         if !paused {
-            self.shared.assign(topic, partition, offset, None)?;
+            self.shared.assign(&key.0, partition, offset, None)?;
         }
         if let Some(g) = &mut self.shared.lock().group {
             g.polled.remove(&key);
             g.processed.insert(key.clone(), offset);
-            g.next_for_app.insert(key.clone(), offset);
             g.seeked.insert(key);
         }
         Ok(())
@@ -1078,10 +1077,12 @@ impl ConsumerNode {
             if !g.paused.remove(&key) {
                 return Ok(());
             }
-            g.next_for_app.get(&key).copied()
+            // The record after the last one the application took, or where it started.
+            let polled = g.polled.get(&key).copied();
+            polled.max(g.processed.get(&key).copied())
         };
         match next {
-            Some(next) => self.shared.assign(topic, partition, next, None),
+            Some(next) => self.shared.assign(&key.0, partition, next, None),
             None => Ok(()),
         }
     }
@@ -1095,7 +1096,7 @@ impl ConsumerNode {
 
     /// Whether this group member reads `partition` of `topic` (as `seek`, `pause` and
     /// `resume` need): [`Error::NotAssigned`] if not.
-    pub fn seek_check(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
+    pub fn check_assigned(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
         self.owned_key(topic, partition).map(|_| ())
     }
 
@@ -1149,7 +1150,7 @@ impl ConsumerNode {
     /// [`observed_members`](Self::observed_members) can say who is in it. `session_timeout`
     /// is the group's (a member not heard from for that long is dropped).
     pub fn observe_group(&self, group: &str, session_timeout: Duration) -> Result<(), Error> {
-        let name = GroupName::new(Bytes::copy_from_slice(group.as_bytes()))?;
+        let name = group_name(group)?;
         let config = MembershipConfig::with_session_timeout(session_timeout);
         let mut state = self.shared.lock();
         if state.observed.contains_key(&name) {
@@ -1171,7 +1172,7 @@ impl ConsumerNode {
     /// The members of an observed group heard from within its session timeout, in id order
     /// (empty for a group not observed).
     pub fn observed_members(&self, group: &str) -> Vec<NodeId> {
-        let Ok(name) = GroupName::new(Bytes::copy_from_slice(group.as_bytes())) else {
+        let Ok(name) = group_name(group) else {
             return Vec::new();
         };
         let mut state = self.shared.lock();
@@ -1235,12 +1236,14 @@ impl ConsumerNode {
         next: u64,
         end: Option<u64>,
     ) -> Result<(), Error> {
-        self.shared.assign(topic, partition, next, end)
+        self.shared
+            .assign(&Topic::try_from(topic)?, partition, next, end)
     }
 
     /// Stops reading `partition` of `topic`: forgets its position and drops its queued records.
     pub fn unassign(&self, topic: &str, partition: NodeId) -> Result<(), Error> {
-        self.shared.unassign(topic, partition)
+        self.shared.unassign(&Topic::try_from(topic)?, partition);
+        Ok(())
     }
 
     /// The partitions of `topic` the stores hold, with their [`Bounds`] (first offset held, one
@@ -1259,7 +1262,7 @@ impl ConsumerNode {
         topic: &str,
         timeout: Duration,
     ) -> Result<Vec<(NodeId, Bounds)>, Error> {
-        self.shared.offsets(topic, timeout).await
+        self.shared.offsets(&Topic::try_from(topic)?, timeout).await
     }
 
     /// Commits `offsets` (topic, partition, next offset to read) of consumer group `group` to
@@ -1277,7 +1280,7 @@ impl ConsumerNode {
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
         self.shared
-            .commit_offsets(group, offsets, seek, timeout)
+            .commit_offsets(&group_name(group)?, offsets, seek, timeout)
             .await
     }
 
@@ -1292,7 +1295,7 @@ impl ConsumerNode {
         timeout: Duration,
     ) -> Result<BTreeMap<(Topic, NodeId), u64>, Error> {
         self.shared
-            .committed_offsets(group, partitions, timeout)
+            .committed_offsets(&group_name(group)?, partitions, timeout)
             .await
     }
 

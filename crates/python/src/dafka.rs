@@ -546,7 +546,7 @@ impl PyConsumer {
         let keys = partitions_of(partitions)?;
         py.detach(|| {
             for (t, p) in &keys {
-                node.seek_check(t, *p)?;
+                node.check_assigned(t, *p)?;
             }
             keys.iter().try_for_each(|(t, p)| apply(&node, t, *p))
         })
