@@ -323,3 +323,12 @@ def test_consume_as_a_group_commits_and_groups_shows_the_lag(towers: str) -> Non
     table = dafka("groups", "g-cli", "--towers", towers, "--session-timeout", "1")
     assert b"COMMITTED" in table.stdout and b"t-grp" in table.stdout, table
     assert b"0 members heard" in table.stdout, table
+
+
+def test_a_group_member_of_a_topic_no_store_holds_fails_from_beginning(towers: str) -> None:
+    out = dafka(
+        "consume", "t-grp-typo", "--towers", towers, "--from-beginning",
+        "--group", "g-typo", "--session-timeout", "1", "--idle-timeout", "20",
+    )  # fmt: skip
+    assert out.returncode == 1, out
+    assert b"no store holds topic 't-grp-typo'" in out.stderr, out.stderr

@@ -224,6 +224,9 @@ struct GroupState {
     changes: VecDeque<(bool, (Topic, NodeId))>,
     /// Partitions read but paused by the application.
     paused: std::collections::BTreeSet<(Topic, NodeId)>,
+    /// The member's topics of which the last discovery found no partition (an "assigned"
+    /// consumer keeps no census of its own: see [`ConsumerNode::topics_not_held`]).
+    not_held: std::collections::BTreeSet<Topic>,
 }
 
 /// Most assignment changes kept for an application that does not take them.
@@ -673,6 +676,11 @@ async fn drive_group(
                 bounds.extend(keys.iter().cloned().zip(found.into_iter().map(|(_, b)| b)));
                 let mut state = shared.lock();
                 if let Some(g) = &mut state.group {
+                    if keys.is_empty() {
+                        g.not_held.insert(topic.clone());
+                    } else {
+                        g.not_held.remove(topic);
+                    }
                     for key in &keys {
                         if let Some(b) = bounds.get(key) {
                             g.ends.insert(key.clone(), b.end);
@@ -838,6 +846,7 @@ impl ConsumerNode {
                     ends: BTreeMap::new(),
                     changes: VecDeque::new(),
                     paused: Default::default(),
+                    not_held: Default::default(),
                 })
             }
         };
@@ -1341,8 +1350,14 @@ impl ConsumerNode {
     /// no partition of them, and no record of them came (a typo, or a topic nothing was
     /// written to yet; see [`dafka_proto::Consumer::topics_not_held`]). Empty until the
     /// stores have answered. Each is also logged once (a warning for an "earliest" consumer).
+    /// For a group member, the topics of which the group's last discovery (every heartbeat
+    /// interval) found no partition.
     pub fn topics_not_held(&self) -> Vec<Topic> {
-        self.shared.lock().consumer.topics_not_held()
+        let state = self.shared.lock();
+        match &state.group {
+            Some(g) => g.not_held.iter().cloned().collect(),
+            None => state.consumer.topics_not_held(),
+        }
     }
 
     /// Offsets skipped so far because no store that answers holds them (their records were
