@@ -325,6 +325,52 @@ def test_consume_as_a_group_commits_and_groups_shows_the_lag(towers: str) -> Non
     assert b"0 members heard" in table.stdout, table
 
 
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_groups_without_a_name_lists_the_groups_committed_and_the_groups_heard(
+    towers: str,
+) -> None:
+    sent = dafka("produce", "t-list", "--towers", towers, stdin=b"x0\nx1\n")
+    assert sent.returncode == 0, sent.stderr
+    group = ["--session-timeout", "1", "--max-records", "2", "--from-beginning"]
+    done = dafka("consume", "t-list", "--towers", towers, "--group", "g-list", *group)
+    assert done.returncode == 0, done.stderr
+    # A member running, of a topic nothing was written to: heard, with nothing committed.
+    member = subprocess.Popen(
+        [
+            *DAFKA,
+            "consume",
+            "t-list-empty",
+            "--towers",
+            towers,
+            "--group",
+            "g-heard",
+            "--session-timeout",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            out = dafka("groups", "--towers", towers, "--json", "--session-timeout", "1")
+            assert out.returncode == 0, out.stderr
+            lines = [json.loads(line) for line in out.stdout.splitlines()]
+            heads = {line["group"]: line["members"] for line in lines if "members" in line}
+            if len(heads.get("g-heard", [])) == 1 or time.monotonic() > deadline:
+                break
+        assert heads.get("g-list") == [], lines
+        assert len(heads.get("g-heard", [])) == 1, lines
+        rows = [line for line in lines if line.get("group") == "g-list" and "topic" in line]
+        assert [(r["topic"], r["committed"], r["lag"]) for r in rows] == [("t-list", 2, 0)]
+        assert not [line for line in lines if line.get("group") == "g-heard" and "topic" in line]
+        table = dafka("groups", "--towers", towers, "--session-timeout", "1")
+        assert b"group g-list: 0 members heard" in table.stdout, table
+        assert b"no committed offset of group 'g-heard'" in table.stdout, table
+    finally:
+        assert stop(member, signal.SIGINT) == 0
+
+
 def test_a_group_member_of_a_topic_no_store_holds_fails_from_beginning(towers: str) -> None:
     out = dafka(
         "consume", "t-grp-typo", "--towers", towers, "--from-beginning",

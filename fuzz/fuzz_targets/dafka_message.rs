@@ -4,8 +4,9 @@
 //! `max_endpoint`; the rest
 //! is a sequence of frames, each a 2-byte big-endian length and that many bytes (a short last
 //! frame takes what is left). Invariants: no panic; a decoded message or beacon re-encodes to
-//! exactly the input frames, and those decode equal again; record contents, topic and group
-//! offset lists (their allocated capacity included) and beacon text stay within the limits.
+//! exactly the input frames, and those decode equal again; record contents, the lists of topics,
+//! group names and group offsets (their allocated capacity included) and beacon text stay within
+//! the limits.
 #![no_main]
 
 use dafka_proto::{BeaconMessage, Limits, Message};
@@ -33,6 +34,8 @@ fuzz_target!(|data: &[u8]| {
         }
         match &m {
             Message::ConsumerHello(hello) => assert!(hello.topics.capacity() <= limits.max_topics),
+            Message::DirectTopics(d) => assert!(d.topics.capacity() <= limits.max_topics),
+            Message::DirectGroups(d) => assert!(d.groups.capacity() <= limits.max_topics),
             Message::OffsetCommit(c) => assert!(c.offsets.capacity() <= limits.max_offsets),
             Message::DirectCommitted(d) => assert!(d.offsets.capacity() <= limits.max_offsets),
             Message::CommittedQuery(q) => {

@@ -53,7 +53,7 @@ use crate::group::GroupName;
 use crate::id::{NodeId, Topic};
 use crate::message::{
     CommittedQuery, ConsumerHello, DirectMetaRecords, DirectMissing, GetHeads, GroupOffset,
-    HeadsQuery, Kind, Message, OffsetCommit, Record, TimeQuery, TopicsQuery,
+    GroupsQuery, HeadsQuery, Kind, Message, OffsetCommit, Record, TimeQuery, TopicsQuery,
 };
 use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
@@ -311,8 +311,8 @@ pub struct Consumer {
     not_held: VecDeque<Topic>,
     /// Topics with a time query running (TIME-QUERY), and what it heard so far.
     time_queries: HashMap<Topic, TimeAsk>,
-    /// The topics query running (TOPICS-QUERY), if any.
-    topics_query: Option<TopicsAsk>,
+    /// The topics query (TOPICS-QUERY) and the groups query (GROUPS-QUERY) running, if any.
+    name_queries: [Option<Box<NamesAsk>>; 2],
     /// The group offsets commit or query running (OFFSET-COMMIT, COMMITTED-QUERY), if any.
     group_ask: Option<Box<GroupAsk>>,
 }
@@ -342,12 +342,31 @@ struct TimeAsk {
     ended: HashSet<NodeId>,
 }
 
-/// A running topics query.
+/// What a list query asks the store readers for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// The topics of which they hold a partition (TOPICS-QUERY, answered by DIRECT-TOPICS).
+    Topics,
+    /// The consumer groups with offsets committed with them (GROUPS-QUERY, answered by
+    /// DIRECT-GROUPS; a group name is a topic name that is not empty).
+    Groups,
+}
+
+impl Listing {
+    fn slot(self) -> usize {
+        match self {
+            Listing::Topics => 0,
+            Listing::Groups => 1,
+        }
+    }
+}
+
+/// A running list query.
 #[derive(Debug)]
-struct TopicsAsk {
+struct NamesAsk {
     number: u64,
-    topics: BTreeSet<Topic>,
-    /// Store readers whose DIRECT-TOPICS arrived (bounded by [`MAX_STORES`]).
+    names: BTreeSet<Topic>,
+    /// Store readers whose answer arrived (bounded by [`MAX_STORES`]).
     answered: HashSet<NodeId>,
 }
 
@@ -424,7 +443,7 @@ impl Consumer {
             census: HashMap::new(),
             not_held: VecDeque::new(),
             time_queries: HashMap::new(),
-            topics_query: None,
+            name_queries: [None, None],
             group_ask: None,
         })
     }
@@ -432,7 +451,7 @@ impl Consumer {
     /// The subscriptions of the consumer's SUB socket that do not depend on its topics:
     /// `'D'`, `'E'`, `'L'` and (the extensions) `'B'`, `'O'`, `'R'` and `'N'` + its id. `'B'`,
     /// reaching one of our store readers, tells it to answer FETCHes with DIRECT-RECORDS.
-    pub fn subscriptions(&self) -> [Bytes; 11] {
+    pub fn subscriptions(&self) -> [Bytes; 12] {
         let id = &self.config.id;
         [
             subscription::node(Kind::DirectRecord, id),
@@ -442,9 +461,10 @@ impl Consumer {
             // Records with their metadata: a producer or store reader that saw it answers
             // FETCHes with DIRECT-META-RECORDS.
             subscription::node(Kind::DirectMetaRecords, id),
-            // Answers to time and topics queries.
+            // Answers to time, topics and groups queries.
             subscription::node(Kind::DirectTimeOffset, id),
             subscription::node(Kind::DirectTopics, id),
+            subscription::node(Kind::DirectGroups, id),
             subscription::node(Kind::DirectHead, id),
             subscription::node(Kind::StoreHello, id),
             subscription::node(Kind::DirectLowWater, id),
@@ -679,13 +699,13 @@ impl Consumer {
             }
             Message::DirectTopics(d) => {
                 self.check_to(Kind::DirectTopics, &d.to)?;
-                if let Some(q) = &mut self.topics_query
-                    && q.number == d.query
-                    && q.answered.len() < MAX_STORES
-                {
-                    q.answered.insert(d.store);
-                    q.topics.extend(d.topics.iter().cloned());
-                }
+                self.names_heard_from(Listing::Topics, d.store, d.query, d.topics.iter());
+                Ok(())
+            }
+            Message::DirectGroups(d) => {
+                self.check_to(Kind::DirectGroups, &d.to)?;
+                let names = d.groups.iter().map(GroupName::as_topic);
+                self.names_heard_from(Listing::Groups, d.store, d.query, names);
                 Ok(())
             }
             Message::DirectCommitted(d) => {
@@ -804,40 +824,60 @@ impl Consumer {
         self.time_queries.remove(topic).map(|q| q.offsets)
     }
 
-    /// Starts (or restarts) a query of the topics the store readers hold: sends a
-    /// TOPICS-QUERY now, and again to every store reader that becomes reachable while it runs.
-    pub fn query_topics(&mut self) {
+    /// Starts (or restarts) a query of the topics the store readers hold, or of the groups
+    /// with offsets committed with them: sends a TOPICS-QUERY (GROUPS-QUERY) now, and again
+    /// to every store reader that becomes reachable while it runs.
+    pub fn query_names(&mut self, what: Listing) {
         let number = self.new_query_number();
-        self.topics_query = Some(TopicsAsk {
+        self.name_queries[what.slot()] = Some(Box::new(NamesAsk {
             number,
-            topics: BTreeSet::new(),
+            names: BTreeSet::new(),
             answered: HashSet::new(),
-        });
-        self.ask_topics(number);
-    }
-
-    fn ask_topics(&mut self, query: u64) {
-        self.transmit.push_back(Message::TopicsQuery(TopicsQuery {
-            consumer: self.config.id,
-            query,
         }));
+        self.ask_names(what, number);
     }
 
-    /// Whether every store reader reachable now (at least one) answered the topics query.
-    pub fn topics_answered(&self) -> bool {
-        self.topics_query
+    fn ask_names(&mut self, what: Listing, query: u64) {
+        let consumer = self.config.id;
+        self.transmit.push_back(match what {
+            Listing::Topics => Message::TopicsQuery(TopicsQuery { consumer, query }),
+            Listing::Groups => Message::GroupsQuery(GroupsQuery { consumer, query }),
+        });
+    }
+
+    /// One store reader's answer to a list query.
+    fn names_heard_from<'a>(
+        &mut self,
+        what: Listing,
+        store: NodeId,
+        query: u64,
+        names: impl Iterator<Item = &'a Topic>,
+    ) {
+        if let Some(q) = &mut self.name_queries[what.slot()]
+            && q.number == query
+            && q.answered.len() < MAX_STORES
+        {
+            q.answered.insert(store);
+            q.names.extend(names.cloned());
+        }
+    }
+
+    /// Whether every store reader reachable now (at least one) answered the list query.
+    pub fn names_answered(&self, what: Listing) -> bool {
+        self.name_queries[what.slot()]
             .as_ref()
             .is_some_and(|q| self.all_reachable_in(&q.answered))
     }
 
-    /// The topics heard so far by the running topics query.
-    pub fn topics_heard(&self) -> Option<&BTreeSet<Topic>> {
-        self.topics_query.as_ref().map(|q| &q.topics)
+    /// The names heard so far by the running list query (group names as the topics they
+    /// are on the wire).
+    pub fn names_heard(&self, what: Listing) -> Option<&BTreeSet<Topic>> {
+        self.name_queries[what.slot()].as_ref().map(|q| &q.names)
     }
 
-    /// Ends the topics query and returns what it heard.
-    pub fn finish_topics_query(&mut self) -> Option<BTreeSet<Topic>> {
-        self.topics_query.take().map(|q| q.topics)
+    /// Ends the list query and returns what it heard.
+    pub fn finish_names_query(&mut self, what: Listing) -> Option<BTreeSet<Topic>> {
+        self.name_queries[what.slot()].take().map(|q| q.names)
     }
 
     /// Starts a commit of `offsets` of `group` (`seek`: set them even backwards) to every
@@ -1055,8 +1095,10 @@ impl Consumer {
             for (topic, number, time) in times {
                 self.ask_time(topic, number, time);
             }
-            if let Some(number) = self.topics_query.as_ref().map(|q| q.number) {
-                self.ask_topics(number);
+            for what in [Listing::Topics, Listing::Groups] {
+                if let Some(number) = self.name_queries[what.slot()].as_ref().map(|q| q.number) {
+                    self.ask_names(what, number);
+                }
             }
             if let Some(a) = &self.group_ask {
                 self.transmit.push_back(a.request.clone());

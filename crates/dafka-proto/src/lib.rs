@@ -78,7 +78,8 @@ pub mod subscription;
 
 pub use beacon::{BEACON_TOPIC, BeaconMessage, NodeBeacon, TowerBeacon, WELCOME_TOPIC};
 pub use consumer::{
-    Bounds, Consumer, ConsumerConfig, Delivery, Loss, MISSING_REPORTS, OffsetReset, TimeOffset,
+    Bounds, Consumer, ConsumerConfig, Delivery, Listing, Loss, MISSING_REPORTS, OffsetReset,
+    TimeOffset,
 };
 pub use discovery::{ANSWER_BEACON_GAP, Action, Cause, Discovery, DiscoveryConfig, split_tcp};
 pub use error::{
@@ -87,11 +88,12 @@ pub use error::{
 };
 pub use id::{MAX_TOPIC_LEN, NODE_ID_HEX_LEN, NodeId, ParseNodeIdError, Topic};
 pub use message::{
-    Ack, COMMIT_SEEK, CommittedQuery, ConsumerHello, DirectCommitted, DirectHead, DirectLowWater,
-    DirectMetaRecords, DirectMissing, DirectRecord, DirectRecords, DirectTimeOffset, DirectTopics,
-    Fetch, GetHeads, GroupHeartbeat, GroupOffset, Head, HeadsEnd, HeadsQuery, Kind, Limits,
-    Message, MetaRecord, MetaRecordRef, OffsetCommit, PREFIX_END, Record, RefusalReason, StoreAck,
-    StoreHello, StoreRefusal, TimeQuery, TopicsQuery, VERSION,
+    Ack, COMMIT_SEEK, CommittedQuery, ConsumerHello, DirectCommitted, DirectGroups, DirectHead,
+    DirectLowWater, DirectMetaRecords, DirectMissing, DirectRecord, DirectRecords,
+    DirectTimeOffset, DirectTopics, Fetch, GetHeads, GroupHeartbeat, GroupOffset, GroupsQuery,
+    Head, HeadsEnd, HeadsQuery, Kind, Limits, Message, MetaRecord, MetaRecordRef, OffsetCommit,
+    PREFIX_END, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal, TimeQuery, TopicsQuery,
+    VERSION,
 };
 pub use producer::{MAX_REFUSALS, Producer, ProducerConfig};
 pub use record::{Header, HeaderRef, MetaParts, RecordMeta, TimestampType};

@@ -41,6 +41,8 @@
 //! | `0x58` 'X' | STORE-REFUSAL (extension) | producer's UUID | address = store writer, subject, sequence (8) = first offset refused, reason (1), detail (string) | 1 |
 //! | `0x4E` 'N' | DIRECT-MISSING (extension) | requester's UUID | address = producer, subject, sequence (8) = first offset missing, end (8) = first offset after them, address = store reader | 1 |
 //! | `0x4A` 'J' | GROUP-HEARTBEAT (extension) | consumer group name (1-255 bytes) | address = member, flags (1): `0x01` leaving | 1 |
+//! | `0x73` 's' | GROUPS-QUERY (extension) | requesting consumer's UUID | query number (8) | 1 |
+//! | `0x63` 'c' | DIRECT-GROUPS (extension) | requesting consumer's UUID | address = store reader, query number (8), group names (`strings`) | 1 |
 //!
 //! Where this differs from 46/DAFKA (no `AA A5` signature, version after the prefix, UUIDs as
 //! hex text, no address in ACK, the prefixes of FETCH, HEAD, DIRECT-RECORD and DIRECT-HEAD) is
@@ -230,6 +232,8 @@ kinds! {
     OffsetCommit = 0x50, "OFFSET-COMMIT", 1;
     CommittedQuery = 0x49, "COMMITTED-QUERY", 1;
     DirectCommitted = 0x55, "DIRECT-COMMITTED", 1;
+    GroupsQuery = 0x73, "GROUPS-QUERY", 1;
+    DirectGroups = 0x63, "DIRECT-GROUPS", 1;
 }
 
 /// GROUP-HEARTBEAT's flag: the member is leaving its group.
@@ -528,6 +532,33 @@ pub struct DirectTopics {
     pub topics: Vec<Topic>,
 }
 
+/// An extension (not in 46/DAFKA, not sent by the reference): a consumer asks the store
+/// readers which consumer groups have committed offsets with them: GROUPS-QUERY (`'s'`, the
+/// lower-case TOPICS-QUERY). Our store readers subscribe to every one and answer with a
+/// DIRECT-GROUPS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupsQuery {
+    /// The consumer that asks: the topic prefix (the answer goes to `'c'` + this id).
+    pub consumer: NodeId,
+    /// The consumer's number for the query, echoed in the answer.
+    pub query: u64,
+}
+
+/// An extension (not in 46/DAFKA, not sent by the reference): the consumer groups with
+/// committed offsets in one store, in answer to a GROUPS-QUERY: DIRECT-GROUPS (`'c'`). At
+/// most `Limits::max_topics` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectGroups {
+    /// The consumer that asked: the topic prefix.
+    pub to: NodeId,
+    /// The store reader that answers.
+    pub store: NodeId,
+    /// The query number of the GROUPS-QUERY answered.
+    pub query: u64,
+    /// Every group with a committed offset of a partition the store holds.
+    pub groups: Vec<GroupName>,
+}
+
 /// A request for missing records: FETCH (`'F'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetch {
@@ -796,6 +827,8 @@ impl Message {
             Message::DirectTimeOffset(d) => Prefix::Node(&d.to),
             Message::TopicsQuery(q) => Prefix::Node(&q.consumer),
             Message::DirectTopics(d) => Prefix::Node(&d.to),
+            Message::GroupsQuery(q) => Prefix::Node(&q.consumer),
+            Message::DirectGroups(d) => Prefix::Node(&d.to),
             Message::HeadsEnd(e) => Prefix::Node(&e.to),
             Message::DirectRecord(d) => Prefix::Node(&d.to),
             Message::DirectRecords(d)
@@ -848,8 +881,11 @@ impl Message {
             Message::Fetch(f) => ADDRESS + 1 + f.topic.len() + 8 + 4,
             Message::TimeQuery(q) => ADDRESS + 1 + q.topic.len() + 8 + 8,
             Message::DirectTimeOffset(d) => ADDRESS + 1 + d.topic.len() + 8 + 8,
-            Message::TopicsQuery(_) => 8,
+            Message::TopicsQuery(_) | Message::GroupsQuery(_) => 8,
             Message::DirectTopics(d) => ADDRESS + 8 + strings_len(&d.topics),
+            Message::DirectGroups(d) => {
+                ADDRESS + 8 + strings_len(d.groups.iter().map(GroupName::as_topic))
+            }
             Message::DirectMissing(d) => ADDRESS + 1 + d.topic.len() + 8 + 8 + ADDRESS,
             Message::StoreRefusal(r) => {
                 ADDRESS + 1 + r.topic.len() + 8 + 1 + 1 + detail_bytes(&r.detail).len()
@@ -914,10 +950,16 @@ impl Message {
                 out.put_u64(d.end);
             }
             Message::TopicsQuery(q) => out.put_u64(q.query),
+            Message::GroupsQuery(q) => out.put_u64(q.query),
             Message::DirectTopics(d) => {
                 d.store.put_string(out);
                 out.put_u64(d.query);
-                put_strings(out, &d.topics);
+                put_strings(out, d.topics.iter());
+            }
+            Message::DirectGroups(d) => {
+                d.store.put_string(out);
+                out.put_u64(d.query);
+                put_strings(out, d.groups.iter().map(GroupName::as_topic));
             }
             Message::DirectMissing(d) => {
                 put_position(out, &d.producer, &d.topic, d.from);
@@ -942,7 +984,7 @@ impl Message {
             Message::GetHeads(g) => g.consumer.put_string(out),
             Message::ConsumerHello(c) => {
                 c.consumer.put_string(out);
-                put_strings(out, &c.topics);
+                put_strings(out, c.topics.iter());
             }
             Message::StoreHello(s) => s.store.put_string(out),
             Message::GroupHeartbeat(h) => {
@@ -1274,6 +1316,25 @@ impl Message {
                     topics,
                 })
             }
+            Kind::GroupsQuery => Message::GroupsQuery(GroupsQuery {
+                consumer: prefix.node()?,
+                query: r.u64("query")?,
+            }),
+            Kind::DirectGroups => {
+                let to = prefix.node()?;
+                let store = address(&mut r)?;
+                let query = r.u64("query")?;
+                let groups = read_strings(&mut r, "DIRECT-GROUPS", limits)?
+                    .into_iter()
+                    .map(|name| group_name(kind, name.to_bytes()))
+                    .collect::<Result<_, _>>()?;
+                Message::DirectGroups(DirectGroups {
+                    to,
+                    store,
+                    query,
+                    groups,
+                })
+            }
             Kind::HeadsEnd => {
                 let to = prefix.node()?;
                 let (store, topic, query) = position(&mut r)?;
@@ -1378,12 +1439,12 @@ impl Message {
 }
 
 /// Length of a `strings` field of topics: count, then each as length + bytes.
-fn strings_len(topics: &[Topic]) -> usize {
-    4 + topics.iter().map(|t| 4 + t.len()).sum::<usize>()
+fn strings_len<'a>(topics: impl IntoIterator<Item = &'a Topic>) -> usize {
+    4 + topics.into_iter().map(|t| 4 + t.len()).sum::<usize>()
 }
 
-/// Appends a `strings` field of topics.
-fn put_strings(out: &mut BytesMut, topics: &[Topic]) {
+/// Appends a `strings` field of topics (or of group names, which are topics).
+fn put_strings<'a>(out: &mut BytesMut, topics: impl ExactSizeIterator<Item = &'a Topic>) {
     // A list longer than u32::MAX topics cannot be built in memory.
     out.put_u32(topics.len() as u32);
     for t in topics {

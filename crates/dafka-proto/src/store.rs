@@ -49,9 +49,10 @@ use crate::error::{CallerError, PeerError};
 use crate::group::GroupName;
 use crate::id::{NodeId, Topic};
 use crate::message::{
-    Ack, DirectCommitted, DirectHead, DirectLowWater, DirectMetaRecords, DirectMissing,
-    DirectRecord, DirectRecords, DirectTimeOffset, DirectTopics, Fetch, GroupOffset, Head,
-    HeadsEnd, Kind, Limits, Message, Record, RefusalReason, StoreAck, StoreHello, StoreRefusal,
+    Ack, DirectCommitted, DirectGroups, DirectHead, DirectLowWater, DirectMetaRecords,
+    DirectMissing, DirectRecord, DirectRecords, DirectTimeOffset, DirectTopics, Fetch, GroupOffset,
+    Head, HeadsEnd, Kind, Limits, Message, Record, RefusalReason, StoreAck, StoreHello,
+    StoreRefusal,
 };
 use crate::record::RecordMeta;
 use crate::retry::{self, Ask, Gapped, Partitions, Retry};
@@ -94,6 +95,9 @@ pub trait StoreLog {
     /// The committed offsets of `group` the store holds among `partitions` (all of the
     /// group's when empty).
     fn committed(&self, group: &GroupName, partitions: &[(Topic, NodeId)]) -> Vec<GroupOffset>;
+
+    /// Every group with a committed offset in the store, in name order.
+    fn groups(&self) -> Vec<GroupName>;
 
     /// Durable records of the partition from offset `from`, ascending, at most `max`; or, when
     /// the records at `from` are not held though below the head (damaged), where they end.
@@ -865,9 +869,10 @@ impl StoreReader {
     }
 
     /// The subscriptions of the reader's SUB: `'F'`, `'G'` (every one), `'W'` + its id (as
-    /// the reference's), then the extensions' `'Q'`, `'Y'` and `'S'` (every HEADS-QUERY,
-    /// TIME-QUERY and TOPICS-QUERY).
-    pub fn subscriptions(&self) -> [Bytes; 8] {
+    /// the reference's), then the extensions' `'Q'`, `'Y'`, `'S'`, `'P'`, `'I'` and `'s'`
+    /// (every HEADS-QUERY, TIME-QUERY, TOPICS-QUERY, OFFSET-COMMIT, COMMITTED-QUERY and
+    /// GROUPS-QUERY).
+    pub fn subscriptions(&self) -> [Bytes; 9] {
         [
             subscription::all(Kind::Fetch),
             subscription::all(Kind::GetHeads),
@@ -877,11 +882,12 @@ impl StoreReader {
             subscription::all(Kind::TopicsQuery),
             subscription::all(Kind::OffsetCommit),
             subscription::all(Kind::CommittedQuery),
+            subscription::all(Kind::GroupsQuery),
         ]
     }
 
     /// Handles FETCH, GET-HEADS, HEADS-QUERY, TIME-QUERY, TOPICS-QUERY, CONSUMER-HELLO,
-    /// OFFSET-COMMIT and COMMITTED-QUERY; anything else is ignored.
+    /// OFFSET-COMMIT, COMMITTED-QUERY and GROUPS-QUERY; anything else is ignored.
     pub fn handle_message<L: StoreLog>(
         &mut self,
         message: &Message,
@@ -934,6 +940,17 @@ impl StoreReader {
                     store: self.config.id,
                     query: q.query,
                     topics,
+                }));
+                Ok(())
+            }
+            Message::GroupsQuery(q) => {
+                let mut groups = log.groups();
+                groups.truncate(Limits::DEFAULT.max_topics);
+                self.queue(Message::DirectGroups(DirectGroups {
+                    to: q.consumer,
+                    store: self.config.id,
+                    query: q.query,
+                    groups,
                 }));
                 Ok(())
             }

@@ -525,3 +525,74 @@ fn group_offset_messages_bytes_and_limits() {
         Ok(Message::DirectCommitted(d)) if d.offsets.len() == 1 && d.offsets[0].offset == 42
     ));
 }
+
+#[test]
+fn groups_list_messages_bytes_and_limits() {
+    use dafka_proto::{DirectGroups, GroupsQuery, NodeId, group::GroupName};
+    // GROUPS-QUERY from consumer C, query 3; DIRECT-GROUPS from store P listing "audit" and
+    // "bill".
+    let query = frame(&[b"s", C, b"\x00\x01", &3u64.to_be_bytes()]);
+    let expected = GroupsQuery {
+        consumer: NodeId::from_hex(C).unwrap(),
+        query: 3,
+    };
+    assert_eq!(
+        decode(std::slice::from_ref(&query)),
+        Ok(expected.clone().into())
+    );
+    assert_eq!(Message::from(expected).to_frames(), vec![query]);
+    let names = |list: &[&[u8]]| {
+        let mut out = (list.len() as u32).to_be_bytes().to_vec();
+        for n in list {
+            out.extend_from_slice(&(n.len() as u32).to_be_bytes());
+            out.extend_from_slice(n);
+        }
+        out
+    };
+    let answer = |list: &[&[u8]]| {
+        vec![frame(&[
+            b"c",
+            C,
+            b"\x00\x01\x20",
+            P,
+            &3u64.to_be_bytes(),
+            &names(list),
+        ])]
+    };
+    let expected = DirectGroups {
+        to: NodeId::from_hex(C).unwrap(),
+        store: NodeId::from_hex(P).unwrap(),
+        query: 3,
+        groups: vec![
+            GroupName::new("audit").unwrap(),
+            GroupName::new("bill").unwrap(),
+        ],
+    };
+    assert_eq!(
+        decode(&answer(&[b"audit", b"bill"])),
+        Ok(expected.clone().into())
+    );
+    assert_eq!(
+        Message::from(expected).to_frames(),
+        answer(&[b"audit", b"bill"]),
+        "the documented bytes"
+    );
+    // An empty name is no group's.
+    assert!(matches!(
+        decode(&answer(&[b"audit", b""])),
+        Err(DecodeError::Malformed(MalformedError::GroupName {
+            kind: "DIRECT-GROUPS",
+            ..
+        }))
+    ));
+    // More names than the limit: refused before any list is reserved.
+    let limits = Limits::DEFAULT.with_max_topics(1);
+    assert!(matches!(
+        Message::decode(&answer(&[b"audit", b"bill"]), &limits),
+        Err(DecodeError::Limit(LimitError::TooManyTopics {
+            kind: "DIRECT-GROUPS",
+            count: 2,
+            max: 1
+        }))
+    ));
+}

@@ -8,9 +8,9 @@ use std::convert::Infallible;
 use std::time::Instant;
 
 use dafka_proto::{
-    Bounds, Consumer, ConsumerConfig, GroupOffset, Kind, LogRead, Message, NodeId, OffsetReset,
-    StoreHello, StoreLog, StoreReader, StoreReaderConfig, TimeOffset, Topic, group::GroupName,
-    subscription,
+    Bounds, Consumer, ConsumerConfig, GroupOffset, Kind, Listing, LogRead, Message, NodeId,
+    OffsetReset, StoreHello, StoreLog, StoreReader, StoreReaderConfig, TimeOffset, Topic,
+    group::GroupName, subscription,
 };
 
 use common::{C1, P1, S1_WRITER, S2_READER, S2_WRITER, id, topic};
@@ -40,6 +40,10 @@ impl StoreLog for MapLog {
 
     fn committed(&self, group: &GroupName, partitions: &[(Topic, NodeId)]) -> Vec<GroupOffset> {
         self.2.committed(group, partitions)
+    }
+
+    fn groups(&self) -> Vec<GroupName> {
+        self.2.groups()
     }
 
     fn bounds(&self, t: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
@@ -502,6 +506,12 @@ fn a_time_query_without_the_answers_subscription_gets_no_heads_end() {
     assert_eq!(sent, vec![Kind::DirectTimeOffset]);
 }
 
+/// The names a list query heard, once ended.
+fn finished(c: &mut Consumer, what: Listing) -> Vec<Topic> {
+    let names = c.finish_names_query(what).expect("a query was running");
+    names.into_iter().collect()
+}
+
 #[test]
 fn a_topics_query_is_answered_once_every_reachable_store_listed_its_topics() {
     let now = Instant::now();
@@ -511,19 +521,65 @@ fn a_topics_query_is_answered_once_every_reachable_store_listed_its_topics() {
     let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
     connect(&mut c, &mut r1, S1_READER, &log1, now);
     while c.poll_transmit().is_some() {}
-    c.query_topics();
+    c.query_names(Listing::Topics);
     to_readers(&mut c, &mut [(&mut r1, &log1)]);
     to_consumer(&mut r1, &log1, &mut c, now);
-    assert!(c.topics_answered());
+    assert!(c.names_answered(Listing::Topics));
     // A second store becomes reachable: asked again, and awaited.
     connect(&mut c, &mut r2, S2_READER, &log2, now);
-    assert!(!c.topics_answered());
+    assert!(!c.names_answered(Listing::Topics));
     to_readers(&mut c, &mut [(&mut r2, &log2)]);
     to_consumer(&mut r2, &log2, &mut c, now);
-    assert!(c.topics_answered());
-    let topics: Vec<Topic> = c.finish_topics_query().unwrap().into_iter().collect();
+    assert!(c.names_answered(Listing::Topics));
+    let topics = finished(&mut c, Listing::Topics);
     assert_eq!(topics, vec![topic("golden"), topic("silver")]);
-    assert!(!c.topics_answered(), "the query ended");
+    assert!(!c.names_answered(Listing::Topics), "the query ended");
+}
+
+#[test]
+fn a_groups_query_lists_every_group_with_offsets_committed_in_any_reachable_store() {
+    let now = Instant::now();
+    let golden = topic("golden");
+    let log1 = map_log(BTreeMap::from([(id(P1), (0, 10))]), golden.clone());
+    let log2 = map_log(BTreeMap::from([(id(P2), (0, 10))]), golden.clone());
+    let at = |partition: &str| GroupOffset {
+        topic: golden.clone(),
+        partition: id(partition),
+        offset: 3,
+    };
+    let group = |name: &str| GroupName::new(name.as_bytes().to_vec()).unwrap();
+    log1.commit_offsets(&group("billing"), &[at(P1)], false)
+        .unwrap();
+    log1.commit_offsets(&group("audit"), &[at(P1)], false)
+        .unwrap();
+    log2.commit_offsets(&group("billing"), &[at(P2)], false)
+        .unwrap();
+    log2.commit_offsets(&group("zeta"), &[at(P2)], false)
+        .unwrap();
+    let mut c = Consumer::new(ConsumerConfig::new(id(C1))).unwrap();
+    let (mut r1, mut r2) = (reader(S1_READER, S1_WRITER), reader(S2_READER, S2_WRITER));
+    connect(&mut c, &mut r1, S1_READER, &log1, now);
+    connect(&mut c, &mut r2, S2_READER, &log2, now);
+    while c.poll_transmit().is_some() {}
+    // A topics query running at the same time is its own: neither answers the other.
+    c.query_names(Listing::Topics);
+    c.query_names(Listing::Groups);
+    to_readers(&mut c, &mut [(&mut r1, &log1), (&mut r2, &log2)]);
+    to_consumer(&mut r1, &log1, &mut c, now);
+    assert!(
+        !c.names_answered(Listing::Groups),
+        "one of two stores answered"
+    );
+    to_consumer(&mut r2, &log2, &mut c, now);
+    assert!(c.names_answered(Listing::Groups));
+    let groups = finished(&mut c, Listing::Groups);
+    assert_eq!(
+        groups,
+        vec![topic("audit"), topic("billing"), topic("zeta")]
+    );
+    assert!(c.names_answered(Listing::Topics));
+    let topics = finished(&mut c, Listing::Topics);
+    assert_eq!(topics, vec![golden]);
 }
 
 #[test]

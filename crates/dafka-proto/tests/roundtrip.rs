@@ -9,7 +9,8 @@ use dafka_proto::{
     StoreAck, StoreHello, StoreRefusal, Topic, TowerBeacon,
     group::GroupName,
     message::{
-        DirectMetaRecords, DirectTimeOffset, DirectTopics, MetaRecord, TimeQuery, TopicsQuery,
+        DirectGroups, DirectMetaRecords, DirectTimeOffset, DirectTopics, GroupsQuery, MetaRecord,
+        TimeQuery, TopicsQuery,
     },
     record::{Header, MetaParts, RecordMeta, TimestampType},
 };
@@ -235,6 +236,21 @@ fn message() -> impl Strategy<Value = Message> {
                 store,
                 query,
                 topics
+            }
+            .into()),
+        (node_id(), any::<u64>())
+            .prop_map(|(consumer, query)| GroupsQuery { consumer, query }.into()),
+        (
+            node_id(),
+            node_id(),
+            any::<u64>(),
+            prop::collection::vec(group_name(), 0..8)
+        )
+            .prop_map(|(to, store, query, groups)| DirectGroups {
+                to,
+                store,
+                query,
+                groups
             }
             .into()),
         (

@@ -76,6 +76,10 @@ impl StoreLog for MemLog {
         self.offsets.committed(group, partitions)
     }
 
+    fn groups(&self) -> Vec<GroupName> {
+        self.offsets.groups()
+    }
+
     fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
         let (low, values) = self.parts.get(&(topic.clone(), *producer))?;
         Some((*low, *low + values.len() as u64))

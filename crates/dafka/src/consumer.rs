@@ -17,8 +17,8 @@ use bytes::Bytes;
 use dafka_proto::consumer::PastEnd;
 use dafka_proto::group::{GroupEvent, GroupMember, GroupName, Membership, MembershipConfig};
 use dafka_proto::{
-    Bounds, CallerError, Consumer, ConsumerConfig, GroupOffset, Limits, Loss, Message, NodeId,
-    OffsetReset, PeerError, RecordMeta, TimeOffset, Topic,
+    Bounds, CallerError, Consumer, ConsumerConfig, GroupOffset, Kind, Limits, Listing, Loss,
+    Message, NodeId, OffsetReset, PeerError, RecordMeta, TimeOffset, Topic,
 };
 use dafka_zmtp::{Socket, SocketType};
 
@@ -190,12 +190,20 @@ struct State {
     records: VecDeque<ConsumerRecord>,
     group: Option<GroupState>,
     /// Groups this consumer listens to without joining (`observe_group`): their members as
-    /// their heartbeats say (at most [`MAX_OBSERVED`] groups).
+    /// their heartbeats say (at most [`MAX_OBSERVED`] groups named, [`MAX_OBSERVED_ALL`] when
+    /// it listens to every group).
     observed: BTreeMap<GroupName, Membership>,
+    /// Listening to every group's heartbeats (`observe_groups`) as this node, with this
+    /// session timeout.
+    observe_all: Option<(NodeId, MembershipConfig)>,
 }
 
-/// Most groups one consumer observes.
+/// Most groups one consumer observes by name.
 const MAX_OBSERVED: usize = 64;
+
+/// Most groups one consumer listening to every group keeps (heartbeats of further ones are
+/// ignored: made-up group names cannot grow the map without bound).
+const MAX_OBSERVED_ALL: usize = 1024;
 
 /// A consumer group member's state, beside its consumer's.
 struct GroupState {
@@ -871,6 +879,7 @@ impl ConsumerNode {
                 records: VecDeque::new(),
                 group,
                 observed: BTreeMap::new(),
+                observe_all: None,
             }),
             publisher: plumbing.publisher.clone(),
             subscriber: plumbing.subscriber.clone(),
@@ -1178,6 +1187,51 @@ impl ConsumerNode {
         Ok(())
     }
 
+    /// Listens to every consumer group's heartbeats without joining any, so that
+    /// [`observed_groups`](Self::observed_groups) can say which groups have members and who
+    /// they are (at most 1,024 groups; `session_timeout` is taken as every group's).
+    pub fn observe_groups(&self, session_timeout: Duration) -> Result<(), Error> {
+        let config = MembershipConfig::with_session_timeout(session_timeout);
+        config.validate()?;
+        let mut state = self.shared.lock();
+        if state.observe_all.is_none() {
+            self.shared
+                .subscriber
+                .subscribe(&dafka_proto::subscription::all(Kind::GroupHeartbeat))?;
+        }
+        state.observe_all = Some((self.id, config));
+        Ok(())
+    }
+
+    /// Every observed group (by name, or heard while listening to every group) with its
+    /// members heard from within its session timeout, in name then id order.
+    pub fn observed_groups(&self) -> Vec<(GroupName, Vec<NodeId>)> {
+        let mut state = self.shared.lock();
+        let now = crate::node::now();
+        let me = self.id;
+        state
+            .observed
+            .iter_mut()
+            .map(|(name, m)| {
+                m.handle_timeout(now);
+                while m.poll_event().is_some() {}
+                let members = m.view().into_iter().filter(|id| *id != me).collect();
+                (name.clone(), members)
+            })
+            .collect()
+    }
+
+    /// Every consumer group with offsets committed in a reachable store (GROUPS-QUERY, an
+    /// extension). Waits as [`offsets`](Self::offsets) does.
+    pub async fn groups(&self, timeout: Duration) -> Result<Vec<GroupName>, Error> {
+        let names = self.list(Listing::Groups, timeout).await?;
+        // Every name was checked as a group's when its DIRECT-GROUPS was decoded.
+        Ok(names
+            .into_iter()
+            .filter_map(|t| GroupName::new(t.to_bytes()).ok())
+            .collect())
+    }
+
     /// The members of an observed group heard from within its session timeout, in id order
     /// (empty for a group not observed).
     pub fn observed_members(&self, group: &str) -> Vec<NodeId> {
@@ -1334,13 +1388,18 @@ impl ConsumerNode {
     /// Every topic of which a reachable store holds a partition. Waits as
     /// [`offsets`](Self::offsets) does; only our stores answer (TOPICS-QUERY, an extension).
     pub async fn topics(&self, timeout: Duration) -> Result<Vec<Topic>, Error> {
+        self.list(Listing::Topics, timeout).await
+    }
+
+    /// The names the reachable stores list in answer to a TOPICS-QUERY or GROUPS-QUERY.
+    async fn list(&self, what: Listing, timeout: Duration) -> Result<Vec<Topic>, Error> {
         let heard = self
             .shared
             .ask_stores(
                 timeout,
-                Consumer::query_topics,
-                |c| (c.topics_answered(), c.topics_heard().cloned()),
-                Consumer::finish_topics_query,
+                |c| c.query_names(what),
+                |c| (c.names_answered(what), c.names_heard(what).cloned()),
+                |c| c.finish_names_query(what),
             )
             .await?;
         Ok(heard.unwrap_or_default().into_iter().collect())
@@ -1420,6 +1479,13 @@ impl Role for ConsumerRole {
     fn on_message(&mut self, message: Message, now: Instant) -> Result<(), PeerError> {
         let mut state = self.shared.lock();
         if let Message::GroupHeartbeat(hb) = &message {
+            if let Some((me, config)) = state.observe_all
+                && !state.observed.contains_key(&hb.group)
+                && state.observed.len() < MAX_OBSERVED_ALL
+                && let Ok(m) = Membership::new(hb.group.clone(), me, config, now)
+            {
+                state.observed.insert(hb.group.clone(), m);
+            }
             if let Some(m) = state.observed.get_mut(&hb.group) {
                 m.handle_heartbeat(hb, now);
                 while m.poll_event().is_some() {}

@@ -575,6 +575,10 @@ impl StoreLog for EngineLog {
             .collect()
     }
 
+    fn groups(&self) -> Vec<GroupName> {
+        lock_offsets(&self.offsets).groups()
+    }
+
     fn bounds(&self, topic: &Topic, producer: &NodeId) -> Option<(u64, u64)> {
         let id = self.id(topic, producer)?;
         Some((self.engine.low_water(id)?, self.engine.head(id)?))

@@ -68,6 +68,15 @@ async fn three_members_share_twelve_partitions_a_fourth_takes_a_share_a_closed_o
     for p in &producers {
         p.flush(Some(PATIENCE)).await.unwrap();
     }
+    // A node listening to every group's heartbeats, in no group (what `dafka groups` runs).
+    let observer = ConsumerNode::start(
+        &[],
+        fast(&towers),
+        ConsumerOptions::default().with_offset_reset(OffsetReset::Assigned),
+    )
+    .await
+    .unwrap();
+    observer.observe_groups(SESSION).unwrap();
     let (a, b, c) = (
         member(&towers).await,
         member(&towers).await,
@@ -79,6 +88,20 @@ async fn three_members_share_twelve_partitions_a_fourth_takes_a_share_a_closed_o
         loads(&[&a, &b, &c])
     );
     assert_eq!(a.group_members().len(), 3);
+    let heard = || {
+        observer
+            .observed_groups()
+            .into_iter()
+            .map(|(g, members)| (g.to_string(), members))
+            .collect::<Vec<_>>()
+    };
+    let mut ids = vec![a.id(), b.id(), c.id()];
+    ids.sort();
+    assert!(
+        until(|| heard() == vec![("billing".to_owned(), ids.clone())]).await,
+        "{:?}",
+        heard()
+    );
     // Each member reads its partitions, and only those: every record once.
     let mut got: BTreeMap<(Topic, NodeId), Vec<u64>> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -113,6 +136,14 @@ async fn three_members_share_twelve_partitions_a_fourth_takes_a_share_a_closed_o
         loads(&[&a, &c, &d])
     );
     assert!(closed_at.elapsed() < SESSION, "{:?}", closed_at.elapsed());
+    let mut ids = vec![a.id(), c.id(), d.id()];
+    ids.sort();
+    assert!(
+        until(|| heard() == vec![("billing".to_owned(), ids.clone())]).await,
+        "the closed member left the observer's view too: {:?}",
+        heard()
+    );
+    observer.close().await;
     for m in [a, c, d] {
         m.close().await;
     }

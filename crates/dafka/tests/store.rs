@@ -1128,6 +1128,18 @@ async fn a_consumer_commits_group_offsets_and_reads_them_back_after_a_store_sigk
         .await
         .unwrap_err();
     assert!(err.to_string().contains("0 group offsets"), "{err}");
+    consumer
+        .commit_offsets("audit", &[(topic.clone(), partition, 1)], false, PATIENCE)
+        .await
+        .unwrap();
+    let names = |groups: Vec<dafka_proto::group::GroupName>| -> Vec<String> {
+        groups.iter().map(|g| g.to_string()).collect()
+    };
+    assert_eq!(
+        names(consumer.groups(PATIENCE).await.unwrap()),
+        ["audit", "billing"],
+        "the groups with offsets committed, in name order"
+    );
     child.kill();
     let _child = ChildStore::spawn(dir.path(), &tower.towers());
     // The restarted store is reachable again once it said hello: until then the query waits.
@@ -1141,6 +1153,11 @@ async fn a_consumer_commits_group_offsets_and_reads_them_back_after_a_store_sigk
         .await
         .unwrap();
     assert!(got.is_empty(), "another group's: {got:?}");
+    assert_eq!(
+        names(consumer.groups(PATIENCE).await.unwrap()),
+        ["audit", "billing"],
+        "listed again by the restarted store"
+    );
     consumer.close().await;
     producer.close().await;
     tower.close().await;

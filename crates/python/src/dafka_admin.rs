@@ -2,6 +2,7 @@
 //! offsets query (`dafka-node`'s `ConsumerNode::offsets`). What Spark's planner (offsets) and
 //! its tasks (one range at a time, on a reader cached per Python worker) use. Conversion only.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -197,10 +198,7 @@ impl PyPartitionReader {
         session_timeout: f64,
     ) -> PyResult<Vec<String>> {
         let node = self.node.get("reader")?;
-        let wait = seconds("wait", Some(wait))?.unwrap_or_default();
-        let session = seconds("session_timeout", Some(session_timeout))?
-            .filter(|t| !t.is_zero())
-            .ok_or_else(|| errors::invalid("session_timeout must be above 0"))?;
+        let (wait, session) = listen_times(wait, session_timeout)?;
         py.detach(|| node.observe_group(&group, session))
             .map_err(errors::node)?;
         runtime::wait_for(py, async move { tokio::time::sleep(wait).await })?;
@@ -208,6 +206,47 @@ impl PyPartitionReader {
             .detach(|| node.observed_members(&group))
             .iter()
             .map(NodeId::to_string)
+            .collect())
+    }
+
+    /// Every consumer group heard within `wait` seconds (its members' heartbeats; at least
+    /// one heartbeat interval, a quarter of `session_timeout`), with its members' ids, by
+    /// group name; without joining any.
+    #[pyo3(signature = (wait = 3.0, session_timeout = 10.0))]
+    fn groups_heard(
+        &self,
+        py: Python<'_>,
+        wait: f64,
+        session_timeout: f64,
+    ) -> PyResult<BTreeMap<String, Vec<String>>> {
+        let node = self.node.get("reader")?;
+        let (wait, session) = listen_times(wait, session_timeout)?;
+        py.detach(|| node.observe_groups(session))
+            .map_err(errors::node)?;
+        runtime::wait_for(py, async move { tokio::time::sleep(wait).await })?;
+        Ok(py
+            .detach(|| node.observed_groups())
+            .into_iter()
+            .map(|(group, members)| {
+                let name = String::from_utf8_lossy(group.as_bytes()).into_owned();
+                (name, members.iter().map(NodeId::to_string).collect())
+            })
+            .collect())
+    }
+
+    /// Every consumer group with offsets committed in a reachable store, sorted (listed by
+    /// the stores, without joining any). Raises `dafka.TimeoutError` when no store is
+    /// reachable within `timeout` seconds.
+    #[pyo3(signature = (timeout = 10.0))]
+    fn groups(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
+        let node = self.node.get("reader")?;
+        let wait = seconds("timeout", Some(timeout))?.unwrap_or_default();
+        let towers = self.towers.clone();
+        let groups = runtime::wait_for(py, async move { node.groups(wait).await })?
+            .map_err(|e| no_store(e, &towers))?;
+        Ok(groups
+            .iter()
+            .map(|g| String::from_utf8_lossy(g.as_bytes()).into_owned())
             .collect())
     }
 
@@ -333,4 +372,13 @@ pub(crate) fn group_assignment(
         .into_iter()
         .zip(owners.iter().map(NodeId::to_string))
         .collect())
+}
+
+/// `wait` and `session_timeout` of the group listeners, checked.
+fn listen_times(wait: f64, session_timeout: f64) -> PyResult<(Duration, Duration)> {
+    let wait = seconds("wait", Some(wait))?.unwrap_or_default();
+    let session = seconds("session_timeout", Some(session_timeout))?
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| errors::invalid("session_timeout must be above 0"))?;
+    Ok((wait, session))
 }

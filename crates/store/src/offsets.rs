@@ -345,6 +345,13 @@ impl GroupOffsets {
             .map(|(k, v)| (k, *v))
     }
 
+    /// Every group with a committed offset, in name order, each once.
+    pub fn groups(&self) -> Vec<GroupName> {
+        let names: std::collections::BTreeSet<&GroupName> =
+            self.offsets.keys().map(|k| &k.group).collect();
+        names.into_iter().cloned().collect()
+    }
+
     /// Every committed offset.
     pub fn all(&self) -> impl Iterator<Item = (&OffsetKey, u64)> {
         self.offsets.iter().map(|(k, v)| (k, *v))

@@ -106,6 +106,13 @@ impl MemOffsets {
             .collect()
     }
 
+    /// Every group with a committed offset, in name order.
+    pub fn groups(&self) -> Vec<dafka_proto::group::GroupName> {
+        let mut names: Vec<_> = self.0.borrow().keys().map(|(g, _, _)| g.clone()).collect();
+        names.dedup();
+        names
+    }
+
     /// The group's offsets among `partitions` (all when empty).
     pub fn committed(
         &self,
