@@ -943,42 +943,9 @@ impl StoreReader {
                 }));
                 Ok(())
             }
-            Message::GroupsQuery(q) => {
-                let mut groups = log.groups();
-                groups.truncate(Limits::DEFAULT.max_topics);
-                self.queue(Message::DirectGroups(DirectGroups {
-                    to: q.consumer,
-                    store: self.config.id,
-                    query: q.query,
-                    groups,
-                }));
-                Ok(())
-            }
-            Message::OffsetCommit(c) => {
-                // Answered once the offsets are on the disk; a failed write is not answered
-                // (the member's commit waits for this store, then fails or retries).
-                match log.commit_offsets(&c.group, &c.offsets, c.seek) {
-                    Ok(offsets) => self.queue(Message::DirectCommitted(DirectCommitted {
-                        to: c.member,
-                        store: self.config.id,
-                        request: c.request,
-                        group: c.group.clone(),
-                        offsets,
-                    })),
-                    Err(_) => self.commit_errors += 1,
-                }
-                Ok(())
-            }
-            Message::CommittedQuery(q) => {
-                let mut offsets = log.committed(&q.group, &q.partitions);
-                offsets.truncate(Limits::DEFAULT.max_offsets);
-                self.queue(Message::DirectCommitted(DirectCommitted {
-                    to: q.member,
-                    store: self.config.id,
-                    request: q.request,
-                    group: q.group.clone(),
-                    offsets,
-                }));
+            Message::GroupsQuery(_) | Message::OffsetCommit(_) | Message::CommittedQuery(_) => {
+                let answer = group_answer(self.config.id, message, log);
+                self.push_group_answer(answer);
                 Ok(())
             }
             Message::ConsumerHello(h) => {
@@ -1260,5 +1227,67 @@ impl StoreReader {
     /// OFFSET-COMMITs not answered because the log could not write them.
     pub fn commit_errors(&self) -> u64 {
         self.commit_errors
+    }
+
+    /// Queues the answer to a consumer group request ([`group_answer`]), or counts a commit
+    /// that could not be written (`None`: not answered, the member's commit waits for this
+    /// store, then fails or retries). A driver that writes commits off its task (a commit is
+    /// an `fdatasync`) hands the answers back through this.
+    pub fn push_group_answer(&mut self, answer: Option<Message>) {
+        match answer {
+            Some(m) => self.queue(m),
+            None => self.commit_errors += 1,
+        }
+    }
+}
+
+/// Whether `message` is a consumer group request a store reader answers from its committed
+/// offsets: OFFSET-COMMIT, COMMITTED-QUERY or GROUPS-QUERY.
+pub fn is_group_request(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::OffsetCommit(_) | Message::CommittedQuery(_) | Message::GroupsQuery(_)
+    )
+}
+
+/// Store reader `store`'s answer to a consumer group request, from `log`: a DIRECT-COMMITTED
+/// once an OFFSET-COMMIT's offsets are on the disk (`None` when they could not be written),
+/// a DIRECT-COMMITTED for a COMMITTED-QUERY, a DIRECT-GROUPS for a GROUPS-QUERY. `None` for
+/// any other message. Pure but for the log: a driver may run it off its reader's task (see
+/// [`StoreReader::push_group_answer`]).
+pub fn group_answer<L: StoreLog>(store: NodeId, message: &Message, log: &L) -> Option<Message> {
+    match message {
+        Message::GroupsQuery(q) => {
+            let mut groups = log.groups();
+            groups.truncate(Limits::DEFAULT.max_topics);
+            Some(Message::DirectGroups(DirectGroups {
+                to: q.consumer,
+                store,
+                query: q.query,
+                groups,
+            }))
+        }
+        Message::OffsetCommit(c) => {
+            let offsets = log.commit_offsets(&c.group, &c.offsets, c.seek).ok()?;
+            Some(Message::DirectCommitted(DirectCommitted {
+                to: c.member,
+                store,
+                request: c.request,
+                group: c.group.clone(),
+                offsets,
+            }))
+        }
+        Message::CommittedQuery(q) => {
+            let mut offsets = log.committed(&q.group, &q.partitions);
+            offsets.truncate(Limits::DEFAULT.max_offsets);
+            Some(Message::DirectCommitted(DirectCommitted {
+                to: q.member,
+                store,
+                request: q.request,
+                group: q.group.clone(),
+                offsets,
+            }))
+        }
+        _ => None,
     }
 }

@@ -254,6 +254,22 @@ fn raise(map: &mut BTreeMap<(Topic, NodeId), u64>, key: (Topic, NodeId), next: u
     *at = (*at).max(next);
 }
 
+/// Whether two records are of one partition (the topic compared by its bytes only when the
+/// two do not share them, as the records of one message do).
+fn same_partition(a: &ConsumerRecord, b: &ConsumerRecord) -> bool {
+    let (x, y) = (a.topic.as_bytes(), b.topic.as_bytes());
+    a.partition == b.partition && (std::ptr::eq(x, y) || x == y)
+}
+
+/// The partition of a run's last record, and the offset after it.
+fn run_end(last: &ConsumerRecord) -> (Topic, NodeId, u64) {
+    (
+        last.topic.clone(),
+        last.partition,
+        last.offset.saturating_add(1),
+    )
+}
+
 /// Moves the group member's changes out: a revoked partition stops at once (no record of it
 /// delivered from now on, its queued records dropped, what the application processed of it
 /// kept to commit); the others go to the driver. Whether the driver has anything new.
@@ -1017,23 +1033,36 @@ impl ConsumerNode {
     pub fn take(&self, max: usize) -> Vec<ConsumerRecord> {
         let shared = &self.shared;
         let mut state = shared.lock();
-        let taken: Vec<ConsumerRecord> =
-            shared.unqueue(&mut state, |q| q.drain(..max.min(q.len())).collect());
+        let grouped = state.group.is_some();
+        // For a group member, the next offset after each run of one partition taken: records
+        // come in runs of one partition, in offset order, so the last of a run is its
+        // partition's furthest. Found as the records are moved (each is then in the cache),
+        // not by another pass over the batch.
+        let mut ends: Vec<(Topic, NodeId, u64)> = Vec::new();
+        let taken: Vec<ConsumerRecord> = shared.unqueue(&mut state, |q| {
+            let drained = q.drain(..max.min(q.len()));
+            if !grouped {
+                return drained.collect();
+            }
+            let mut taken: Vec<ConsumerRecord> = Vec::with_capacity(drained.len());
+            for r in drained {
+                if let Some(last) = taken.last()
+                    && !same_partition(last, &r)
+                {
+                    ends.push(run_end(last));
+                }
+                taken.push(r);
+            }
+            ends.extend(taken.last().map(run_end));
+            taken
+        });
         if let Some(g) = &mut state.group {
             // Polling again says the previous batch was processed.
             for (key, next) in std::mem::take(&mut g.polled) {
                 raise(&mut g.processed, key, next);
             }
-            // Records come in runs of one partition, in offset order: the last of each run
-            // is its partition's furthest (one map update per run, not per record).
-            let ends = taken.iter().enumerate().filter(|(i, r)| {
-                taken
-                    .get(i + 1)
-                    .is_none_or(|n| n.partition != r.partition || n.topic != r.topic)
-            });
-            for (_, r) in ends {
-                let key = (r.topic.clone(), r.partition);
-                raise(&mut g.polled, key, r.offset.saturating_add(1));
+            for (topic, partition, next) in ends {
+                raise(&mut g.polled, (topic, partition), next);
             }
         }
         taken

@@ -202,19 +202,22 @@ impl StoreNode {
             tickets: tx,
             log: LogLimiter::default(),
         };
+        let log = Arc::new(EngineLog {
+            engine: engine.clone(),
+            offsets: Mutex::new(offsets),
+        });
+        let rcontrol = Arc::new(Control::default());
         let rrole = ReaderRole {
             reader,
-            log: EngineLog {
-                engine: engine.clone(),
-                offsets: Mutex::new(offsets),
-            },
+            committer: Committer::start(reader_id, log.clone(), rcontrol.clone())?,
+            log,
         };
         Ok(StoreNode {
             writer_id,
             reader_id,
             engine,
             writer: NodeTask::spawn(wplumbing, wrole, wcontrol),
-            reader: NodeTask::spawn(rplumbing, rrole, Arc::new(Control::default())),
+            reader: NodeTask::spawn(rplumbing, rrole, rcontrol),
             acks: Some(acks),
         })
     }
@@ -482,8 +485,9 @@ impl Role for WriterRole {
 /// committed offsets of the partitions it holds.
 struct EngineLog {
     engine: dafka_store::Store,
-    /// Written (and synced) on the reader's task: a commit is one small write and one
-    /// `fdatasync`, as the engine's reads there are blocking reads.
+    /// Written (and synced) by the reader's [`Committer`] thread, not on the reader's task:
+    /// a commit's `fdatasync` takes milliseconds (hundreds while the disk is busy), during
+    /// which the reader would serve no FETCH.
     offsets: Mutex<GroupOffsets>,
 }
 
@@ -648,12 +652,88 @@ impl StoreLog for EngineLog {
 
 struct ReaderRole {
     reader: StoreReader,
-    log: EngineLog,
+    log: Arc<EngineLog>,
+    committer: Committer,
+}
+
+/// Most consumer group requests waiting for the committer; further ones are dropped (their
+/// members ask again).
+const MAX_GROUP_REQUESTS: usize = 1024;
+
+/// The store reader's consumer group requests (commits, committed offsets, groups), answered
+/// in order on a thread of their own: a commit is written and synced before its answer, and
+/// the reader's task goes on serving FETCHes meanwhile. The answers go back to the reader
+/// (`done`), which is woken to send them.
+struct Committer {
+    requests: Option<std::sync::mpsc::SyncSender<Message>>,
+    done: Arc<Mutex<Vec<Option<Message>>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Requests dropped because the queue was full.
+    dropped: u64,
+}
+
+impl Committer {
+    fn start(store: NodeId, log: Arc<EngineLog>, control: Arc<Control>) -> Result<Self, Error> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Message>(MAX_GROUP_REQUESTS);
+        let done: Arc<Mutex<Vec<Option<Message>>>> = Arc::default();
+        let answers = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("dafka-commit".into())
+            .spawn(move || {
+                for request in rx {
+                    let answer = dafka_proto::store::group_answer(store, &request, &*log);
+                    answers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(answer);
+                    control.wake.notify_one();
+                }
+            })
+            .map_err(|e| Error::Offsets(e.into()))?;
+        Ok(Committer {
+            requests: Some(tx),
+            done,
+            thread: Some(thread),
+            dropped: 0,
+        })
+    }
+
+    fn submit(&mut self, request: Message) {
+        let sent = (self.requests.as_ref()).is_some_and(|tx| tx.try_send(request).is_ok());
+        if !sent {
+            self.dropped += 1;
+            if self.dropped.is_power_of_two() {
+                tracing::warn!(
+                    dropped = self.dropped,
+                    "consumer group requests dropped: the offsets file is behind"
+                );
+            }
+        }
+    }
+
+    fn take_answers(&self) -> Vec<Option<Message>> {
+        std::mem::take(&mut *self.done.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Drop for Committer {
+    /// The store closes: the requests queued are written first (a commit half done when the
+    /// offsets file closes would be lost).
+    fn drop(&mut self) {
+        self.requests.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Role for ReaderRole {
     fn on_message(&mut self, message: Message, _now: Instant) -> Result<(), PeerError> {
-        self.reader.handle_message(&message, &self.log)
+        if dafka_proto::store::is_group_request(&message) {
+            self.committer.submit(message);
+            return Ok(());
+        }
+        self.reader.handle_message(&message, &*self.log)
     }
 
     fn on_subscription(&mut self, prefix: &[u8], _now: Instant) {
@@ -671,7 +751,10 @@ impl Role for ReaderRole {
     }
 
     fn transmit(&mut self, out: &mut Vec<Message>, max: usize) -> bool {
-        let (reader, log) = (&mut self.reader, &self.log);
+        for answer in self.committer.take_answers() {
+            self.reader.push_group_answer(answer);
+        }
+        let (reader, log) = (&mut self.reader, &*self.log);
         take_up_to(out, max, || reader.poll_transmit(log))
     }
 }
