@@ -256,6 +256,25 @@ impl Membership {
             .retain(|_, said| now.saturating_duration_since(*said) < timeout);
     }
 
+    /// The member could not hear the others from `from` to `to` (its driver read no input:
+    /// the application was behind and the queue full): every other's last-heard time moves
+    /// forward by that span, so none is dropped for a silence it could not hear. Their
+    /// heartbeats sent meanwhile wait unread in the socket; one that stopped for good is
+    /// dropped a session timeout after the last heartbeat of it read, plus the span. The
+    /// others keep this member (its heartbeats go out from the timer, read or not).
+    pub fn handle_deaf(&mut self, from: Instant, to: Instant) {
+        let span = to.saturating_duration_since(from);
+        for heard in self.others.values_mut() {
+            *heard = (*heard + span).min(to);
+        }
+    }
+
+    /// When the next heartbeat is due (`None` once closed): what a driver that cannot hear
+    /// the others waits for, instead of [`poll_timeout`](Self::poll_timeout).
+    pub fn heartbeat_due(&self) -> Option<Instant> {
+        (!self.closed).then_some(self.next_heartbeat)
+    }
+
     /// The heartbeat to send now, if one is due (the next is then due an interval later).
     pub fn poll_transmit(&mut self, now: Instant) -> Option<GroupHeartbeat> {
         if self.closed || now < self.next_heartbeat {
@@ -625,6 +644,19 @@ impl GroupMember {
     /// The heartbeat to send now, if one is due.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<GroupHeartbeat> {
         self.membership.poll_transmit(now)
+    }
+
+    /// The member could not hear the others from `from` to `to` (see
+    /// [`Membership::handle_deaf`]). Call it before the next
+    /// [`handle_timeout`](Self::handle_timeout), which a driver does not call while it cannot
+    /// hear (it waits for [`heartbeat_due`](Self::heartbeat_due) only).
+    pub fn handle_deaf(&mut self, from: Instant, to: Instant) {
+        self.membership.handle_deaf(from, to);
+    }
+
+    /// When the next heartbeat is due (see [`Membership::heartbeat_due`]).
+    pub fn heartbeat_due(&self) -> Option<Instant> {
+        self.membership.heartbeat_due()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) or
@@ -1092,6 +1124,44 @@ mod tests {
         );
         // Alone, it owns everything.
         assert_eq!(one.owned(&parts(2, 6)).len(), 12);
+    }
+
+    #[test]
+    fn a_member_that_could_not_hear_drops_nobody_for_that_silence() {
+        let timeout = MembershipConfig::default().session_timeout;
+        let t0 = Instant::now();
+        let mut one =
+            Membership::new(group("billing"), id(1), MembershipConfig::default(), t0).unwrap();
+        let hb = |member| GroupHeartbeat {
+            group: group("billing"),
+            member,
+            leaving: false,
+        };
+        one.handle_heartbeat(&hb(id(2)), t0);
+        one.handle_heartbeat(&hb(id(3)), t0);
+        // Deaf (its input not read) for three session timeouts: member 2 went on sending,
+        // member 3 stopped at t0. Neither is dropped for what could not be heard.
+        let back = t0 + 3 * timeout;
+        assert!(one.heartbeat_due().is_some_and(|t| t <= back));
+        one.handle_deaf(t0, back);
+        one.handle_timeout(back);
+        assert_eq!(one.view(), vec![id(1), id(2), id(3)]);
+        // Listening again: 2's heartbeats, waiting in the socket, are read; 3 is dropped a
+        // session timeout after its last one, plus the time deaf.
+        one.handle_heartbeat(&hb(id(2)), back);
+        one.handle_heartbeat(&hb(id(2)), back + timeout / 2);
+        one.handle_timeout(back + timeout - Duration::from_millis(1));
+        assert_eq!(one.view(), vec![id(1), id(2), id(3)]);
+        one.handle_timeout(back + timeout);
+        assert_eq!(one.view(), vec![id(1), id(2)]);
+        // A span never moves a last-heard time past its end: deaf again for a whole session
+        // timeout, member 2 is kept until one more after it.
+        let later = back + 2 * timeout;
+        one.handle_deaf(back + timeout / 2, later);
+        one.handle_timeout(later);
+        assert_eq!(one.view(), vec![id(1), id(2)]);
+        one.handle_timeout(later + timeout);
+        assert_eq!(one.view(), vec![id(1)]);
     }
 
     #[test]

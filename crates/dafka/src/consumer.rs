@@ -235,6 +235,10 @@ struct GroupState {
     /// The member's topics of which the last discovery found no partition (an "assigned"
     /// consumer keeps no census of its own: see [`ConsumerNode::topics_not_held`]).
     not_held: std::collections::BTreeSet<Topic>,
+    /// Since when the node reads no input (the queue full: the application is behind), so
+    /// hears no heartbeat: the others are not dropped for that silence
+    /// ([`GroupMember::handle_deaf`]).
+    deaf_since: Option<Instant>,
 }
 
 /// Most assignment changes kept for an application that does not take them.
@@ -335,6 +339,13 @@ impl Shared {
     /// The queue is full: the task reads nothing until a poll makes room.
     fn full(&self, state: &State) -> bool {
         state.records.len() >= self.max_buffered
+    }
+
+    /// Whether the node reads its input: not while the queue is full, but for the answers
+    /// to a group offsets commit or query, which come in on the same socket as the records
+    /// (the application may be the one waiting, in `commit`), for as long as the ask runs.
+    fn reading(&self, state: &State) -> bool {
+        !self.full(state) || state.consumer.group_asking()
     }
 
     /// Removes queued records with `remove`. If that took any from a full queue, the FETCH
@@ -871,6 +882,7 @@ impl ConsumerNode {
                     changes: VecDeque::new(),
                     paused: Default::default(),
                     not_held: Default::default(),
+                    deaf_since: None,
                 })
             }
         };
@@ -1570,6 +1582,13 @@ impl Role for ConsumerRole {
         if std::mem::take(&mut self.delivered) {
             self.shared.control.changed.notify_waiters();
         }
+        let mut state = self.shared.lock();
+        if !self.shared.reading(&state)
+            && let Some(g) = &mut state.group
+        {
+            // The node stops reading here until a poll makes room.
+            g.deaf_since.get_or_insert_with(crate::node::now);
+        }
     }
 
     fn on_subscription(&mut self, prefix: &[u8], now: Instant) {
@@ -1583,10 +1602,22 @@ impl Role for ConsumerRole {
     fn on_timeout(&mut self, now: Instant) {
         let past: Vec<PastEnd> = {
             let mut state = self.shared.lock();
-            if let Some(g) = &mut state.group
-                && g.member.poll_timeout().is_some_and(|t| t <= now)
-            {
-                g.member.handle_timeout(now);
+            let reading = self.shared.reading(&state);
+            if let Some(g) = &mut state.group {
+                if !reading {
+                    // Also found here: reading stops without an input batch when a group ask
+                    // that kept it going ends (the driver ends it); at most a heartbeat
+                    // interval late, as the task wakes for each heartbeat meanwhile.
+                    g.deaf_since.get_or_insert(now);
+                } else {
+                    // Listening again: the others' silence while deaf was not theirs.
+                    if let Some(since) = g.deaf_since.take() {
+                        g.member.handle_deaf(since, now);
+                    }
+                    if g.member.poll_timeout().is_some_and(|t| t <= now) {
+                        g.member.handle_timeout(now);
+                    }
+                }
             }
             if apply_group_changes(&self.shared, &mut state) {
                 self.shared.group_changed.notify_one();
@@ -1607,7 +1638,17 @@ impl Role for ConsumerRole {
         // the stores send again what waits to be read (a store rewinds its answer to the
         // offset asked), growing what is queued towards us. A poll that makes room puts the
         // retries off by `fetch_retry` (`Shared::unqueue`) and wakes the task.
-        let group = state.group.as_ref().and_then(|g| g.member.poll_timeout());
+        let reading = self.shared.reading(&state);
+        let group = state
+            .group
+            .as_ref()
+            .and_then(|g| match (reading, g.deaf_since) {
+                (true, None) => g.member.poll_timeout(),
+                // Listening again: the deaf span ends now, before any member can expire.
+                (true, Some(_)) => Some(crate::node::now()),
+                // Deaf: only its own heartbeats are due (the others are not dropped meanwhile).
+                (false, _) => g.member.heartbeat_due(),
+            });
         if self.shared.full(&state) {
             return group;
         }
@@ -1630,10 +1671,6 @@ impl Role for ConsumerRole {
     }
 
     fn wants_input(&self) -> bool {
-        let state = self.shared.lock();
-        // A group offsets commit or query waits for the stores' answers, which come in on
-        // the same socket as the records: they are read even while the queue is full (the
-        // application may be the one waiting, in `commit`), for as long as the ask runs.
-        !self.shared.full(&state) || state.consumer.group_asking()
+        self.shared.reading(&self.shared.lock())
     }
 }

@@ -31,6 +31,42 @@ async fn member(towers: &[dafka_node::TowerAddress]) -> ConsumerNode {
     .unwrap()
 }
 
+/// A member whose queue holds at most `max_buffered` records.
+async fn member_buffering(
+    towers: &[dafka_node::TowerAddress],
+    max_buffered: usize,
+) -> ConsumerNode {
+    ConsumerNode::start(
+        &["shared"],
+        fast(towers),
+        ConsumerOptions::default()
+            .with_offset_reset(OffsetReset::Earliest)
+            .with_max_buffered(max_buffered)
+            .with_group(GroupOptions::new("billing").with_session_timeout(SESSION)),
+    )
+    .await
+    .unwrap()
+}
+
+/// Twelve producers of topic "shared" (twelve partitions), `records` records each, stored.
+async fn twelve_partitions(towers: &[dafka_node::TowerAddress], records: u32) -> Vec<ProducerNode> {
+    let mut producers = Vec::new();
+    for p in 0..12u32 {
+        let producer = ProducerNode::start("shared", fast(towers), producer_options())
+            .await
+            .unwrap();
+        producer
+            .send_many((0..records).map(|i| Bytes::from(format!("{p}-{i}"))))
+            .await
+            .unwrap();
+        producers.push(producer);
+    }
+    for p in &producers {
+        p.flush(Some(PATIENCE)).await.unwrap();
+    }
+    producers
+}
+
 /// Every partition owned by exactly one member, and the members' loads.
 fn loads(members: &[&ConsumerNode]) -> (Vec<usize>, bool) {
     let mut seen = BTreeSet::new();
@@ -54,20 +90,7 @@ async fn three_members_share_twelve_partitions_a_fourth_takes_a_share_a_closed_o
     let dir = tempfile::tempdir().unwrap();
     let store = store_with(dir.path(), &towers, dafka_store::Config::default()).await;
     // Twelve partitions: twelve producers of topic "shared", five records each.
-    let mut producers = Vec::new();
-    for p in 0..12u32 {
-        let producer = ProducerNode::start("shared", fast(&towers), producer_options())
-            .await
-            .unwrap();
-        producer
-            .send_many((0..5u32).map(|i| Bytes::from(format!("{p}-{i}"))))
-            .await
-            .unwrap();
-        producers.push(producer);
-    }
-    for p in &producers {
-        p.flush(Some(PATIENCE)).await.unwrap();
-    }
+    let producers = twelve_partitions(&towers, 5).await;
     // A node listening to every group's heartbeats, in no group (what `dafka groups` runs).
     let observer = ConsumerNode::start(
         &[],
@@ -284,5 +307,75 @@ async fn bad_group_settings_are_refused_at_the_start() {
             "{err}"
         );
     }
+    tower.close().await;
+}
+
+/// A member whose application is behind (it does not poll: its queue is full, so its node
+/// reads nothing, heartbeats included) for three session timeouts: it keeps its share and
+/// takes no other member's (it does not drop the others for a silence it could not hear);
+/// the other keeps it (its heartbeats go out from the timer). Polling again, it reads its
+/// own partitions only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_application_is_behind_keeps_its_share_and_no_more() {
+    let (tower, towers) = tower().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with(dir.path(), &towers, dafka_store::Config::default()).await;
+    let producers = twelve_partitions(&towers, 20).await;
+    let slow = member_buffering(&towers, 8).await;
+    let other = member(&towers).await;
+    assert!(
+        until(|| loads(&[&slow, &other]) == (vec![6, 6], true)).await,
+        "not shared 6/6: {:?}",
+        loads(&[&slow, &other])
+    );
+    let mine = slow.assignment();
+    // Its queue fills (6 partitions of 20 records, room for 8) and it stops reading.
+    let behind = tokio::time::Instant::now();
+    while behind.elapsed() < 3 * SESSION {
+        other.poll(100, Duration::from_millis(50)).await.unwrap();
+        assert_eq!(
+            slow.group_members().len(),
+            2,
+            "the slow member dropped the other after {:?}",
+            behind.elapsed()
+        );
+        assert_eq!(slow.assignment(), mine, "the slow member's share changed");
+        assert_eq!(other.assignment().len(), 6, "{:?}", other.assignment());
+    }
+    assert_eq!(other.group_members().len(), 2);
+    let mut got: BTreeMap<(Topic, NodeId), Vec<u64>> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while got.values().map(Vec::len).sum::<usize>() < 6 * 20
+        && tokio::time::Instant::now() < deadline
+    {
+        for r in slow.poll(100, Duration::from_millis(50)).await.unwrap() {
+            assert!(
+                mine.contains(&(r.topic.clone(), r.partition)),
+                "another's record"
+            );
+            got.entry((r.topic, r.partition))
+                .or_default()
+                .push(r.offset);
+        }
+    }
+    let every: Vec<u64> = (0..20).collect();
+    assert!(
+        got.len() == 6 && got.values().all(|o| *o == every),
+        "each of its partitions once, in order: {got:?}"
+    );
+    // Listening again: the other stays in its view (its heartbeats read, the time deaf not
+    // counted against it).
+    let back = tokio::time::Instant::now();
+    while back.elapsed() < SESSION {
+        assert_eq!(slow.group_members().len(), 2, "the other was dropped");
+        slow.poll(100, Duration::from_millis(100)).await.unwrap();
+    }
+    for m in [slow, other] {
+        m.close().await;
+    }
+    for p in producers {
+        p.close().await;
+    }
+    store.close().await;
     tower.close().await;
 }
