@@ -272,3 +272,20 @@ def test_on_assign_and_on_revoke_are_called_from_poll(cluster: Any) -> None:
     finally:
         for p in producers:
             p.close()
+
+
+def test_a_group_commit_with_no_store_reachable_is_a_timeout() -> None:
+    """No store answers: `committed()` and `commit()` raise `dafka.TimeoutError` (a wait that
+    ran out, as for a producer's flush), not a bare `DafkaError`."""
+    with (
+        dafka.Tower(sub="tcp://127.0.0.1:0") as tower,
+        dafka.Consumer(
+            unique_topic("nostore"),
+            towers=tower.towers,
+            group=unique_topic("nostore"),
+            session_timeout=SESSION,
+            enable_auto_commit=False,
+        ) as c,
+    ):
+        with pytest.raises(dafka.TimeoutError, match="no store answered"):
+            c.committed(timeout=0.5)

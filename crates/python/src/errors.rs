@@ -77,10 +77,11 @@ pub(crate) fn node(err: dafka_node::Error) -> PyErr {
         E::SendTimeout { .. }
         | E::FlushTimeout { .. }
         | E::ResumeTimeout { .. }
-        | E::NoTower { .. } => TimeoutError::new_err(msg),
+        | E::NoTower { .. }
+        | E::NoStore { .. } => TimeoutError::new_err(msg),
         E::Refused(_) | E::NotAssigned { .. } => StateError::new_err(msg),
         E::Closed => ClosedError::new_err(msg),
-        E::Storage(_) | E::StoreRefused { .. } => StorageError::new_err(msg),
+        E::Storage(_) | E::StoreRefused { .. } | E::Offsets(_) => StorageError::new_err(msg),
         E::Socket(e) => zmtp(e),
         E::Zre(e) => zre(e),
         _ => DafkaError::new_err(msg),
