@@ -258,6 +258,14 @@ fn raise(map: &mut BTreeMap<(Topic, NodeId), u64>, key: (Topic, NodeId), next: u
     *at = (*at).max(next);
 }
 
+/// An observed group's members heard from within its session timeout as of `now`, in id
+/// order, without the observer `me`.
+fn observed_view(m: &mut Membership, now: Instant, me: NodeId) -> Vec<NodeId> {
+    m.handle_timeout(now);
+    while m.poll_event().is_some() {}
+    m.view().into_iter().filter(|id| *id != me).collect()
+}
+
 /// Whether two records are of one partition (the topic compared by its bytes only when the
 /// two do not share them, as the records of one message do).
 fn same_partition(a: &ConsumerRecord, b: &ConsumerRecord) -> bool {
@@ -1249,16 +1257,8 @@ impl ConsumerNode {
     pub fn observed_groups(&self) -> Vec<(GroupName, Vec<NodeId>)> {
         let mut state = self.shared.lock();
         let now = crate::node::now();
-        let me = self.id;
-        state
-            .observed
-            .iter_mut()
-            .map(|(name, m)| {
-                m.handle_timeout(now);
-                while m.poll_event().is_some() {}
-                let members = m.view().into_iter().filter(|id| *id != me).collect();
-                (name.clone(), members)
-            })
+        (state.observed.iter_mut())
+            .map(|(name, m)| (name.clone(), observed_view(m, now, self.id)))
             .collect()
     }
 
@@ -1283,10 +1283,7 @@ impl ConsumerNode {
         let Some(m) = state.observed.get_mut(&name) else {
             return Vec::new();
         };
-        m.handle_timeout(crate::node::now());
-        while m.poll_event().is_some() {}
-        let me = self.id;
-        m.view().into_iter().filter(|id| *id != me).collect()
+        observed_view(m, crate::node::now(), self.id)
     }
 
     /// The name of this consumer's group, if it is a member of one.

@@ -99,10 +99,12 @@ pub(crate) fn topics(
     let timeout = seconds("timeout", Some(timeout))?.unwrap_or_default();
     let topics = runtime::wait_for(py, async move { node.topics(timeout).await })?
         .map_err(|e| no_store(e, towers))?;
-    Ok(topics
-        .iter()
-        .map(|t| String::from_utf8_lossy(t.as_bytes()).into_owned())
-        .collect())
+    Ok(topics.iter().map(|t| text(t.as_bytes())).collect())
+}
+
+/// A topic's or group's name as text (bytes that are not UTF-8 replaced).
+fn text(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
 }
 
 /// A time for `offsets_for_times`: microseconds since the epoch or an aware `datetime`.
@@ -228,8 +230,8 @@ impl PyPartitionReader {
             .detach(|| node.observed_groups())
             .into_iter()
             .map(|(group, members)| {
-                let name = String::from_utf8_lossy(group.as_bytes()).into_owned();
-                (name, members.iter().map(NodeId::to_string).collect())
+                let members = members.iter().map(NodeId::to_string).collect();
+                (text(group.as_bytes()), members)
             })
             .collect())
     }
@@ -241,13 +243,9 @@ impl PyPartitionReader {
     fn groups(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
         let node = self.node.get("reader")?;
         let wait = seconds("timeout", Some(timeout))?.unwrap_or_default();
-        let towers = self.towers.clone();
         let groups = runtime::wait_for(py, async move { node.groups(wait).await })?
-            .map_err(|e| no_store(e, &towers))?;
-        Ok(groups
-            .iter()
-            .map(|g| String::from_utf8_lossy(g.as_bytes()).into_owned())
-            .collect())
+            .map_err(|e| no_store(e, &self.towers))?;
+        Ok(groups.iter().map(|g| text(g.as_bytes())).collect())
     }
 
     /// Consumer group `group`'s committed offsets the reachable stores hold, by
